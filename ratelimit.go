@@ -1,0 +1,202 @@
+package retryafter
+
+import (
+	"context"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// A Limiter decides, for one request, whether the client named by key may proceed at the instant
+// now, and if not, how long it must wait. It is the one seam between how requests are counted
+// and what they are answered: [TokenBucket] counts in memory, other packages count in a shared
+// store, and the middleware treats them all alike.
+//
+// Decide must be safe for concurrent use. A refused request must cost the key no quota, and the
+// Decision's RetryAfter must be exact: a request of the same cost at now + RetryAfter is admitted
+// if nothing else spent the key's quota meanwhile, and one at any earlier instant would not be.
+// An error means the limiter could not decide (a store that is down); the middleware then fails
+// open or closed as configured.
+type Limiter interface {
+	Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error)
+}
+
+// A Decision is a [Limiter]'s answer for one request.
+type Decision struct {
+	// Allowed reports whether the request may proceed. Its cost has then been counted.
+	Allowed bool
+
+	// RetryAfter is, for a refused request, the wait after which the same request would be
+	// admitted, not rounded; rate.InfDuration when it never will be (a cost above the
+	// burst, or a zero rate with the bucket empty). It is zero for an allowed request.
+	RetryAfter time.Duration
+}
+
+// slack is how far past an instant a reservation may land and still count as due at that
+// instant. x/time/rate keeps tokens as a float64 and converts durations with truncation, so a
+// true wait of exactly 60 s at rate.Every(time.Minute) can come back as 59.999999999 s, and the
+// bucket at that instant as 0.99999999 tokens: without this slack a client that waited the
+// whole-second Retry-After would be refused by a nanosecond. One microsecond is orders of
+// magnitude above that error and orders below anything a client can observe.
+const slack = time.Microsecond
+
+// defaultMaxKeys is the bound on the keys a [TokenBucket] tracks when no WithMaxKeys is given.
+const defaultMaxKeys = 1 << 20
+
+// shardCount is the number of independently locked parts of a TokenBucket's key table.
+const shardCount = 64
+
+// A TokenBucket is a [Limiter] that gives every key its own golang.org/x/time/rate token bucket
+// of the same rate and burst, held in memory.
+//
+// Keys whose bucket has refilled are indistinguishable from keys never seen, and are dropped
+// when the table grows, without any goroutine; the number of keys held at once is bounded (see
+// [WithMaxKeys]). A TokenBucket is safe for concurrent use.
+type TokenBucket struct {
+	limit   rate.Limit
+	burst   int
+	seed    maphash.Seed
+	perPart int
+	parts   [shardCount]part
+}
+
+// part is one independently locked slice of a TokenBucket's keys.
+type part struct {
+	mu    sync.Mutex
+	keys  map[string]*rate.Limiter
+	sweep int       // sweep reclaimable keys when len(keys) reaches this
+	full  time.Time // after a sweep that freed nothing: no new key before this instant
+	_     [16]byte
+}
+
+// NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
+// with bursts of up to burst. A limit of [rate.Inf] admits everything; a limit of 0 admits each
+// key's first burst requests and refuses the rest with no Retry-After. It panics if limit is
+// negative or burst is below 1. Of the options it reads [WithMaxKeys].
+func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
+	if limit < 0 {
+		panic("retryafter: negative rate limit")
+	}
+	if burst < 1 {
+		panic("retryafter: burst below 1")
+	}
+	c := newConfig(opts)
+	b := &TokenBucket{
+		limit:   limit,
+		burst:   burst,
+		seed:    maphash.MakeSeed(),
+		perPart: max(1, c.maxKeys/shardCount),
+	}
+	for i := range b.parts {
+		b.parts[i].keys = make(map[string]*rate.Limiter)
+		b.parts[i].sweep = min(b.perPart, 64)
+	}
+	return b
+}
+
+// Decide implements [Limiter]: it reserves cost tokens from key's bucket at now, and if the
+// reservation is not due within now (plus a microsecond that absorbs the float arithmetic of
+// x/time/rate), cancels it at now, so that the refusal costs nothing, and reports its delay.
+func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+	if b.limit == rate.Inf {
+		return Decision{Allowed: true}, nil
+	}
+	lim, wait := b.bucket(key, now)
+	if lim == nil {
+		return Decision{RetryAfter: wait}, nil
+	}
+	if lim.AllowN(now, cost) {
+		return Decision{Allowed: true}, nil
+	}
+	r := lim.ReserveN(now, cost)
+	d := r.DelayFrom(now)
+	if d <= slack {
+		return Decision{Allowed: true}, nil
+	}
+	r.CancelAt(now)
+	if d != rate.InfDuration {
+		d -= slack
+	}
+	return Decision{RetryAfter: d}, nil
+}
+
+// bucket returns key's bucket, creating it if need be. When the key is new and its part of the
+// table is full of keys that have not refilled, it returns nil and how long until the first of
+// them will have.
+func (b *TokenBucket) bucket(key string, now time.Time) (*rate.Limiter, time.Duration) {
+	p := &b.parts[maphash.String(b.seed, key)%shardCount]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lim, ok := p.keys[key]; ok {
+		return lim, 0
+	}
+	if len(p.keys) >= p.sweep {
+		if now.Before(p.full) {
+			return nil, p.full.Sub(now)
+		}
+		soonest := b.reclaim(p, now)
+		if len(p.keys) >= b.perPart {
+			p.full = now.Add(soonest)
+			return nil, soonest
+		}
+		p.sweep = min(b.perPart, max(64, 2*len(p.keys)))
+	}
+	lim := rate.NewLimiter(b.limit, b.burst)
+	p.keys[strings.Clone(key)] = lim
+	return lim, 0
+}
+
+// reclaim drops the keys of p whose bucket is full at now (within slack), and returns how long
+// until the first of the others will be.
+func (b *TokenBucket) reclaim(p *part, now time.Time) time.Duration {
+	soonest := rate.InfDuration
+	for k, lim := range p.keys {
+		refill := b.refill(float64(b.burst) - lim.TokensAt(now))
+		if refill <= slack {
+			delete(p.keys, k)
+			continue
+		}
+		soonest = min(soonest, refill-slack)
+	}
+	return soonest
+}
+
+// refill returns how long b's rate takes to add missing tokens: 0 when none are missing,
+// rate.InfDuration when the time does not fit a Duration or the rate is 0.
+func (b *TokenBucket) refill(missing float64) time.Duration {
+	if missing <= 0 {
+		return 0
+	}
+	ns := missing / float64(b.limit) * float64(time.Second)
+	if b.limit <= 0 || ns >= float64(rate.InfDuration) {
+		return rate.InfDuration
+	}
+	return time.Duration(ns)
+}
+
+// Len returns the number of keys b holds state for.
+func (b *TokenBucket) Len() int {
+	n := 0
+	for i := range b.parts {
+		p := &b.parts[i]
+		p.mu.Lock()
+		n += len(p.keys)
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// WithMaxKeys bounds the number of keys a [TokenBucket] holds state for at once; the default is
+// 1,048,576 (about 150 MB at most). Keys whose bucket has refilled are dropped to make room; when
+// none has, a new key is refused with 429 and a Retry-After of when the first one will have, so
+// that no client over its limit is ever admitted to make room for another. It panics if n < 1.
+// It affects [Limit] and [NewTokenBucket].
+func WithMaxKeys(n int) Option {
+	if n < 1 {
+		panic("retryafter: WithMaxKeys below 1")
+	}
+	return func(c *config) { c.maxKeys = n }
+}

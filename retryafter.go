@@ -1,0 +1,105 @@
+// Package retryafter is HTTP middleware that tells clients the truth about when to come back.
+//
+// A request over its limit is answered with 429 Too Many Requests, a Retry-After in the
+// delay-seconds form computed from the limiter's own reservation and rounded up (never 0), and a
+// Date header from the same clock reading. A client that waits exactly Retry-After seconds and
+// retries is admitted, unless something else spent that key's quota meanwhile.
+//
+// The quick start, with chi or any net/http mux:
+//
+//	r := chi.NewRouter()
+//	r.Use(retryafter.Limit(rate.Every(200*time.Millisecond), 10)) // 5 req/s per client, bursts of 10
+//
+// [Limit] counts with an in-memory token bucket per client ([TokenBucket]); [LimitWith] takes any
+// [Limiter]. [ParseRetryAfter] is the client side: it reads both forms of Retry-After, all three
+// HTTP-date formats, and measures dates against the response's own Date header.
+package retryafter
+
+import (
+	"net/http"
+	"time"
+)
+
+// An Option configures the constructors of this package. Options are shared: each constructor
+// reads the ones that concern it and ignores the rest, so one list can configure a [Limit] and a
+// [NewMaintenance] alike. The doc comment of each option names the constructors it affects.
+type Option func(*config)
+
+// config is the configuration every constructor reads from its options.
+type config struct {
+	now       func() time.Time
+	key       func(*http.Request) (string, error)
+	respond   Responder
+	onError   func(*http.Request, error)
+	failOpen  bool
+	errorWait time.Duration
+	maxKeys   int
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		now:       time.Now,
+		respond:   writeRefusal,
+		errorWait: time.Second,
+		maxKeys:   defaultMaxKeys,
+	}
+	for _, o := range opts {
+		if o == nil {
+			panic("retryafter: nil Option")
+		}
+		o(&c)
+	}
+	if c.key == nil {
+		c.key = ClientIP()
+	}
+	return c
+}
+
+// WithClock sets the clock. The middleware reads it once per request and uses that one reading
+// for the limiter, the Retry-After it computes and the Date header it writes. The default is
+// [time.Now]. It affects every constructor.
+func WithClock(now func() time.Time) Option {
+	if now == nil {
+		panic("retryafter: WithClock(nil)")
+	}
+	return func(c *config) { c.now = now }
+}
+
+// WithKeyFunc sets the function that names the client a request is counted against. The default
+// is [ClientIP] with no trusted proxies: the address in RemoteAddr, port stripped, so that
+// forwarding headers, which the client writes, play no part.
+//
+// When the function returns an error the request is not counted; what it is answered is set by
+// [WithFailOpen] (the default is 500 Internal Server Error), and the error goes to the hook set
+// by [WithErrorHook]. It affects [Limit] and [LimitWith].
+func WithKeyFunc(key func(*http.Request) (string, error)) Option {
+	if key == nil {
+		panic("retryafter: WithKeyFunc(nil)")
+	}
+	return func(c *config) { c.key = key }
+}
+
+// WithResponder sets the function that writes the status line and body of every response the
+// package refuses a request with. The default writes a short plain-text body ([Responder]).
+// It affects every constructor that refuses requests.
+func WithResponder(fn Responder) Option {
+	if fn == nil {
+		panic("retryafter: WithResponder(nil)")
+	}
+	return func(c *config) { c.respond = fn }
+}
+
+// WithErrorHook sets a function that is told of every error of the key function or the limiter,
+// for logging or metrics. It runs on the request's goroutine before the request is answered and
+// must be safe for concurrent use. The default is none.
+func WithErrorHook(fn func(r *http.Request, err error)) Option {
+	return func(c *config) { c.onError = fn }
+}
+
+// WithFailOpen makes the middleware admit a request when its key function or limiter fails
+// (a shared store that is down, say), instead of refusing it. The default is to fail closed:
+// a key error is answered 500 Internal Server Error, and a limiter error 503 Service
+// Unavailable with a Retry-After of one second. Either way the client never sees the error text.
+func WithFailOpen(open bool) Option {
+	return func(c *config) { c.failOpen = open }
+}
