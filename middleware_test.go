@@ -1,0 +1,396 @@
+package retryafter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// arrival patterns: each returns the gap before a client's next request.
+var patterns = map[string]func(rng *rand.Rand, limit rate.Limit) time.Duration{
+	"bursty": func(rng *rand.Rand, limit rate.Limit) time.Duration {
+		if rng.IntN(5) > 0 {
+			return 0
+		}
+		return time.Duration(rng.ExpFloat64() / float64(limit) * float64(time.Second))
+	},
+	"uniform": func(rng *rand.Rand, limit rate.Limit) time.Duration {
+		return time.Duration(rng.Float64() * 2 / float64(limit) * float64(time.Second))
+	},
+	"poisson": func(rng *rand.Rand, limit rate.Limit) time.Duration {
+		return time.Duration(rng.ExpFloat64() / float64(limit) * float64(time.Second))
+	},
+	// "aligned" lands on whole seconds and whole token intervals, where the float arithmetic of
+	// the bucket yields waits of exactly n seconds that it may then miss by a nanosecond.
+	"aligned": func(rng *rand.Rand, limit rate.Limit) time.Duration {
+		switch rng.IntN(3) {
+		case 0:
+			return 0
+		case 1:
+			return time.Duration(rng.IntN(5)) * time.Second
+		}
+		return time.Duration(float64(rng.IntN(4)) / float64(limit) * float64(time.Second))
+	},
+	"jittery": func(rng *rand.Rand, limit rate.Limit) time.Duration {
+		return time.Duration(rng.Int64N(int64(time.Second))) // odd nanoseconds
+	},
+}
+
+// checkRoundTrip drives one client through h on clk with the arrival pattern next and checks the
+// promise on every 429: Date is the clock reading, Retry-After parses to whole seconds, a retry
+// exactly that much later is admitted, and one a second earlier is not. It returns how many
+// refusals it checked.
+func checkRoundTrip(t *testing.T, h http.Handler, clk *fakeClock, requests int, next func() time.Duration) int {
+	t.Helper()
+	const client = "192.0.2.1:1234"
+	refusals := 0
+	for range requests {
+		clk.Advance(next())
+		w := serve(h, "GET", client)
+		if w.Code == http.StatusOK {
+			continue
+		}
+		now := clk.Now()
+		wait := wantRefusal(t, w, http.StatusTooManyRequests, now)
+		refusals++
+
+		clk.Set(now.Add(wait - time.Second))
+		if w := serve(h, "GET", client); w.Code != http.StatusTooManyRequests {
+			t.Fatalf("refused at %v with Retry-After %v, but admitted %v later: the header is padded",
+				now.Sub(t0), wait, wait-time.Second)
+		}
+		clk.Set(now.Add(wait))
+		if w := serve(h, "GET", client); w.Code != http.StatusOK {
+			t.Fatalf("refused at %v with Retry-After %v, and refused again (%d, Retry-After %q) after waiting exactly that",
+				now.Sub(t0), wait, w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+	return refusals
+}
+
+func TestRoundTripProperty(t *testing.T) {
+	limits := []rate.Limit{0.3, 1, 2.5, 7, rate.Every(time.Minute), rate.Every(200 * time.Millisecond), rate.Every(3 * time.Second)}
+	bursts := []int{1, 3, 10}
+	for _, limit := range limits {
+		for _, burst := range bursts {
+			for name, pattern := range patterns {
+				t.Run(fmt.Sprintf("%v/%d/%s", limit, burst, name), func(t *testing.T) {
+					refusals := 0
+					for seed := range uint64(5) {
+						rng := rand.New(rand.NewPCG(seed, uint64(burst)))
+						clk := newClock(t0.Add(time.Duration(rng.Int64N(int64(time.Second)))))
+						h := Limit(limit, burst, WithClock(clk.Now))(ok)
+						refusals += checkRoundTrip(t, h, clk, 100, func() time.Duration { return pattern(rng, limit) })
+					}
+					if refusals == 0 && name == "bursty" {
+						t.Fatal("no request was refused, so nothing was checked")
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestRoundTripRandomConfigs checks the promise for limits and bursts drawn at random, so that
+// the float arithmetic of the bucket meets rates that are not round numbers.
+func TestRoundTripRandomConfigs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	refusals := 0
+	for i := range 300 {
+		limit := rate.Limit(math.Pow(10, rng.Float64()*4-2)) // 0.01/s to 100/s
+		burst := 1 + rng.IntN(20)
+		clk := newClock(t0.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+		h := Limit(limit, burst, WithClock(clk.Now))(ok)
+		refusals += checkRoundTrip(t, h, clk, 40, func() time.Duration { return patterns[[]string{"bursty", "aligned"}[i%2]](rng, limit) })
+	}
+	if refusals < 1000 {
+		t.Fatalf("only %d refusals checked", refusals)
+	}
+}
+
+func TestLimitFixedInstants(t *testing.T) {
+	type step struct {
+		at         time.Duration // since t0
+		status     int
+		retryAfter string
+	}
+	tests := []struct {
+		name  string
+		limit rate.Limit
+		burst int
+		steps []step
+	}{
+		{"100ms of wait says 1, never 0", 1, 1, []step{
+			{0, 200, ""},
+			{900 * time.Millisecond, 429, "1"},
+			{1900 * time.Millisecond, 200, ""},
+		}},
+		{"the time left, not the whole interval", rate.Every(time.Minute), 1, []step{
+			{0, 200, ""},
+			{55 * time.Second, 429, "5"},
+			{60 * time.Second, 200, ""},
+		}},
+		{"a whole-second wait is not rounded past itself", rate.Every(time.Minute), 1, []step{
+			{0, 200, ""},
+			{0, 429, "60"},
+			{60 * time.Second, 200, ""},
+			{60 * time.Second, 429, "60"},
+			{120 * time.Second, 200, ""},
+		}},
+		{"refusals cost no quota", 1, 2, []step{
+			{0, 200, ""},
+			{0, 200, ""},
+			{0, 429, "1"},
+			{100 * time.Millisecond, 429, "1"},
+			{500 * time.Millisecond, 429, "1"},
+			{999 * time.Millisecond, 429, "1"},
+			{time.Second, 200, ""},
+			{time.Second, 429, "1"},
+		}},
+		{"slow rate with a burst", 0.3, 3, []step{
+			{0, 200, ""},
+			{0, 200, ""},
+			{0, 200, ""},
+			{0, 429, "4"}, // 3.33 s
+			{3 * time.Second, 429, "1"},
+			{3334 * time.Millisecond, 200, ""},
+		}},
+		{"zero rate: the burst, then never", 0, 2, []step{
+			{0, 200, ""},
+			{time.Hour, 200, ""},
+			{2 * time.Hour, 429, ""},
+		}},
+		{"infinite rate admits everything", rate.Inf, 1, []step{
+			{0, 200, ""}, {0, 200, ""}, {0, 200, ""}, {0, 200, ""},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock(t0.Add(123456789))
+			start := clk.Now()
+			h := Limit(tt.limit, tt.burst, WithClock(clk.Now))(ok)
+			for i, s := range tt.steps {
+				clk.Set(start.Add(s.at))
+				w := serve(h, http.MethodGet, "198.51.100.7:40000")
+				if w.Code != s.status || w.Header().Get("Retry-After") != s.retryAfter {
+					t.Fatalf("step %d at %v: got %d Retry-After %q, want %d %q",
+						i, s.at, w.Code, w.Header().Get("Retry-After"), s.status, s.retryAfter)
+				}
+				if s.status == 429 {
+					if got, want := w.Header().Get("Date"), clk.Now().UTC().Format(http.TimeFormat); got != want {
+						t.Fatalf("step %d: Date %q, want %q", i, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestLimitKeysAreSeparate(t *testing.T) {
+	clk := newClock(t0)
+	h := Limit(1, 1, WithClock(clk.Now))(ok)
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != 200 {
+		t.Fatalf("first client: %d", w.Code)
+	}
+	if w := serve(h, "GET", "192.0.2.1:2"); w.Code != 429 {
+		t.Fatalf("first client from another port: %d, want 429 (the port is not part of the key)", w.Code)
+	}
+	if w := serve(h, "GET", "192.0.2.2:1"); w.Code != 200 {
+		t.Fatalf("second client: %d, want 200", w.Code)
+	}
+}
+
+func TestLimitResponse(t *testing.T) {
+	clk := newClock(t0.Add(1500 * time.Millisecond))
+	h := Limit(1, 1, WithClock(clk.Now))(ok)
+	serve(h, "GET", "192.0.2.1:1")
+
+	w := serve(h, "GET", "192.0.2.1:1")
+	wantRefusal(t, w, 429, clk.Now())
+	if got := w.Header().Get("Content-Type"); got != "text/plain; charset=utf-8" {
+		t.Errorf("Content-Type = %q", got)
+	}
+	if body := w.Body.String(); body != "Too Many Requests\n" {
+		t.Errorf("body = %q", body)
+	}
+
+	w = serve(h, "HEAD", "192.0.2.1:1")
+	wantRefusal(t, w, 429, clk.Now())
+	if w.Body.Len() != 0 {
+		t.Errorf("HEAD got a body: %q", w.Body.String())
+	}
+}
+
+func TestLimitResponder(t *testing.T) {
+	clk := newClock(t0)
+	var gotWait time.Duration
+	json := func(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration) {
+		gotWait = retryAfter
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"status":%d,"retry_after":%d}`, status, retryAfter/time.Second)
+	}
+	h := Limit(rate.Every(10*time.Second), 1, WithClock(clk.Now), WithResponder(json))(ok)
+	serve(h, "GET", "192.0.2.1:1")
+	clk.Advance(2500 * time.Millisecond)
+	w := serve(h, "GET", "192.0.2.1:1")
+	wait := wantRefusal(t, w, 429, clk.Now())
+	if wait != 8*time.Second || gotWait != wait {
+		t.Fatalf("header says %v, responder was told %v, want 8s both", wait, gotWait)
+	}
+	if got, want := w.Body.String(), `{"status":429,"retry_after":8}`; got != want {
+		t.Fatalf("body = %s, want %s", got, want)
+	}
+}
+
+type failingLimiter struct{ err error }
+
+func (f failingLimiter) Decide(context.Context, string, int, time.Time) (Decision, error) {
+	return Decision{}, f.err
+}
+
+func TestLimitErrors(t *testing.T) {
+	secret := errors.New("secret detail: redis at 10.0.0.1 said NOAUTH")
+	badKey := WithKeyFunc(func(*http.Request) (string, error) { return "", secret })
+	good := NewTokenBucket(1, 1)
+	tests := []struct {
+		name       string
+		limiter    Limiter
+		opts       []Option
+		status     int
+		retryAfter string
+	}{
+		{"key error fails closed with 500", good, []Option{badKey}, 500, ""},
+		{"limiter error fails closed with 503", failingLimiter{secret}, nil, 503, "1"},
+		{"key error fails open", good, []Option{badKey, WithFailOpen(true)}, 200, ""},
+		{"limiter error fails open", failingLimiter{secret}, []Option{WithFailOpen(true)}, 200, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock(t0)
+			var hooked []error
+			opts := append([]Option{WithClock(clk.Now), WithErrorHook(func(r *http.Request, err error) {
+				hooked = append(hooked, err)
+			})}, tt.opts...)
+			w := serve(LimitWith(tt.limiter, opts...)(ok), "GET", "192.0.2.1:1")
+			if w.Code != tt.status || w.Header().Get("Retry-After") != tt.retryAfter {
+				t.Fatalf("got %d Retry-After %q, want %d %q", w.Code, w.Header().Get("Retry-After"), tt.status, tt.retryAfter)
+			}
+			if strings.Contains(w.Body.String(), "secret") {
+				t.Fatalf("the error reached the client: %q", w.Body.String())
+			}
+			if len(hooked) != 1 || !errors.Is(hooked[0], secret) {
+				t.Fatalf("error hook saw %v, want the one error", hooked)
+			}
+			if w.Code != 200 && w.Header().Get("Date") != t0.Format(http.TimeFormat) {
+				t.Fatalf("Date = %q", w.Header().Get("Date"))
+			}
+		})
+	}
+}
+
+func TestLimitPassesThroughUntouched(t *testing.T) {
+	h := Limit(1, 5)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Handler", "yes")
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	w := serve(h, "GET", "192.0.2.1:1")
+	if w.Code != http.StatusTeapot || w.Header().Get("X-Handler") != "yes" {
+		t.Fatalf("got %d %v", w.Code, w.Header())
+	}
+	if len(w.Header()) != 1 {
+		t.Fatalf("middleware added headers to an admitted response: %v", w.Header())
+	}
+}
+
+func TestConstructionPanics(t *testing.T) {
+	tests := map[string]func(){
+		"burst 0":        func() { Limit(1, 0) },
+		"negative burst": func() { Limit(1, -1) },
+		"negative limit": func() { Limit(-1, 1) },
+		"nil limiter":    func() { LimitWith(nil) },
+		"nil clock":      func() { WithClock(nil) },
+		"nil key func":   func() { WithKeyFunc(nil) },
+		"nil responder":  func() { WithResponder(nil) },
+		"max keys 0":     func() { WithMaxKeys(0) },
+		"nil option":     func() { Limit(1, 1, nil) },
+	}
+	for name, f := range tests {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, "retryafter: ") {
+					t.Fatalf("panic %q, want one starting %q", msg, "retryafter: ")
+				}
+			}()
+			f()
+		})
+	}
+}
+
+// TestOnTheWire runs the middleware behind a real server on loopback: Date and Retry-After are
+// the middleware's (the server adds Date only when the handler did not), and a Go client reads
+// them with ParseRetryAfter.
+func TestOnTheWire(t *testing.T) {
+	clk := newClock(t0.Add(250 * time.Millisecond))
+	mux := http.NewServeMux()
+	mux.Handle("/", ok)
+	srv := httptest.NewServer(Limit(rate.Every(30*time.Second), 1, WithClock(clk.Now))(mux))
+	defer srv.Close()
+
+	get := func() *http.Response {
+		t.Helper()
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := get(); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	clk.Advance(10 * time.Second)
+	resp := get()
+	if resp.StatusCode != 429 {
+		t.Fatalf("second request: %d", resp.StatusCode)
+	}
+	if got, want := resp.Header.Get("Date"), "Sun, 29 Nov 2026 12:00:10 GMT"; got != want {
+		t.Fatalf("Date on the wire = %q, want the middleware's clock %q", got, want)
+	}
+	if got := resp.Header.Values("Retry-After"); len(got) != 1 || got[0] != "20" {
+		t.Fatalf("Retry-After on the wire = %q, want [20]", got)
+	}
+	wait, ok := ParseRetryAfter(resp.Header, time.Now())
+	if !ok || wait != 20*time.Second {
+		t.Fatalf("ParseRetryAfter = %v, %v", wait, ok)
+	}
+	clk.Advance(wait)
+	if resp := get(); resp.StatusCode != 200 {
+		t.Fatalf("after waiting Retry-After: %d", resp.StatusCode)
+	}
+}
+
+// TestRoundTripFloatEdge replays an arrival sequence on which x/time/rate's float arithmetic
+// computes a wait of exactly one second and then, one second later, finds 0.99999999 tokens.
+func TestRoundTripFloatEdge(t *testing.T) {
+	gaps := []time.Duration{10 * time.Second, 0, 6666666666, 0, 2 * time.Second, 3333333333, 0, 3 * time.Second, 2 * time.Second}
+	clk := newClock(t0)
+	h := Limit(0.3, 3, WithClock(clk.Now))(ok)
+	i := 0
+	n := checkRoundTrip(t, h, clk, len(gaps), func() time.Duration { i++; return gaps[i-1] })
+	if n != 2 {
+		t.Fatalf("%d refusals, want the 2 of the sequence", n)
+	}
+}
