@@ -33,6 +33,15 @@ type Decision struct {
 	// admitted, not rounded; rate.InfDuration when it never will be (a cost above the
 	// burst, or a zero rate with the bucket empty). It is zero for an allowed request.
 	RetryAfter time.Duration
+
+	// Limit, Remaining and Reset describe the key's quota after this request, for the
+	// RateLimit fields: Limit is the most the key may spend at once (a token bucket's burst),
+	// Remaining what it may still spend at now, and Reset how long until it may spend Limit
+	// again. A limiter that does not report them leaves Limit at 0; the token bucket reports
+	// them only when asked to (the RateLimit fields are on), since they cost a second look.
+	Limit     int
+	Remaining int
+	Reset     time.Duration
 }
 
 // slack is how far past an instant a reservation may land and still count as due at that
@@ -58,6 +67,7 @@ const shardCount = 64
 type TokenBucket struct {
 	limit   rate.Limit
 	burst   int
+	quota   bool // fill Decision.Limit, Remaining and Reset
 	seed    maphash.Seed
 	perPart int
 	parts   [shardCount]part
@@ -87,6 +97,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 	b := &TokenBucket{
 		limit:   limit,
 		burst:   burst,
+		quota:   c.quota,
 		seed:    maphash.MakeSeed(),
 		perPart: max(1, c.maxKeys/shardCount),
 	}

@@ -34,6 +34,7 @@ type config struct {
 	failOpen  bool
 	errorWait time.Duration
 	maxKeys   int
+	quota     bool // limiters report Decision.Limit, Remaining and Reset
 }
 
 func newConfig(opts []Option) config {
