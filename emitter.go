@@ -82,14 +82,16 @@ func retryAfterDate(until time.Time) time.Time {
 	return t.UTC()
 }
 
-// An emitter writes the Retry-After and Date fields. It keeps the last Date line it formatted,
-// since it changes once a second, and the delay-seconds lines of the first hour, so that
-// refusing a request does not allocate for its headers. It is safe for concurrent use.
+// An emitter writes the Retry-After and Date fields. It keeps the last Date line and the last
+// HTTP-date Retry-After line it formatted, since they change at most once a second, and the
+// delay-seconds lines of the first hour, so that refusing a request does not allocate for its
+// headers. It is safe for concurrent use.
 //
 // The header values it sets are shared between responses: they are never written to by this
 // package, and appending to them copies (their capacity is their length).
 type emitter struct {
-	date atomic.Pointer[dateLine]
+	date  atomic.Pointer[dateLine]
+	until atomic.Pointer[dateLine]
 }
 
 type dateLine struct {
@@ -136,9 +138,19 @@ func (e *emitter) setDelay(h http.Header, wait time.Duration) int64 {
 	return s
 }
 
-// setUntil sets Retry-After to the HTTP-date until, rounded up to the whole second.
-func (e *emitter) setUntil(h http.Header, until time.Time) {
-	h[headerRetryAfter] = []string{retryAfterDate(until).Format(http.TimeFormat)}
+// setUntil sets Retry-After to the HTTP-date until, rounded up to the whole second, and returns
+// that second.
+func (e *emitter) setUntil(h http.Header, until time.Time) time.Time {
+	t := retryAfterDate(until)
+	unix := t.Unix()
+	if d := e.until.Load(); d != nil && d.unix == unix {
+		h[headerRetryAfter] = d.value
+		return t
+	}
+	d := &dateLine{unix: unix, value: []string{t.Format(http.TimeFormat)}}
+	e.until.Store(d)
+	h[headerRetryAfter] = d.value
+	return t
 }
 
 // refuse answers r with status through respond, after setting Date to now and Retry-After to
@@ -153,4 +165,15 @@ func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Respond
 		delete(h, headerRetryAfter)
 	}
 	respond(w, r, status, time.Duration(min(secs, math.MaxInt64/int64(time.Second)))*time.Second)
+}
+
+// refuseUntil answers r with status through respond, after setting Date to now and Retry-After
+// to the HTTP-date until, rounded up to the whole second. The responder is told the wait that a
+// client measuring the date against Date computes: never below until - now, and at least one
+// second when until is after now.
+func (e *emitter) refuseUntil(w http.ResponseWriter, r *http.Request, respond Responder, status int, now, until time.Time) {
+	h := w.Header()
+	e.setDate(h, now)
+	t := e.setUntil(h, until)
+	respond(w, r, status, t.Sub(now.Truncate(time.Second)))
 }

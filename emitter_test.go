@@ -2,7 +2,10 @@ package retryafter
 
 import (
 	"math"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +77,68 @@ func TestRetryAfterDate(t *testing.T) {
 	for _, tt := range tests {
 		if got := retryAfterDate(tt.until); !got.Equal(tt.want) || got.Location() != time.UTC {
 			t.Errorf("retryAfterDate(%v) = %v, want %v UTC", tt.until, got, tt.want)
+		}
+	}
+}
+
+// TestSetUntil checks, over untils with sub-second parts that revisit the same second (so the
+// cached line is used and replaced), that the HTTP-date is until rounded up, in GMT.
+func TestSetUntil(t *testing.T) {
+	var e emitter
+	rng := rand.New(rand.NewPCG(3, 3))
+	cet := time.FixedZone("CET", 3600)
+	for range 2000 {
+		until := t0.Add(time.Duration(rng.Int64N(int64(5 * time.Second))))
+		if rng.IntN(4) == 0 {
+			until = until.Truncate(time.Second)
+		}
+		if rng.IntN(2) == 0 {
+			until = until.In(cet)
+		}
+		h := http.Header{}
+		got := e.setUntil(h, until)
+		want := retryAfterDate(until)
+		if !got.Equal(want) {
+			t.Fatalf("setUntil(%v) returned %v, want %v", until, got, want)
+		}
+		if v := h.Get("Retry-After"); v != want.Format(http.TimeFormat) || !strings.HasSuffix(v, " GMT") {
+			t.Fatalf("setUntil(%v) set Retry-After %q, want %q", until, v, want.Format(http.TimeFormat))
+		}
+	}
+}
+
+// TestRefuseUntil checks the date form of a refusal: Date from now truncated, Retry-After from
+// until rounded up, and the responder told the difference, which covers the true wait.
+func TestRefuseUntil(t *testing.T) {
+	tests := []struct {
+		now, until time.Time
+		wantRA     string
+		wantWait   time.Duration
+	}{
+		{t0, t0.Add(time.Minute), "Sun, 29 Nov 2026 12:01:00 GMT", time.Minute},
+		{t0.Add(999 * time.Millisecond), t0.Add(time.Minute + time.Millisecond), "Sun, 29 Nov 2026 12:01:01 GMT", 61 * time.Second},
+		{t0.Add(500 * time.Millisecond), t0.Add(600 * time.Millisecond), "Sun, 29 Nov 2026 12:00:01 GMT", time.Second},
+	}
+	var e emitter
+	for _, tt := range tests {
+		var told time.Duration
+		respond := func(w http.ResponseWriter, r *http.Request, status int, wait time.Duration) {
+			told = wait
+			writeRefusal(w, r, status, wait)
+		}
+		w := httptest.NewRecorder()
+		e.refuseUntil(w, httptest.NewRequest("GET", "/", nil), respond, http.StatusServiceUnavailable, tt.now, tt.until)
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d", w.Code)
+		}
+		if got, want := w.Header().Get("Date"), tt.now.UTC().Format(http.TimeFormat); got != want {
+			t.Errorf("now %v: Date = %q, want %q", tt.now, got, want)
+		}
+		if got := w.Header().Get("Retry-After"); got != tt.wantRA {
+			t.Errorf("now %v until %v: Retry-After = %q, want %q", tt.now, tt.until, got, tt.wantRA)
+		}
+		if told != tt.wantWait {
+			t.Errorf("now %v until %v: responder told %v, want %v", tt.now, tt.until, told, tt.wantWait)
 		}
 	}
 }
