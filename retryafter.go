@@ -34,7 +34,10 @@ type config struct {
 	failOpen  bool
 	errorWait time.Duration
 	maxKeys   int
-	quota     bool // limiters report Decision.Limit, Remaining and Reset
+	quota     bool                     // limiters report Decision.Limit, Remaining and Reset
+	httpDate  bool                     // maintenance states Retry-After as an HTTP-date
+	exempt    func(*http.Request) bool // requests maintenance lets through; nil = none
+	openWait  time.Duration            // maintenance's Retry-After with no end to count down to
 }
 
 func newConfig(opts []Option) config {
@@ -43,6 +46,7 @@ func newConfig(opts []Option) config {
 		respond:   writeRefusal,
 		errorWait: time.Second,
 		maxKeys:   defaultMaxKeys,
+		openWait:  defaultMaintenanceWait,
 	}
 	for _, o := range opts {
 		if o == nil {

@@ -1,0 +1,509 @@
+package retryafter
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"golang.org/x/time/rate"
+)
+
+const client = "192.0.2.1:1234"
+
+// want503 checks that w is a 503 with a Date of now, a body only when method is not HEAD, and
+// returns its Retry-After.
+func want503(t *testing.T, w *httptest.ResponseRecorder, method string, now time.Time) string {
+	t.Helper()
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status = %d, want 503", w.Code)
+	}
+	if got, want := w.Header().Get("Date"), now.UTC().Format(http.TimeFormat); got != want {
+		t.Fatalf("Date = %q, want %q", got, want)
+	}
+	if got := len(w.Header().Values("Retry-After")); got != 1 {
+		t.Fatalf("%d Retry-After fields, want 1", got)
+	}
+	body := w.Body.String()
+	if method == http.MethodHead && body != "" {
+		t.Fatalf("HEAD got a body: %q", body)
+	}
+	if method != http.MethodHead && body != "Service Unavailable\n" {
+		t.Fatalf("body = %q", body)
+	}
+	return w.Header().Get("Retry-After")
+}
+
+func TestMaintenanceOff(t *testing.T) {
+	clk := newClock(t0)
+	m := NewMaintenance(WithClock(clk.Now))
+	h := m.Handler(ok)
+	check := func(when string) {
+		t.Helper()
+		w := serve(h, "GET", client)
+		if w.Code != http.StatusOK || w.Body.String() != "ok" || len(w.Header()) != 1 {
+			t.Fatalf("%s: got %d %q with header %v, want next's own 200", when, w.Code, w.Body, w.Header())
+		}
+		if _, on := m.Until(); on {
+			t.Fatalf("%s: Until reports on", when)
+		}
+	}
+	check("new")
+	m.Stop()
+	check("stopped while off")
+	m.Start(t0.Add(time.Hour))
+	if until, on := m.Until(); !on || !until.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("Until = %v, %v after Start", until, on)
+	}
+	want503(t, serve(h, "GET", client), "GET", t0)
+	m.Stop()
+	check("stopped")
+}
+
+// TestMaintenanceFixedInstants checks the Retry-After of both forms at fixed instants: counting
+// down, rounding up at sub-second edges, an unknown end, an overrun, a past end, a custom wait.
+func TestMaintenanceFixedInstants(t *testing.T) {
+	end := t0.Add(15 * time.Minute) // 12:15:00
+	ms := time.Millisecond
+	far := time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		opts    []Option
+		until   time.Time
+		now     time.Time
+		seconds string // Retry-After by default
+		date    string // Retry-After with WithHTTPDate
+	}{
+		{"countdown", nil, end, t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"half second in", nil, end, t0.Add(500 * ms), "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 ns in", nil, end, t0.Add(1), "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 s in", nil, end, t0.Add(time.Second), "899", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 ms left", nil, end, end.Add(-ms), "1", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 ns left", nil, end, end.Add(-1), "1", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"end with a fraction", nil, end.Add(ms), t0.Add(999 * ms), "900", "Sun, 29 Nov 2026 12:15:01 GMT"},
+		{"end in another zone", nil, end.In(time.FixedZone("EST", -5*3600)), t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"unknown end", nil, time.Time{}, t0.Add(250 * ms), "60", "Sun, 29 Nov 2026 12:01:01 GMT"},
+		{"at the end", nil, end, end, "60", "Sun, 29 Nov 2026 12:16:00 GMT"},
+		{"overrun", nil, end, end.Add(time.Hour + 500*ms), "60", "Sun, 29 Nov 2026 13:16:01 GMT"},
+		{"started in the past", nil, t0.Add(-time.Hour), t0, "60", "Sun, 29 Nov 2026 12:01:00 GMT"},
+		{"custom wait", []Option{WithMaintenanceWait(90*time.Second + ms)}, time.Time{}, t0, "91", "Sun, 29 Nov 2026 12:01:31 GMT"},
+		{"custom wait, overrun", []Option{WithMaintenanceWait(5 * time.Second)}, end, end.Add(time.Minute), "5", "Sun, 29 Nov 2026 12:16:05 GMT"},
+		{"custom wait, countdown", []Option{WithMaintenanceWait(5 * time.Second)}, end, t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"end past a Duration", nil, far, t0, "9223372037", "Fri, 01 Jan 2500 00:00:00 GMT"},
+	}
+	for _, tt := range tests {
+		for _, date := range []bool{false, true} {
+			clk := newClock(tt.now)
+			opts := append([]Option{WithClock(clk.Now)}, tt.opts...)
+			want := tt.seconds
+			if date {
+				opts = append(opts, WithHTTPDate())
+				want = tt.date
+			}
+			m := NewMaintenance(opts...)
+			m.Start(tt.until)
+			for _, method := range []string{"GET", "HEAD", "POST"} {
+				w := serve(m.Handler(ok), method, client)
+				if got := want503(t, w, method, tt.now); got != want {
+					t.Errorf("%s (date %v) %s: Retry-After = %q, want %q", tt.name, date, method, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestMaintenanceRoundTrip parses every 503 with ParseRetryAfter under client clocks skewed by
+// -1h, 0 and +1h, over random ends and instants with sub-second parts, in both forms.
+//
+// Counting down, the parsed wait is never shorter than the time truly left (until - now). In the
+// seconds form it is less than one second longer. In the date form the date is until rounded up
+// and Date is now truncated, each of which may add up to a second: the wait a client measures
+// against Date is less than one second longer than until - Date, the time left from the instant
+// Date names, and less than two seconds longer than the time truly left. (Both roundings are
+// required: a date rounded down would let a client with a true clock arrive early, and a Date
+// rounded up would be a clock reading the server never had.)
+//
+// With no end to count down to (unknown, overrun), the parsed wait is the configured one, rounded
+// up in the same way: never 0, never negative, never a date before Date.
+func TestMaintenanceRoundTrip(t *testing.T) {
+	skews := []time.Duration{-time.Hour, 0, time.Hour}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, date := range []bool{false, true} {
+		for _, wait := range []time.Duration{time.Second, time.Minute, 2500 * time.Millisecond} {
+			clk := newClock(t0)
+			opts := []Option{WithClock(clk.Now), WithMaintenanceWait(wait)}
+			if date {
+				opts = append(opts, WithHTTPDate())
+			}
+			m := NewMaintenance(opts...)
+			h := m.Handler(ok)
+			var counted, open int
+			for range 3000 {
+				start := t0.Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))
+				var until time.Time
+				switch rng.IntN(4) {
+				case 0: // unknown end
+				case 1: // a whole-second end
+					until = start.Add(time.Duration(rng.IntN(7200)) * time.Second).Truncate(time.Second)
+				default:
+					until = start.Add(time.Duration(rng.Int64N(int64(2 * time.Hour))))
+				}
+				m.Start(until)
+				span := 3 * time.Hour
+				if !until.IsZero() {
+					span = until.Sub(start) + 10*time.Minute // mostly counting down, some overruns
+				}
+				now := start.Add(time.Duration(rng.Int64N(int64(span))))
+				if rng.IntN(8) == 0 && !until.IsZero() {
+					now = until.Add(time.Duration(rng.IntN(3)-1) * time.Duration(rng.Int64N(int64(time.Second))))
+				}
+				clk.Set(now)
+				w := serve(h, "GET", client)
+				want503(t, w, "GET", now)
+				ra := w.Header().Get("Retry-After")
+				var parsed time.Duration
+				for i, skew := range skews {
+					got, ok := ParseRetryAfter(w.Header(), now.Add(skew))
+					if !ok {
+						t.Fatalf("Retry-After %q does not parse (client clock %v)", ra, skew)
+					}
+					if i > 0 && got != parsed {
+						t.Fatalf("Retry-After %q parses to %v or %v as the client clock moves", ra, parsed, got)
+					}
+					parsed = got
+				}
+				fail := func(format string, args ...any) {
+					t.Helper()
+					t.Fatalf("date form %v, until %v, now %v, Retry-After %q, Date %q, parsed %v: "+format,
+						append([]any{date, until, now, ra, w.Header().Get("Date"), parsed}, args...)...)
+				}
+				if parsed < time.Second {
+					fail("a wait below one second")
+				}
+				if !until.IsZero() && until.After(now) {
+					counted++
+					left := until.Sub(now)
+					if parsed < left {
+						fail("shorter than the %v left", left)
+					}
+					over := time.Second
+					if date {
+						if fromDate := until.Sub(now.Truncate(time.Second)); parsed-fromDate >= time.Second {
+							fail("%v over the %v left from Date", parsed-fromDate, fromDate)
+						}
+						at, _ := http.ParseTime(ra)
+						if at.Before(until) || !at.Before(until.Add(time.Second)) {
+							fail("the date is not the end rounded up")
+						}
+						over = 2 * time.Second
+					}
+					if parsed-left >= over {
+						fail("%v over the %v left", parsed-left, left)
+					}
+					continue
+				}
+				open++
+				over := time.Second
+				if date {
+					over = 2 * time.Second
+				}
+				if parsed < wait || parsed-wait >= over {
+					fail("want the wait %v, rounded up", wait)
+				}
+			}
+			t.Logf("date form %v, wait %v: %d countdowns, %d open ends", date, wait, counted, open)
+			if counted < 1500 || open < 700 {
+				t.Fatalf("only %d countdowns and %d open ends checked", counted, open)
+			}
+		}
+	}
+}
+
+// TestMaintenanceResponder checks that the Responder writes the 503's body and is told the wait
+// that Retry-After states, in both forms.
+func TestMaintenanceResponder(t *testing.T) {
+	for _, date := range []bool{false, true} {
+		clk := newClock(t0.Add(300 * time.Millisecond))
+		var told time.Duration
+		json := func(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration) {
+			told = retryAfter
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"status":%d,"retry_after":%d}`, status, retryAfter/time.Second)
+		}
+		opts := []Option{WithClock(clk.Now), WithResponder(json)}
+		if date {
+			opts = append(opts, WithHTTPDate())
+		}
+		m := NewMaintenance(opts...)
+		m.Start(t0.Add(10*time.Minute + 500*time.Millisecond))
+		w := serve(m.Handler(ok), "GET", client)
+		wait := wantRefusal(t, w, http.StatusServiceUnavailable, clk.Now())
+		if told != wait || wait != 601*time.Second {
+			t.Errorf("date form %v: Retry-After %q says %v, responder told %v, want 601s", date, w.Header().Get("Retry-After"), wait, told)
+		}
+		if got, want := w.Body.String(), `{"status":503,"retry_after":601}`; got != want {
+			t.Errorf("date form %v: body = %s, want %s", date, got, want)
+		}
+	}
+}
+
+func TestMaintenanceHeadAndContentType(t *testing.T) {
+	m := NewMaintenance(WithClock(newClock(t0).Now))
+	m.Start(time.Time{})
+	for _, method := range []string{"GET", "HEAD"} {
+		w := serve(m.Handler(ok), method, client)
+		want503(t, w, method, t0)
+		if got := w.Header().Get("Content-Type"); got != "text/plain; charset=utf-8" {
+			t.Errorf("%s: Content-Type = %q", method, got)
+		}
+	}
+}
+
+func TestMaintenanceExempt(t *testing.T) {
+	var calls atomic.Int64
+	health := func(r *http.Request) bool { calls.Add(1); return r.URL.Path == "/healthz" }
+	admin := func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/admin/") }
+	m := NewMaintenance(WithClock(newClock(t0).Now), WithExempt(health), WithExempt(admin))
+	h := m.Handler(ok)
+	get := func(path string) int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		return w.Code
+	}
+	for _, p := range []string{"/", "/healthz", "/admin/x"} {
+		if code := get(p); code != http.StatusOK {
+			t.Fatalf("off: %s got %d", p, code)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("exempt ran %d times while off", n)
+	}
+	m.Start(t0.Add(time.Hour))
+	for p, want := range map[string]int{"/": 503, "/healthz": 200, "/admin/x": 200, "/admin": 503, "/healthz/x": 503} {
+		if code := get(p); code != want {
+			t.Errorf("on: %s got %d, want %d", p, code, want)
+		}
+	}
+}
+
+// TestMaintenanceWithLimit composes maintenance and Limit in both orders, on chi.
+func TestMaintenanceWithLimit(t *testing.T) {
+	const burst = 3
+	type mw = func(http.Handler) http.Handler
+	setup := func(maintenanceFirst bool) (*Maintenance, http.Handler) {
+		clk := newClock(t0)
+		m := NewMaintenance(WithClock(clk.Now))
+		limit := Limit(rate.Every(time.Minute), burst, WithClock(clk.Now))
+		r := chi.NewRouter()
+		order := []mw{limit, m.Handler}
+		if maintenanceFirst {
+			order = []mw{m.Handler, limit}
+		}
+		r.Use(order...)
+		r.Get("/", ok)
+		return m, r
+	}
+
+	t.Run("maintenance before Limit costs no quota", func(t *testing.T) {
+		m, h := setup(true)
+		m.Start(t0.Add(time.Hour))
+		for range 10 * burst {
+			want503(t, serve(h, "GET", client), "GET", t0)
+		}
+		m.Stop()
+		for i := range burst {
+			if w := serve(h, "GET", client); w.Code != http.StatusOK {
+				t.Fatalf("after maintenance, request %d of the burst got %d", i+1, w.Code)
+			}
+		}
+		wantRefusal(t, serve(h, "GET", client), http.StatusTooManyRequests, t0)
+	})
+
+	t.Run("Limit before maintenance", func(t *testing.T) {
+		m, h := setup(false)
+		m.Start(t0.Add(time.Hour))
+		for i := range burst {
+			if got := want503(t, serve(h, "GET", client), "GET", t0); got != "3600" {
+				t.Fatalf("admitted request %d: Retry-After %q, want 3600", i+1, got)
+			}
+		}
+		if w := serve(h, "GET", client); wantRefusal(t, w, http.StatusTooManyRequests, t0) != time.Minute {
+			t.Fatalf("over the limit: Retry-After %q, want the limiter's 60", w.Header().Get("Retry-After"))
+		}
+		m.Stop()
+		wantRefusal(t, serve(h, "GET", client), http.StatusTooManyRequests, t0)
+	})
+}
+
+// TestMaintenanceConcurrent flips maintenance on and off from other goroutines while requests
+// are served (run it with -race): each response is next's 200 or a complete 503.
+func TestMaintenanceConcurrent(t *testing.T) {
+	clk := newClock(t0)
+	for _, date := range []bool{false, true} {
+		opts := []Option{WithClock(clk.Now), WithExempt(func(r *http.Request) bool { return r.Method == "OPTIONS" })}
+		if date {
+			opts = append(opts, WithHTTPDate())
+		}
+		m := NewMaintenance(opts...)
+		h := m.Handler(ok)
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for i := range 2 {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					switch (n + i) % 4 {
+					case 0:
+						m.Start(clk.Now().Add(time.Duration(n) * time.Millisecond))
+					case 1:
+						m.Start(time.Time{})
+					case 2:
+						clk.Advance(time.Millisecond)
+						m.Until()
+					default:
+						m.Stop()
+					}
+				}
+			})
+		}
+		var served, refused atomic.Int64
+		var workers sync.WaitGroup
+		for range 8 {
+			workers.Go(func() {
+				for range 300 {
+					w := serve(h, "GET", client)
+					served.Add(1)
+					switch w.Code {
+					case http.StatusOK:
+						if w.Body.String() != "ok" || w.Header().Get("Retry-After") != "" {
+							t.Errorf("a 200 that is not next's: %v %q", w.Header(), w.Body)
+						}
+					case http.StatusServiceUnavailable:
+						refused.Add(1)
+						if wait, ok := ParseRetryAfter(w.Header(), t0); !ok || wait < time.Second || w.Header().Get("Date") == "" {
+							t.Errorf("a 503 with Retry-After %q, Date %q", w.Header().Get("Retry-After"), w.Header().Get("Date"))
+						}
+					default:
+						t.Errorf("status %d", w.Code)
+					}
+					if w := serve(h, "OPTIONS", client); w.Code != http.StatusOK {
+						t.Errorf("exempt request got %d", w.Code)
+					}
+				}
+			})
+		}
+		workers.Wait()
+		close(stop)
+		wg.Wait()
+		t.Logf("date form %v: %d requests, %d refused", date, served.Load(), refused.Load())
+	}
+}
+
+func TestMaintenancePanics(t *testing.T) {
+	tests := map[string]func(){
+		"nil exempt":        func() { WithExempt(nil) },
+		"zero wait":         func() { WithMaintenanceWait(0) },
+		"negative wait":     func() { WithMaintenanceWait(-time.Second) },
+		"infinite wait":     func() { WithMaintenanceWait(rate.InfDuration) },
+		"nil next":          func() { NewMaintenance().Handler(nil) },
+		"nil option":        func() { NewMaintenance(nil) },
+		"nil clock":         func() { NewMaintenance(WithClock(nil)) },
+		"nil responder":     func() { NewMaintenance(WithResponder(nil)) },
+		"nil exempt, later": func() { NewMaintenance(WithExempt(func(*http.Request) bool { return false }), WithExempt(nil)) },
+	}
+	for name, f := range tests {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, "retryafter: ") {
+					t.Fatalf("panic %q, want one starting %q", msg, "retryafter: ")
+				}
+			}()
+			f()
+		})
+	}
+}
+
+// reusedWriter is a ResponseWriter that keeps its header map between requests, so that
+// allocation counts show the middleware's own.
+type reusedWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *reusedWriter) Header() http.Header               { return w.h }
+func (w *reusedWriter) WriteHeader(code int)              { w.code = code }
+func (w *reusedWriter) Write(b []byte) (int, error)       { return len(b), nil }
+func (w *reusedWriter) WriteString(s string) (int, error) { return len(s), nil }
+
+var nop = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+
+func TestMaintenanceAllocs(t *testing.T) {
+	clk := newClock(t0)
+	r := httptest.NewRequest("GET", "/", nil)
+	for _, tt := range []struct {
+		name  string
+		opts  []Option
+		until time.Time
+		on    bool
+	}{
+		{"off", nil, time.Time{}, false},
+		{"on, seconds", nil, t0.Add(15 * time.Minute), true},
+		{"on, date", []Option{WithHTTPDate()}, t0.Add(15 * time.Minute), true},
+		{"on, unknown end, date", []Option{WithHTTPDate()}, time.Time{}, true},
+	} {
+		m := NewMaintenance(append(tt.opts, WithClock(clk.Now))...)
+		if tt.on {
+			m.Start(tt.until)
+		}
+		h := m.Handler(nop)
+		w := &reusedWriter{h: http.Header{}}
+		if n := testing.AllocsPerRun(100, func() { h.ServeHTTP(w, r) }); n != 0 {
+			t.Errorf("%s: %v allocations per request, want 0", tt.name, n)
+		}
+		if want := map[bool]int{false: 0, true: 503}[tt.on]; w.code != want {
+			t.Errorf("%s: status %d, want %d", tt.name, w.code, want)
+		}
+	}
+}
+
+func BenchmarkMaintenanceOff(b *testing.B) {
+	m := NewMaintenance()
+	h := m.Handler(nop)
+	r := httptest.NewRequest("GET", "/", nil)
+	w := &reusedWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(w, r)
+	}
+}
+
+func BenchmarkMaintenanceOn(b *testing.B) {
+	for _, form := range []struct {
+		name string
+		opts []Option
+	}{{"seconds", nil}, {"date", []Option{WithHTTPDate()}}} {
+		b.Run(form.name, func(b *testing.B) {
+			m := NewMaintenance(form.opts...)
+			m.Start(time.Now().Add(15 * time.Minute))
+			h := m.Handler(nop)
+			r := httptest.NewRequest("GET", "/", nil)
+			w := &reusedWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
