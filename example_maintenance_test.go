@@ -1,0 +1,72 @@
+package retryafter_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/retryafter/retryafter"
+)
+
+// Maintenance for the next 15 minutes, with the health check left open.
+func ExampleMaintenance() {
+	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+
+	m := retryafter.NewMaintenance(
+		retryafter.WithClock(now),
+		retryafter.WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
+	)
+	r := chi.NewRouter()
+	r.Use(m.Handler) // before any rate limiter, so that a 503 costs no quota
+	r.Get("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "healthy") })
+
+	get := func(path string) {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		printResponse(w)
+	}
+
+	m.Start(now().Add(15 * time.Minute))
+	get("/")
+	get("/healthz")
+	clock = clock.Add(10*time.Minute + 500*time.Millisecond)
+	get("/")
+	clock = clock.Add(10 * time.Minute) // the work runs late: no 0, no negative wait
+	get("/")
+	m.Stop()
+	get("/")
+	// Output:
+	// 503 Retry-After: 900 Date: Sun, 29 Nov 2026 12:00:00 GMT
+	// 200 healthy
+	// 503 Retry-After: 300 Date: Sun, 29 Nov 2026 12:10:00 GMT
+	// 503 Retry-After: 60 Date: Sun, 29 Nov 2026 12:20:00 GMT
+	// 200 hello
+}
+
+// Maintenance until 14:00 UTC, announced as an HTTP-date.
+func ExampleWithHTTPDate() {
+	clock := time.Date(2026, 11, 29, 12, 0, 0, 500_000_000, time.UTC)
+	now := func() time.Time { return clock }
+
+	m := retryafter.NewMaintenance(retryafter.WithClock(now), retryafter.WithHTTPDate())
+	m.Start(time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC))
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	h := m.Handler(mux)
+
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	printResponse(w)
+	// A client measures the date against Date, so its own clock plays no part.
+	wait, ok := retryafter.ParseRetryAfter(w.Header(), time.Now())
+	fmt.Println(wait, ok)
+	// Output:
+	// 503 Retry-After: Sun, 29 Nov 2026 14:00:00 GMT Date: Sun, 29 Nov 2026 12:00:00 GMT
+	// 2h0m0s true
+}
