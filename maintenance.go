@@ -147,8 +147,9 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 // the announced end rounded up to the next whole second, rather than the time left in
 // delay-seconds. The seconds form, the default, depends on nobody's clock; the date form suits
 // clients that schedule by the wall clock, and a client that subtracts the response's Date from
-// it, as [ParseRetryAfter] does, is unaffected by its own clock's skew. It affects
-// [NewMaintenance].
+// it, as [ParseRetryAfter] does, is unaffected by its own clock's skew. Since the date is
+// rounded up and Date truncated, such a client may wait up to two seconds more than the time
+// truly left (the seconds form: less than one), and never less. It affects [NewMaintenance].
 func WithHTTPDate() Option {
 	return func(c *config) { c.httpDate = true }
 }

@@ -2,6 +2,7 @@ package retryafter
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -407,6 +408,46 @@ func TestMaintenanceConcurrent(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		t.Logf("date form %v: %d requests, %d refused", date, served.Load(), refused.Load())
+	}
+}
+
+// TestMaintenanceOnTheWire serves a 503 through a real server on loopback: Date and Retry-After
+// are the middleware's (the server adds its own Date only when the handler set none), the
+// HEAD response has no body, and a Go client reads the wait with ParseRetryAfter.
+func TestMaintenanceOnTheWire(t *testing.T) {
+	clk := newClock(t0.Add(250 * time.Millisecond))
+	m := NewMaintenance(WithClock(clk.Now))
+	m.Start(t0.Add(90 * time.Second))
+	srv := httptest.NewServer(m.Handler(ok))
+	defer srv.Close()
+	c := srv.Client()
+	c.Timeout = 10 * time.Second
+	for _, method := range []string{"GET", "HEAD"} {
+		req, _ := http.NewRequest(method, srv.URL, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Date") != t0.Format(http.TimeFormat) {
+			t.Fatalf("%s: %d with Date %q, want 503 with %q", method, resp.StatusCode, resp.Header.Get("Date"), t0.Format(http.TimeFormat))
+		}
+		if wait, ok := ParseRetryAfter(resp.Header, time.Now()); !ok || wait != 90*time.Second {
+			t.Fatalf("%s: Retry-After %q", method, resp.Header.Get("Retry-After"))
+		}
+		if (method == "HEAD") != (len(body) == 0) {
+			t.Fatalf("%s: body %q", method, body)
+		}
+	}
+	m.Stop()
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("after Stop: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }
 
