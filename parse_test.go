@@ -531,3 +531,67 @@ func BenchmarkHTTPParseTime(b *testing.B) {
 		}
 	}
 }
+
+// FuzzParseRetryAfter checks, for any Retry-After value and Date: no panic;
+// never a negative wait with ok, and zero without ok; the seconds form equal
+// to exact arithmetic saturated at the largest [time.Duration]; every
+// accepted IMF-fixdate or asctime value read as net/http reads it; and, for an
+// instant and a whole-second wait drawn from the two numbers, Date and
+// Retry-After in every pair of the three layouts read back as exactly that
+// wait.
+func FuzzParseRetryAfter(f *testing.F) {
+	f.Add("120", "", int64(0), int64(120))
+	f.Add("Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:00 GMT", int64(784111777), int64(1))
+	f.Fuzz(func(t *testing.T, value, date string, unix, wait int64) {
+		h := http.Header{"Retry-After": {value}}
+		if date != "" {
+			h["Date"] = []string{date}
+		}
+		d, ok := ParseRetryAfter(h, t0)
+		if ok && d < 0 {
+			t.Fatalf("ParseRetryAfter(%q, %q) = %v, true: negative", value, date, d)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("ParseRetryAfter(%q, %q) = %v, false: want 0 when not ok", value, date, d)
+		}
+
+		v := trimOWS(value)
+		if v != "" && strings.Trim(v, "0123456789") == "" {
+			want := new(big.Int)
+			want.SetString(v, 10)
+			want.Mul(want, big.NewInt(int64(time.Second)))
+			if want.Cmp(big.NewInt(math.MaxInt64)) > 0 {
+				want.SetInt64(math.MaxInt64)
+			}
+			if !ok || int64(d) != want.Int64() {
+				t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, true", value, d, ok, want)
+			}
+		} else if ok {
+			ref := t0
+			if dt, ok := parseHTTPDate(date, t0); ok {
+				ref = dt
+			}
+			at, ok := parseHTTPDate(value, ref)
+			if !ok || d != at.Sub(ref) {
+				t.Fatalf("ParseRetryAfter(%q, %q) = %v, true; but the date reads %v, %v against %v", value, date, d, at, ok, ref)
+			}
+			// Whatever this parser accepts in the formats net/http reads,
+			// net/http reads the same way (it also accepts more).
+			if (len(v) == 29 || len(v) == 24) && at.Year() >= 1000 && !strings.Contains(v, ":60") {
+				std, err := http.ParseTime(v)
+				if err != nil || !std.Equal(at) {
+					t.Fatalf("parseHTTPDate(%q) = %v; http.ParseTime = %v, %v", v, at, std, err)
+				}
+			}
+		}
+
+		// The round trip: an instant in years 0001-9899 and a wait below
+		// 49 years, so that every layout can carry both.
+		lo := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+		hi := time.Date(9900, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+		at := time.Unix(lo+int64(uint64(unix)%uint64(hi-lo)), 0).UTC()
+		w := time.Duration(uint64(wait)%(49*365*24*3600)) * time.Second
+		now := at.Add(time.Duration(uint64(unix)%(48*3600))*time.Second - 24*time.Hour)
+		checkRoundTrip(t, at, w, now)
+	})
+}
