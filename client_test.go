@@ -480,6 +480,24 @@ func TestTransportDeadline(t *testing.T) {
 	}
 }
 
+// TestTransportClientTimeout checks that http.Client's Timeout, which reaches
+// the transport as a context deadline, counts as the deadline too.
+func TestTransportClientTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer(tooMany(10), status(http.StatusOK))
+		client := &http.Client{Transport: &Transport{Base: srv}, Timeout: 5 * time.Second}
+		start := time.Now()
+		resp, err := client.Get("http://example.test/")
+		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("Get = %v, %v; want the 429", resp, err)
+		}
+		resp.Body.Close()
+		if took := time.Since(start); took != 0 || len(srv.log()) != 1 {
+			t.Errorf("returned after %v and %d tries, want at once after 1", took, len(srv.log()))
+		}
+	})
+}
+
 func TestTransportWhichRequestsRetry(t *testing.T) {
 	const payload = "payload"
 	withKey := func(r *http.Request) *http.Request { r.Header.Set("Idempotency-Key", "k1"); return r }
