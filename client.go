@@ -24,7 +24,8 @@ const (
 //
 // On a 429 Too Many Requests or a 503 Service Unavailable whose Retry-After
 // [ParseRetryAfter] reads, the wait is the server's, plus a random jitter of
-// up to [Backoff.Jitter] (so it is never shorter than the server asked).
+// up to [Backoff.Jitter], which only ever adds; a Retry-After of 0 (or a
+// date equal to the response's Date) is a wait of 0 plus that jitter.
 // Retry-After on other statuses is not honoured. Otherwise (no or unusable
 // Retry-After, a date already past, another status, or no response at all)
 // the wait is the client's own exponential backoff with jitter: for attempt
