@@ -207,12 +207,13 @@ func parseRFC850Date(s string, ref time.Time) (time.Time, bool) {
 
 	// RFC 9110 §5.6.7: a year more than 50 years in the future means the
 	// most recent past year with the same last two digits. Take the latest
-	// of the candidate centuries that is not beyond ref + 50 years.
+	// year with those digits up to ref's year + 50; only in that very year
+	// can the instant itself fall after ref + 50 years.
 	ref = ref.UTC()
-	limit := ref.AddDate(50, 0, 0)
-	ry := ref.Year()
-	year := ry - floorMod(ry, 100) + yy + 100
-	for time.Date(year, time.Month(month), day, hour, min, sec, 0, time.UTC).After(limit) {
+	limitYear := ref.Year() + 50
+	year := limitYear - floorMod(limitYear-yy, 100)
+	if year == limitYear &&
+		time.Date(year, time.Month(month), day, hour, min, sec, 0, time.UTC).After(ref.AddDate(50, 0, 0)) {
 		year -= 100
 	}
 	if day < 1 || day > daysIn(month, year) {
