@@ -17,12 +17,12 @@ import (
 	"time"
 )
 
-// fixedRand returns a Rand that always returns r.
-func fixedRand(r float64) func() float64 { return func() float64 { return r } }
+// constRand returns a Rand that always returns r.
+func constRand(r float64) func() float64 { return func() float64 { return r } }
 
-// response returns a response with status and header lines given as
+// respWith returns a response with status and header lines given as
 // alternating names and values.
-func response(status int, kv ...string) *http.Response {
+func respWith(status int, kv ...string) *http.Response {
 	h := http.Header{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		h.Add(kv[i], kv[i+1])
@@ -46,19 +46,19 @@ func fallbackCeil(base, max time.Duration, attempt int) time.Duration {
 func TestBackoffHonoursRetryAfter(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	// The local clock is an hour off: it must not matter.
-	b := &Backoff{Now: func() time.Time { return t0.Add(time.Hour) }, Rand: fixedRand(0.99)}
+	b := &Backoff{Now: func() time.Time { return instant0.Add(time.Hour) }, Rand: constRand(0.99)}
 	for i := 0; i < 2000; i++ {
 		secs := r.IntN(300) // within the default cap of 5 minutes
 		want := time.Duration(secs) * time.Second
 		for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
 			attempt := 1 + r.IntN(10)
-			if got := b.Wait(response(status, "Retry-After", strconv.Itoa(secs)), attempt); got != want {
+			if got := b.Wait(respWith(status, "Retry-After", strconv.Itoa(secs)), attempt); got != want {
 				t.Fatalf("%d, Retry-After: %d: Wait = %v, want %v", status, secs, got, want)
 			}
 			for _, l := range dateLayouts {
-				resp := response(status,
-					"Date", t0.Format(l.layout),
-					"Retry-After", t0.Add(want).Format(l.layout))
+				resp := respWith(status,
+					"Date", instant0.Format(l.layout),
+					"Retry-After", instant0.Add(want).Format(l.layout))
 				if got := b.Wait(resp, attempt); got != want {
 					t.Fatalf("%d, %v: Wait = %v, want %v", status, resp.Header, got, want)
 				}
@@ -73,8 +73,8 @@ func TestBackoffJitterOnlyAdds(t *testing.T) {
 		secs := r.IntN(200)
 		jitter := time.Duration(r.Int64N(int64(10 * time.Second)))
 		x := r.Float64()
-		b := &Backoff{Jitter: jitter, Rand: fixedRand(x)}
-		got := b.Wait(response(http.StatusTooManyRequests, "Retry-After", strconv.Itoa(secs)), 1)
+		b := &Backoff{Jitter: jitter, Rand: constRand(x)}
+		got := b.Wait(respWith(http.StatusTooManyRequests, "Retry-After", strconv.Itoa(secs)), 1)
 		server := time.Duration(secs) * time.Second
 		if got < server || got > server+jitter || got != server+time.Duration(float64(jitter)*x) {
 			t.Fatalf("Retry-After %d, Jitter %v, Rand %v: Wait = %v", secs, jitter, x, got)
@@ -90,16 +90,16 @@ func TestBackoffCapsEveryWait(t *testing.T) {
 		resp *http.Response
 		want time.Duration
 	}{
-		{"default cap on seconds", Backoff{}, response(429, "Retry-After", "86400"), 5 * time.Minute},
-		{"default cap on saturated seconds", Backoff{}, response(429, "Retry-After", "99999999999999999999"), 5 * time.Minute},
-		{"default cap on a far date", Backoff{}, response(503, "Retry-After", far, "Date", "Thu, 01 Jan 1970 00:00:00 GMT"), 5 * time.Minute},
-		{"cap with jitter", Backoff{Jitter: time.Hour, Rand: fixedRand(1)}, response(429, "Retry-After", "299"), 5 * time.Minute},
-		{"custom cap", Backoff{Cap: 10 * time.Second}, response(429, "Retry-After", "11"), 10 * time.Second},
-		{"under the cap", Backoff{Cap: 10 * time.Second}, response(429, "Retry-After", "10"), 10 * time.Second},
-		{"cap on the fallback", Backoff{Cap: 100 * time.Millisecond, Rand: fixedRand(1)}, response(429), 100 * time.Millisecond},
-		{"huge jitter saturates", Backoff{Cap: math.MaxInt64, Jitter: math.MaxInt64, Rand: fixedRand(1)},
-			response(429, "Retry-After", "99999999999999999999"), math.MaxInt64},
-		{"no cap needed", Backoff{Cap: math.MaxInt64}, response(429, "Retry-After", "86400"), 24 * time.Hour},
+		{"default cap on seconds", Backoff{}, respWith(429, "Retry-After", "86400"), 5 * time.Minute},
+		{"default cap on saturated seconds", Backoff{}, respWith(429, "Retry-After", "99999999999999999999"), 5 * time.Minute},
+		{"default cap on a far date", Backoff{}, respWith(503, "Retry-After", far, "Date", "Thu, 01 Jan 1970 00:00:00 GMT"), 5 * time.Minute},
+		{"cap with jitter", Backoff{Jitter: time.Hour, Rand: constRand(1)}, respWith(429, "Retry-After", "299"), 5 * time.Minute},
+		{"custom cap", Backoff{Cap: 10 * time.Second}, respWith(429, "Retry-After", "11"), 10 * time.Second},
+		{"under the cap", Backoff{Cap: 10 * time.Second}, respWith(429, "Retry-After", "10"), 10 * time.Second},
+		{"cap on the fallback", Backoff{Cap: 100 * time.Millisecond, Rand: constRand(1)}, respWith(429), 100 * time.Millisecond},
+		{"huge jitter saturates", Backoff{Cap: math.MaxInt64, Jitter: math.MaxInt64, Rand: constRand(1)},
+			respWith(429, "Retry-After", "99999999999999999999"), math.MaxInt64},
+		{"no cap needed", Backoff{Cap: math.MaxInt64}, respWith(429, "Retry-After", "86400"), 24 * time.Hour},
 	} {
 		if got := tt.b.Wait(tt.resp, 1); got != tt.want {
 			t.Errorf("%s: Wait = %v, want %v", tt.name, got, tt.want)
@@ -114,16 +114,16 @@ func TestBackoffCapsEveryWait(t *testing.T) {
 func TestBackoffFallback(t *testing.T) {
 	resps := []*http.Response{
 		nil,
-		response(429),
-		response(503),
-		response(429, "Retry-After", "-1"),
-		response(429, "Retry-After", "1.5"),
-		response(429, "Retry-After", "Sun, 06 Nov 1994 08:49:37 UTC"),
-		response(429, "Retry-After", "Sun, 29 Nov 2026 11:59:59 GMT"), // in the past
-		response(429, "Retry-After", "5", "Retry-After", "6"),
-		response(http.StatusInternalServerError, "Retry-After", "5"),
-		response(http.StatusMovedPermanently, "Retry-After", "5"),
-		response(http.StatusOK, "Retry-After", "5"),
+		respWith(429),
+		respWith(503),
+		respWith(429, "Retry-After", "-1"),
+		respWith(429, "Retry-After", "1.5"),
+		respWith(429, "Retry-After", "Sun, 06 Nov 1994 08:49:37 UTC"),
+		respWith(429, "Retry-After", "Sun, 29 Nov 2026 11:59:59 GMT"), // in the past
+		respWith(429, "Retry-After", "5", "Retry-After", "6"),
+		respWith(http.StatusInternalServerError, "Retry-After", "5"),
+		respWith(http.StatusMovedPermanently, "Retry-After", "5"),
+		respWith(http.StatusOK, "Retry-After", "5"),
 	}
 	r := rand.New(rand.NewPCG(15, 16))
 	for i := 0; i < 20000; i++ {
@@ -137,8 +137,8 @@ func TestBackoffFallback(t *testing.T) {
 		if i%10 == 0 {
 			x = float64(i % 20 / 10) // exactly 0 and 1
 		}
-		b.Rand = fixedRand(x)
-		b.Now = func() time.Time { return t0 }
+		b.Rand = constRand(x)
+		b.Now = func() time.Time { return instant0 }
 		attempt := r.IntN(70) - 5
 		if i%100 == 0 {
 			attempt = math.MaxInt
@@ -162,21 +162,21 @@ func TestBackoffDefaults(t *testing.T) {
 		want    time.Duration
 	}{
 		{nil, 1, 500 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(1)}, 1, 500 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(1)}, 2, time.Second},
-		{&Backoff{Rand: fixedRand(1)}, 7, 30 * time.Second},
-		{&Backoff{Rand: fixedRand(1)}, 1000, 30 * time.Second},
-		{&Backoff{Rand: fixedRand(0)}, 1, 50 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(0)}, 3, 200 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(-1)}, 1, 50 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(math.NaN())}, 1, 50 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(7)}, 1, 500 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(0), Base: -time.Second, Max: -1, Cap: -1}, 1, 50 * time.Millisecond},
-		{&Backoff{Rand: fixedRand(1), Base: time.Minute, Max: time.Second}, 1, time.Second},
-		{&Backoff{Rand: fixedRand(0), Base: 1, Max: 5}, 1, 1},
-		{&Backoff{Rand: fixedRand(0), Base: 1, Max: 5}, 10, 1},
+		{&Backoff{Rand: constRand(1)}, 1, 500 * time.Millisecond},
+		{&Backoff{Rand: constRand(1)}, 2, time.Second},
+		{&Backoff{Rand: constRand(1)}, 7, 30 * time.Second},
+		{&Backoff{Rand: constRand(1)}, 1000, 30 * time.Second},
+		{&Backoff{Rand: constRand(0)}, 1, 50 * time.Millisecond},
+		{&Backoff{Rand: constRand(0)}, 3, 200 * time.Millisecond},
+		{&Backoff{Rand: constRand(-1)}, 1, 50 * time.Millisecond},
+		{&Backoff{Rand: constRand(math.NaN())}, 1, 50 * time.Millisecond},
+		{&Backoff{Rand: constRand(7)}, 1, 500 * time.Millisecond},
+		{&Backoff{Rand: constRand(0), Base: -time.Second, Max: -1, Cap: -1}, 1, 50 * time.Millisecond},
+		{&Backoff{Rand: constRand(1), Base: time.Minute, Max: time.Second}, 1, time.Second},
+		{&Backoff{Rand: constRand(0), Base: 1, Max: 5}, 1, 1},
+		{&Backoff{Rand: constRand(0), Base: 1, Max: 5}, 10, 1},
 	} {
-		got := tt.b.Wait(response(http.StatusTooManyRequests), tt.attempt)
+		got := tt.b.Wait(respWith(http.StatusTooManyRequests), tt.attempt)
 		if tt.b == nil {
 			// The default Rand: only bounds can be checked.
 			if got < 50*time.Millisecond || got > 500*time.Millisecond {
@@ -189,22 +189,22 @@ func TestBackoffDefaults(t *testing.T) {
 		}
 	}
 	// The default local clock is read only without a valid Date.
-	resp := response(http.StatusServiceUnavailable, "Retry-After", time.Now().Add(3*time.Minute).UTC().Format(http.TimeFormat))
+	resp := respWith(http.StatusServiceUnavailable, "Retry-After", time.Now().Add(3*time.Minute).UTC().Format(http.TimeFormat))
 	if got := (&Backoff{}).Wait(resp, 1); got < 2*time.Minute || got > 3*time.Minute {
 		t.Errorf("Wait with the default clock = %v, want about 3 minutes", got)
 	}
 }
 
-// trackedBody is a response body that records how much was read and whether
+// spyBody is a response body that records how much was read and whether
 // it was closed.
-type trackedBody struct {
+type spyBody struct {
 	mu     sync.Mutex
 	r      io.Reader
 	read   int
 	closed bool
 }
 
-func (b *trackedBody) Read(p []byte) (int, error) {
+func (b *spyBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -215,46 +215,46 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *trackedBody) Close() error {
+func (b *spyBody) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
 	return nil
 }
 
-func (b *trackedBody) state() (read int, closed bool) {
+func (b *spyBody) state() (read int, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.read, b.closed
 }
 
-// attempt is what the fake server saw of one try.
-type attempt struct {
+// triedRequest is what the fake server saw of one try.
+type triedRequest struct {
 	at     time.Duration // since the fake was made
 	req    *http.Request
 	body   string
 	status int
-	resp   *trackedBody
+	resp   *spyBody
 }
 
-// fakeServer is an http.RoundTripper that answers with a script of
+// scriptedServer is an http.RoundTripper that answers with a script of
 // responses, one per try, the last one repeated, and records every try. Its
 // clock is whatever time.Now says, which inside a synctest bubble is fake.
-type fakeServer struct {
+type scriptedServer struct {
 	start   time.Time
 	script  []func(now time.Time) *http.Response
 	bodyLen int // length of each response body
 	err     error
 
 	mu    sync.Mutex
-	tries []attempt
+	tries []triedRequest
 }
 
-func newFakeServer(script ...func(now time.Time) *http.Response) *fakeServer {
-	return &fakeServer{start: time.Now(), script: script, bodyLen: 100}
+func newScriptedServer(script ...func(now time.Time) *http.Response) *scriptedServer {
+	return &scriptedServer{start: time.Now(), script: script, bodyLen: 100}
 }
 
-func (f *fakeServer) RoundTrip(req *http.Request) (*http.Response, error) {
+func (f *scriptedServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	now := time.Now()
 	var body []byte
 	if req.Body != nil {
@@ -264,48 +264,48 @@ func (f *fakeServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		f.tries = append(f.tries, attempt{at: now.Sub(f.start), req: req, body: string(body)})
+		f.tries = append(f.tries, triedRequest{at: now.Sub(f.start), req: req, body: string(body)})
 		return nil, f.err
 	}
 	resp := f.script[min(len(f.tries), len(f.script)-1)](now)
-	tb := &trackedBody{r: strings.NewReader(strings.Repeat("x", f.bodyLen))}
+	tb := &spyBody{r: strings.NewReader(strings.Repeat("x", f.bodyLen))}
 	resp.Body = tb
 	resp.Request = req
-	f.tries = append(f.tries, attempt{at: now.Sub(f.start), req: req, body: string(body), status: resp.StatusCode, resp: tb})
+	f.tries = append(f.tries, triedRequest{at: now.Sub(f.start), req: req, body: string(body), status: resp.StatusCode, resp: tb})
 	return resp, nil
 }
 
-func (f *fakeServer) log() []attempt {
+func (f *scriptedServer) log() []triedRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]attempt(nil), f.tries...)
+	return append([]triedRequest(nil), f.tries...)
 }
 
-// tooMany answers 429 with Retry-After: secs and a Date from the fake clock.
-func tooMany(secs int) func(time.Time) *http.Response {
+// answerTooMany answers 429 with Retry-After: secs and a Date from the fake clock.
+func answerTooMany(secs int) func(time.Time) *http.Response {
 	return func(now time.Time) *http.Response {
-		return response(http.StatusTooManyRequests,
+		return respWith(http.StatusTooManyRequests,
 			"Date", now.UTC().Format(http.TimeFormat),
 			"Retry-After", strconv.Itoa(secs))
 	}
 }
 
-// unavailableUntil answers 503 with Retry-After: now+d as an HTTP-date in
+// answerUnavailableUntil answers 503 with Retry-After: now+d as an HTTP-date in
 // layout, and a Date in the same layout.
-func unavailableUntil(d time.Duration, layout string) func(time.Time) *http.Response {
+func answerUnavailableUntil(d time.Duration, layout string) func(time.Time) *http.Response {
 	return func(now time.Time) *http.Response {
 		now = now.UTC()
-		return response(http.StatusServiceUnavailable,
+		return respWith(http.StatusServiceUnavailable,
 			"Date", now.Format(layout),
 			"Retry-After", now.Add(d).Format(layout))
 	}
 }
 
-func status(code int) func(time.Time) *http.Response {
-	return func(time.Time) *http.Response { return response(code) }
+func answer(code int) func(time.Time) *http.Response {
+	return func(time.Time) *http.Response { return respWith(code) }
 }
 
-func offsets(tries []attempt) []time.Duration {
+func tryOffsets(tries []triedRequest) []time.Duration {
 	var at []time.Duration
 	for _, a := range tries {
 		at = append(at, a.at)
@@ -313,7 +313,7 @@ func offsets(tries []attempt) []time.Duration {
 	return at
 }
 
-func equalDurations(a, b []time.Duration) bool {
+func sameDurations(a, b []time.Duration) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -327,11 +327,11 @@ func equalDurations(a, b []time.Duration) bool {
 
 func TestTransportWaitsExactly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := newFakeServer(
-			tooMany(2),
-			unavailableUntil(3*time.Second, layoutRFC850),
-			unavailableUntil(7*time.Second, layoutASC),
-			status(http.StatusOK),
+		srv := newScriptedServer(
+			answerTooMany(2),
+			answerUnavailableUntil(3*time.Second, layoutRFC850),
+			answerUnavailableUntil(7*time.Second, layoutASC),
+			answer(http.StatusOK),
 		)
 		var hooked []time.Duration
 		tr := &Transport{Base: srv, OnRetry: func(resp *http.Response, n int, wait time.Duration) {
@@ -348,10 +348,10 @@ func TestTransportWaitsExactly(t *testing.T) {
 		}
 		tries := srv.log()
 		want := []time.Duration{0, 2 * time.Second, 5 * time.Second, 12 * time.Second}
-		if got := offsets(tries); !equalDurations(got, want) {
+		if got := tryOffsets(tries); !sameDurations(got, want) {
 			t.Errorf("tries at %v, want %v", got, want)
 		}
-		if w := []time.Duration{2 * time.Second, 3 * time.Second, 7 * time.Second}; !equalDurations(hooked, w) {
+		if w := []time.Duration{2 * time.Second, 3 * time.Second, 7 * time.Second}; !sameDurations(hooked, w) {
 			t.Errorf("OnRetry waits %v, want %v", hooked, w)
 		}
 		// Every discarded body was drained and closed; the last one is the
@@ -381,16 +381,16 @@ func TestTransportWaitsExactly(t *testing.T) {
 
 func TestTransportFallbackWithoutRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := newFakeServer(status(http.StatusTooManyRequests), status(http.StatusServiceUnavailable),
-			status(http.StatusTooManyRequests), status(http.StatusNoContent))
-		tr := &Transport{Base: srv, Backoff: &Backoff{Rand: fixedRand(1)}}
-		resp, err := tr.RoundTrip(mustRequest(t, http.MethodGet, nil))
+		srv := newScriptedServer(answer(http.StatusTooManyRequests), answer(http.StatusServiceUnavailable),
+			answer(http.StatusTooManyRequests), answer(http.StatusNoContent))
+		tr := &Transport{Base: srv, Backoff: &Backoff{Rand: constRand(1)}}
+		resp, err := tr.RoundTrip(newTestRequest(t, http.MethodGet, nil))
 		if err != nil || resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("RoundTrip = %v, %v", resp, err)
 		}
 		// 500ms, then 1s, then 2s: the ceiling of each attempt.
 		want := []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond, 3500 * time.Millisecond}
-		if got := offsets(srv.log()); !equalDurations(got, want) {
+		if got := tryOffsets(srv.log()); !sameDurations(got, want) {
 			t.Errorf("tries at %v, want %v", got, want)
 		}
 	})
@@ -399,9 +399,9 @@ func TestTransportFallbackWithoutRetryAfter(t *testing.T) {
 func TestTransportMaxAttempts(t *testing.T) {
 	for _, tt := range []struct{ max, tries int }{{0, 4}, {-1, 4}, {1, 1}, {2, 2}, {6, 6}} {
 		synctest.Test(t, func(t *testing.T) {
-			srv := newFakeServer(tooMany(1))
+			srv := newScriptedServer(answerTooMany(1))
 			tr := &Transport{Base: srv, MaxAttempts: tt.max}
-			resp, err := tr.RoundTrip(mustRequest(t, http.MethodGet, nil))
+			resp, err := tr.RoundTrip(newTestRequest(t, http.MethodGet, nil))
 			if err != nil || resp.StatusCode != http.StatusTooManyRequests {
 				t.Fatalf("RoundTrip = %v, %v; want the last 429", resp, err)
 			}
@@ -420,7 +420,7 @@ func TestTransportMaxAttempts(t *testing.T) {
 
 func TestTransportCancelDuringWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := newFakeServer(tooMany(10), status(http.StatusOK))
+		srv := newScriptedServer(answerTooMany(10), answer(http.StatusOK))
 		tr := &Transport{Base: srv}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -428,7 +428,7 @@ func TestTransportCancelDuringWait(t *testing.T) {
 			cancel()
 		}()
 		start := time.Now()
-		resp, err := tr.RoundTrip(mustRequest(t, http.MethodGet, nil).WithContext(ctx))
+		resp, err := tr.RoundTrip(newTestRequest(t, http.MethodGet, nil).WithContext(ctx))
 		if resp != nil || !errors.Is(err, context.Canceled) {
 			t.Fatalf("RoundTrip = %v, %v; want context.Canceled", resp, err)
 		}
@@ -457,12 +457,12 @@ func TestTransportDeadline(t *testing.T) {
 		{15 * time.Second, 2, http.StatusOK, 10 * time.Second},
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			srv := newFakeServer(tooMany(10), status(http.StatusOK))
+			srv := newScriptedServer(answerTooMany(10), answer(http.StatusOK))
 			tr := &Transport{Base: srv}
 			ctx, cancel := context.WithTimeout(context.Background(), tt.timeout)
 			defer cancel()
 			start := time.Now()
-			resp, err := tr.RoundTrip(mustRequest(t, http.MethodGet, nil).WithContext(ctx))
+			resp, err := tr.RoundTrip(newTestRequest(t, http.MethodGet, nil).WithContext(ctx))
 			if err != nil || resp.StatusCode != tt.status {
 				t.Fatalf("timeout %v: RoundTrip = %v, %v; want %d", tt.timeout, resp, err, tt.status)
 			}
@@ -484,7 +484,7 @@ func TestTransportDeadline(t *testing.T) {
 // the transport as a context deadline, counts as the deadline too.
 func TestTransportClientTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := newFakeServer(tooMany(10), status(http.StatusOK))
+		srv := newScriptedServer(answerTooMany(10), answer(http.StatusOK))
 		client := &http.Client{Transport: &Transport{Base: srv}, Timeout: 5 * time.Second}
 		start := time.Now()
 		resp, err := client.Get("http://example.test/")
@@ -530,9 +530,9 @@ func TestTransportWhichRequestsRetry(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := newFakeServer(tooMany(1), status(http.StatusOK))
+				srv := newScriptedServer(answerTooMany(1), answer(http.StatusOK))
 				tr := &Transport{Base: srv, Retryable: tt.retryable}
-				req := mustRequest(t, tt.method, strings.NewReader(payload))
+				req := newTestRequest(t, tt.method, strings.NewReader(payload))
 				if tt.edit != nil {
 					req = tt.edit(req)
 				}
@@ -561,8 +561,8 @@ func TestTransportWhichRequestsRetry(t *testing.T) {
 
 func TestTransportGetBodyFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := newFakeServer(tooMany(1), status(http.StatusOK))
-		req := mustRequest(t, http.MethodPut, strings.NewReader("x"))
+		srv := newScriptedServer(answerTooMany(1), answer(http.StatusOK))
+		req := newTestRequest(t, http.MethodPut, strings.NewReader("x"))
 		req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
 		resp, err := (&Transport{Base: srv}).RoundTrip(req)
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
@@ -577,19 +577,19 @@ func TestTransportGetBodyFails(t *testing.T) {
 func TestTransportOtherStatusesAndErrors(t *testing.T) {
 	for _, code := range []int{200, 301, 400, 404, 500, 502, 504} {
 		synctest.Test(t, func(t *testing.T) {
-			srv := newFakeServer(func(time.Time) *http.Response {
-				return response(code, "Retry-After", "1")
+			srv := newScriptedServer(func(time.Time) *http.Response {
+				return respWith(code, "Retry-After", "1")
 			})
-			resp, err := (&Transport{Base: srv}).RoundTrip(mustRequest(t, http.MethodGet, nil))
+			resp, err := (&Transport{Base: srv}).RoundTrip(newTestRequest(t, http.MethodGet, nil))
 			if err != nil || resp.StatusCode != code || len(srv.log()) != 1 {
 				t.Errorf("status %d: RoundTrip = %v, %v after %d tries; want it once", code, resp, err, len(srv.log()))
 			}
 		})
 	}
 	synctest.Test(t, func(t *testing.T) {
-		srv := newFakeServer(tooMany(1))
+		srv := newScriptedServer(answerTooMany(1))
 		srv.err = errors.New("connection refused")
-		resp, err := (&Transport{Base: srv}).RoundTrip(mustRequest(t, http.MethodGet, nil))
+		resp, err := (&Transport{Base: srv}).RoundTrip(newTestRequest(t, http.MethodGet, nil))
 		if resp != nil || err != srv.err || len(srv.log()) != 1 {
 			t.Errorf("RoundTrip = %v, %v after %d tries; want the error once", resp, err, len(srv.log()))
 		}
@@ -598,9 +598,9 @@ func TestTransportOtherStatusesAndErrors(t *testing.T) {
 
 func TestTransportDrainIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := newFakeServer(tooMany(1), status(http.StatusOK))
+		srv := newScriptedServer(answerTooMany(1), answer(http.StatusOK))
 		srv.bodyLen = 1 << 20
-		resp, err := (&Transport{Base: srv}).RoundTrip(mustRequest(t, http.MethodGet, nil))
+		resp, err := (&Transport{Base: srv}).RoundTrip(newTestRequest(t, http.MethodGet, nil))
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("RoundTrip = %v, %v", resp, err)
 		}
@@ -620,7 +620,7 @@ func TestTransportConcurrent(t *testing.T) {
 		var mu sync.Mutex
 		seen := map[int][]time.Duration{}
 		waitOf := func(id int) int { return id%5 + 1 }
-		base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		base := transportFunc(func(req *http.Request) (*http.Response, error) {
 			if b, _ := io.ReadAll(req.Body); string(b) != "x" {
 				t.Errorf("body %q, want %q", b, "x")
 			}
@@ -629,9 +629,9 @@ func TestTransportConcurrent(t *testing.T) {
 			id, _ := strconv.Atoi(req.URL.Query().Get("id"))
 			seen[id] = append(seen[id], time.Since(start))
 			if len(seen[id]) < 3 {
-				return tooMany(waitOf(id))(time.Now()), nil
+				return answerTooMany(waitOf(id))(time.Now()), nil
 			}
-			return response(http.StatusOK), nil
+			return respWith(http.StatusOK), nil
 		})
 		client := &http.Client{Transport: &Transport{Base: base}}
 		var wg sync.WaitGroup
@@ -656,18 +656,18 @@ func TestTransportConcurrent(t *testing.T) {
 			if id%2 != 0 {
 				want = want[:1]
 			}
-			if got := seen[id]; !equalDurations(got, want) {
+			if got := seen[id]; !sameDurations(got, want) {
 				t.Errorf("id %d: tries at %v, want %v", id, got, want)
 			}
 		}
 	})
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+type transportFunc func(*http.Request) (*http.Response, error)
 
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+func (f transportFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func mustRequest(t *testing.T, method string, body io.Reader) *http.Request {
+func newTestRequest(t *testing.T, method string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://example.test/", body)
 	if err != nil {

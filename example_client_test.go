@@ -13,7 +13,7 @@ import (
 // ParseRetryAfter reads both forms of Retry-After. A date is measured from the
 // response's own Date, so the client's clock (here a day off) plays no part,
 // and all three HTTP-date formats are read.
-func ExampleParseRetryAfter() {
+func ExampleParseRetryAfter_allForms() {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC) // the local clock, wrong by a day
 	for _, h := range []http.Header{
 		{"Retry-After": {"120"}},
