@@ -200,7 +200,7 @@ func parseRFC850Date(s string, ref time.Time) (time.Time, bool) {
 	if !ok1 || !ok2 || month == 0 {
 		return time.Time{}, false
 	}
-	hour, min, sec, ok := timeOfDay(t[12:20])
+	hour, minute, sec, ok := timeOfDay(t[12:20])
 	if !ok {
 		return time.Time{}, false
 	}
@@ -213,38 +213,38 @@ func parseRFC850Date(s string, ref time.Time) (time.Time, bool) {
 	limitYear := ref.Year() + 50
 	year := limitYear - floorMod(limitYear-yy, 100)
 	if year == limitYear &&
-		time.Date(year, time.Month(month), day, hour, min, sec, 0, time.UTC).After(ref.AddDate(50, 0, 0)) {
+		time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC).After(ref.AddDate(50, 0, 0)) {
 		year -= 100
 	}
 	if day < 1 || day > daysIn(month, year) {
 		return time.Time{}, false
 	}
-	return time.Date(year, time.Month(month), day, hour, min, sec, 0, time.UTC), true
+	return time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC), true
 }
 
 // httpDate validates the calendar date and the time of day "hh:mm:ss" and
 // builds the instant in UTC.
 func httpDate(year, month, day int, hms string) (time.Time, bool) {
-	hour, min, sec, ok := timeOfDay(hms)
+	hour, minute, sec, ok := timeOfDay(hms)
 	if !ok || day < 1 || day > daysIn(month, year) {
 		return time.Time{}, false
 	}
-	return time.Date(year, time.Month(month), day, hour, min, sec, 0, time.UTC), true
+	return time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC), true
 }
 
 // timeOfDay parses "hh:mm:ss" with hour 00-23, minute 00-59 and second 00-60
 // (RFC 9110 allows a leap second).
-func timeOfDay(s string) (hour, min, sec int, ok bool) {
+func timeOfDay(s string) (hour, minute, sec int, ok bool) {
 	if len(s) != 8 || s[2] != ':' || s[5] != ':' {
 		return 0, 0, 0, false
 	}
 	hour, ok1 := twoDigits(s[0:2])
-	min, ok2 := twoDigits(s[3:5])
+	minute, ok2 := twoDigits(s[3:5])
 	sec, ok3 := twoDigits(s[6:8])
-	if !ok1 || !ok2 || !ok3 || hour > 23 || min > 59 || sec > 60 {
+	if !ok1 || !ok2 || !ok3 || hour > 23 || minute > 59 || sec > 60 {
 		return 0, 0, 0, false
 	}
-	return hour, min, sec, true
+	return hour, minute, sec, true
 }
 
 func oneDigit(c byte) (int, bool) {
