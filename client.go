@@ -1,0 +1,299 @@
+package retryafter
+
+import (
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// Defaults of [Backoff] and [Transport].
+const (
+	defaultBackoffBase = 500 * time.Millisecond
+	defaultBackoffMax  = 30 * time.Second
+	defaultBackoffCap  = 5 * time.Minute
+	defaultMaxAttempts = 4
+	// maxDrain bounds how much of a discarded response body is read so that
+	// its connection can be reused; a longer body is closed unread.
+	maxDrain = 64 << 10
+)
+
+// Backoff turns a response and its attempt number into the wait before the
+// next try.
+//
+// On a 429 Too Many Requests or a 503 Service Unavailable whose Retry-After
+// [ParseRetryAfter] reads, the wait is the server's, plus a random jitter of
+// up to [Backoff.Jitter], which only ever adds; a Retry-After of 0 (or a
+// date equal to the response's Date) is a wait of 0 plus that jitter.
+// Retry-After on other statuses is not honoured. Otherwise (no or unusable
+// Retry-After, a date already past, another status, or no response at all)
+// the wait is the client's own exponential backoff with jitter: for attempt
+// n it is drawn uniformly from [c/10, c], where c = min(Base·2^(n−1), Max).
+// That fallback is never zero and never negative. Every wait, the server's
+// included, is at most [Backoff.Cap].
+//
+// The zero value is ready to use with the defaults given for each field. A
+// Backoff is safe for concurrent use if Rand and Now are; its fields must
+// not change while it is in use.
+type Backoff struct {
+	// Base is the ceiling of the first fallback wait; each later attempt
+	// doubles it up to Max. If zero or negative, the default is 500ms.
+	Base time.Duration
+
+	// Max caps the ceiling of the exponential fallback. If zero or negative,
+	// the default is 30s.
+	Max time.Duration
+
+	// Cap caps every wait, the server's Retry-After included, so that a
+	// bogus date cannot hold a worker for days. If zero or negative, the
+	// default is 5 minutes.
+	Cap time.Duration
+
+	// Jitter is the most random time added to the server's Retry-After, to
+	// spread out clients told the same instant. It only ever adds. If zero
+	// or negative, the default is 0: the server's wait exactly.
+	Jitter time.Duration
+
+	// Rand returns a number in [0, 1) that drives both jitters; a value
+	// outside [0, 1] is clamped. If nil, the default is
+	// [math/rand/v2.Float64].
+	Rand func() float64
+
+	// Now reads the local clock, which is needed only when a Retry-After
+	// date comes without a valid Date field. If nil, the default is
+	// [time.Now].
+	Now func() time.Time
+}
+
+// Wait returns how long to wait before the try after attempt, the 1-based
+// number of the try that received resp. resp may be nil (the try failed
+// without a response); an attempt below 1 counts as 1. Wait does not read
+// or close resp.Body. A nil *Backoff uses the defaults.
+func (b *Backoff) Wait(resp *http.Response, attempt int) time.Duration {
+	var c Backoff
+	if b != nil {
+		c = *b
+	}
+	limit := orDefault(c.Cap, defaultBackoffCap)
+	if resp != nil && honoursRetryAfter(resp.StatusCode) {
+		now := time.Now
+		if c.Now != nil {
+			now = c.Now
+		}
+		if d, ok := ParseRetryAfter(resp.Header, now()); ok {
+			if c.Jitter > 0 {
+				d = addSaturating(d, scale(c.Jitter, c.random()))
+			}
+			return min(d, limit)
+		}
+	}
+	return min(c.fallback(attempt), limit)
+}
+
+// fallback returns the client's own wait for attempt: uniform in
+// [ceil/10, ceil] with ceil = min(Base·2^(attempt−1), Max), at least 1ns.
+func (b Backoff) fallback(attempt int) time.Duration {
+	base := orDefault(b.Base, defaultBackoffBase)
+	ceil := orDefault(b.Max, defaultBackoffMax)
+	// Double base attempt−1 times, stopping once it reaches Max.
+	for n := 1; n < attempt && base < ceil; n++ {
+		base = addSaturating(base, base)
+	}
+	ceil = min(base, ceil)
+	floor := max(ceil/10, 1)
+	return floor + scale(ceil-floor, b.random())
+}
+
+// random returns Rand() clamped to [0, 1].
+func (b Backoff) random() float64 {
+	r := rand.Float64
+	if b.Rand != nil {
+		r = b.Rand
+	}
+	x := r()
+	switch {
+	case x > 1:
+		return 1
+	case x >= 0:
+		return x
+	default: // negative or NaN
+		return 0
+	}
+}
+
+// honoursRetryAfter reports whether [Backoff] and [Transport] act on the
+// Retry-After of a response with this status.
+func honoursRetryAfter(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
+}
+
+// scale returns span·r for r in [0, 1], never beyond span.
+func scale(span time.Duration, r float64) time.Duration {
+	x := float64(span) * r
+	switch {
+	case x >= float64(span):
+		return span
+	case x > 0:
+		return time.Duration(x)
+	}
+	return 0
+}
+
+func addSaturating(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Transport is an [http.RoundTripper] that retries a request answered 429
+// Too Many Requests or 503 Service Unavailable, waiting as [Backoff] says:
+// the server's Retry-After when it has a usable one, else its own backoff.
+// Use it as the Transport of an [http.Client].
+//
+// A request is retried only when it can be sent again safely: its body must
+// be replayable (no body, [http.NoBody], or a GetBody function, which
+// [http.NewRequest] sets for in-memory bodies), and Retryable must allow it.
+// Transport never modifies the caller's request: each retry sends a clone.
+// Each discarded response body is drained (up to 64 KiB) and closed so that
+// its connection can be reused. Errors from Base are returned as they are,
+// without retrying.
+//
+// Waits respect the request's context. If the context is done during a
+// wait, RoundTrip returns the context's error. If the context has a
+// deadline that would pass before the wait ends, RoundTrip returns the last
+// response at once rather than sleep into a failure.
+//
+// The zero value is ready to use with the defaults given for each field. A
+// Transport is safe for concurrent use if its Base, Backoff and hooks are;
+// its fields must not change once it is in use.
+type Transport struct {
+	// Base sends each attempt. If nil, the default is
+	// [http.DefaultTransport].
+	Base http.RoundTripper
+
+	// Backoff chooses each wait. If nil, the default is a zero Backoff,
+	// that is, all of its defaults.
+	Backoff *Backoff
+
+	// MaxAttempts is the most tries of one request, the first included; 1
+	// turns retrying off. If zero or negative, the default is 4.
+	MaxAttempts int
+
+	// Retryable reports whether a request may be sent more than once. If
+	// nil, the default allows the idempotent methods GET, HEAD, OPTIONS,
+	// PUT and DELETE, and any request carrying a non-empty Idempotency-Key
+	// header. A request whose body cannot be replayed is never retried,
+	// whatever Retryable says.
+	Retryable func(*http.Request) bool
+
+	// OnRetry, if non-nil, is called before each wait with the response
+	// about to be discarded, the 1-based number of the try that received
+	// it, and the wait chosen. It must not read or close resp.Body. The
+	// default is nil.
+	OnRetry func(resp *http.Response, attempt int, wait time.Duration)
+}
+
+// RoundTrip implements [http.RoundTripper]. It sends req through Base and
+// retries it as described on [Transport]. It returns either the last
+// response received, whose body the caller must close as usual, or an
+// error.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	maxAttempts := t.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = defaultMaxAttempts
+	}
+	if maxAttempts == 1 || !replayable(req) || !t.retryable(req) {
+		return base.RoundTrip(req)
+	}
+
+	ctx := req.Context()
+	try := req
+	for attempt := 1; ; attempt++ {
+		resp, err := base.RoundTrip(try)
+		if err != nil || resp == nil || attempt >= maxAttempts || !honoursRetryAfter(resp.StatusCode) {
+			return resp, err
+		}
+		wait := t.Backoff.Wait(resp, attempt)
+		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
+			return resp, nil
+		}
+		// Make the next try before discarding this response, so that a
+		// body that cannot be had again still leaves an answer to return.
+		next := req.Clone(ctx)
+		if req.Body != nil && req.Body != http.NoBody {
+			body, err := req.GetBody()
+			if err != nil {
+				return resp, nil
+			}
+			next.Body = body
+		}
+		if t.OnRetry != nil {
+			t.OnRetry(resp, attempt, wait)
+		}
+		discardBody(resp)
+
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			if next.Body != nil {
+				next.Body.Close()
+			}
+			return nil, ctx.Err()
+		case <-timer.C:
+		}
+		try = next
+	}
+}
+
+// CloseIdleConnections closes the idle connections of Base, when it has
+// such a method (as [http.Transport] does), so that
+// [http.Client.CloseIdleConnections] reaches it.
+func (t *Transport) CloseIdleConnections() {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *Transport) retryable(req *http.Request) bool {
+	if t.Retryable != nil {
+		return t.Retryable(req)
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return req.Header.Get("Idempotency-Key") != ""
+}
+
+// replayable reports whether req's body can be sent again.
+func replayable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// discardBody reads what is left of resp.Body, up to maxDrain bytes, and
+// closes it.
+func discardBody(resp *http.Response) {
+	if resp.Body == nil {
+		return
+	}
+	io.CopyN(io.Discard, resp.Body, maxDrain)
+	resp.Body.Close()
+}
