@@ -35,6 +35,11 @@ type config struct {
 	errorWait time.Duration
 	maxKeys   int
 	quota     bool // limiters report Decision.Limit, Remaining and Reset
+
+	fallback        time.Duration // the normalizer's Retry-After for an unusable one; 0 means its default
+	maxRetryAfter   time.Duration // the normalizer's cap on Retry-After; 0 means its default
+	missingFallback bool          // the normalizer gives a 429 or 503 without Retry-After the fallback
+	onRepair        func(Repair)  // the normalizer's hook for each repair
 }
 
 func newConfig(opts []Option) config {
