@@ -109,6 +109,8 @@ func TestNormalizer(t *testing.T) {
 		// Unusable values on a 429 or 503 get the fallback.
 		{name: "0", status: 429, retryAfter: lines("0"), want: lines("5"), kind: RepairInvalid},
 		{name: "0 with a skewed Date", status: 503, retryAfter: lines("0"), date: lines(imfDate(slow)), want: lines("5"), kind: RepairInvalid},
+		{name: "0, gateway clock mid-second in another zone", status: 429, retryAfter: lines("0"),
+			now: t0.Add(600 * time.Millisecond).In(time.FixedZone("CET", 3600)), want: lines("5"), kind: RepairInvalid},
 		{name: "000", status: 429, retryAfter: lines("000"), want: lines("5"), kind: RepairInvalid},
 		{name: "garbage", status: 429, retryAfter: lines("soon"), want: lines("5"), kind: RepairInvalid},
 		{name: "empty", status: 503, retryAfter: lines(""), want: lines("5"), kind: RepairInvalid},
@@ -225,7 +227,7 @@ func TestNormalizer(t *testing.T) {
 			}
 			if r.Kind != tt.kind || r.Status != tt.status || r.Request != req ||
 				!slices.Equal(r.UpstreamRetryAfter, tt.retryAfter) || !slices.Equal(r.UpstreamDate, tt.date) ||
-				r.ClientRetryAfter != wantSecs || !r.ClientDate.Equal(now.Truncate(time.Second)) {
+				r.ClientRetryAfter != wantSecs || !r.ClientDate.Equal(now.Truncate(time.Second)) || r.ClientDate.Location() != time.UTC {
 				t.Errorf("hook told of %+v, want kind %v, status %d, upstream %q %q, client %v at %v%s",
 					r, tt.kind, tt.status, tt.retryAfter, tt.date, wantSecs, now.Truncate(time.Second), note)
 			}
