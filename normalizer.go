@@ -17,7 +17,7 @@ const (
 // A Normalizer repairs the Retry-After field of responses on their way from an upstream to a
 // client through a reverse proxy, so that every client gets the delay-seconds form, which
 // depends on nobody's clock, and a Date from the gateway's own clock. Its
-// [Normalizer.ModifyResponse] fits [net/http/httputil.ReverseProxy.ModifyResponse]:
+// [Normalizer.ModifyResponse] fits the ModifyResponse field of [net/http/httputil.ReverseProxy]:
 //
 //	proxy := httputil.NewSingleHostReverseProxy(upstream)
 //	proxy.ModifyResponse = retryafter.NewNormalizer().ModifyResponse
@@ -155,15 +155,15 @@ func (k RepairKind) String() string {
 	return "RepairKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// ModifyResponse repairs the Retry-After of resp in place; its signature fits
-// [net/http/httputil.ReverseProxy.ModifyResponse]. It never reads the body and always
-// returns nil.
+// ModifyResponse repairs the Retry-After of resp in place; it fits the ModifyResponse field of
+// [net/http/httputil.ReverseProxy]. It never reads the body and always returns nil.
 //
-// The statuses it touches are those for which RFC 9110 §10.2.3 gives Retry-After a meaning:
-// 429 Too Many Requests and 503 Service Unavailable (how long to wait before retrying), and
-// the redirects a user agent follows, 301, 302, 303, 307 and 308 (how long to wait before
-// issuing the redirected request). Every other response, 300 and 304 included, passes
-// untouched, as does a redirect without Retry-After.
+// RFC 9110 §10.2.3 gives Retry-After a meaning on 503 Service Unavailable and 429 Too Many
+// Requests (how long to wait before retrying) and on a redirect (how long to wait before
+// issuing the redirected request). ModifyResponse touches those two and the redirects a user
+// agent follows to a Location: 301, 302, 303, 307 and 308. Every other response passes
+// untouched, 300 Multiple Choices and 304 Not Modified included, as does a redirect without
+// Retry-After.
 //
 // The clock is read once, and that one reading is used to measure the upstream's value and is
 // sent as Date, so that the client sees one consistent pair. The upstream's value is read with
