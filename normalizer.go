@@ -22,7 +22,8 @@ const (
 //	proxy := httputil.NewSingleHostReverseProxy(upstream)
 //	proxy.ModifyResponse = retryafter.NewNormalizer().ModifyResponse
 //
-// A Normalizer is safe for concurrent use.
+// A Normalizer is safe for concurrent use. Make one with [NewNormalizer]; the zero value is
+// not ready to use.
 type Normalizer struct {
 	now      func() time.Time
 	fallback time.Duration // at most maxWait
