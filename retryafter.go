@@ -40,6 +40,11 @@ type config struct {
 	httpDate  bool                     // maintenance states Retry-After as an HTTP-date
 	exempt    func(*http.Request) bool // requests maintenance lets through; nil = none
 	openWait  time.Duration            // maintenance's Retry-After with no end to count down to
+
+	fallback        time.Duration // the normalizer's Retry-After for an unusable one; 0 means its default
+	maxRetryAfter   time.Duration // the normalizer's cap on Retry-After; 0 means its default
+	missingFallback bool          // the normalizer gives a 429 or 503 without Retry-After the fallback
+	onRepair        func(Repair)  // the normalizer's hook for each repair
 }
 
 func newConfig(opts []Option) config {
