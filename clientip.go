@@ -176,7 +176,8 @@ func (k *clientKeyer) format(a netip.Addr, text string) string {
 		return a.String()
 	}
 	p, _ := a.Prefix(bits) // bits was checked at construction, so this cannot fail
-	return p.String()
+	var buf [64]byte
+	return string(p.AppendTo(buf[:0])) // one allocation, where p.String() makes two
 }
 
 // isCanonical reports whether text is exactly a.String(), without allocating.
