@@ -44,7 +44,7 @@ func ClientIP(trusted ...netip.Prefix) func(*http.Request) (string, error) {
 //
 // ClientIPPrefix panics, with a "retryafter: " message, when v4Bits is outside 1..32,
 // v6Bits is outside 1..128, or a trusted prefix is not valid ([netip.Prefix.IsValid]).
-// Trusted prefixes are masked, and an IPv4-mapped IPv6 prefix of /96 or longer
+// An IPv4-mapped IPv6 trusted prefix of /96 or longer
 // (::ffff:10.0.0.0/104) is turned into the IPv4 prefix it denotes (10.0.0.0/8). The
 // returned function is safe for concurrent use and keeps its own copy of trusted.
 //
@@ -98,7 +98,7 @@ func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) func(*http.Requ
 		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
 			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 		}
-		k.trusted = append(k.trusted, p.Masked())
+		k.trusted = append(k.trusted, p)
 	}
 	return k.key
 }
@@ -107,7 +107,7 @@ func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) func(*http.Requ
 // It is never modified after construction.
 type clientKeyer struct {
 	v4Bits, v6Bits int
-	trusted        []netip.Prefix // masked, IPv4-mapped ones unmapped
+	trusted        []netip.Prefix // IPv4-mapped ones unmapped
 }
 
 func (k *clientKeyer) key(r *http.Request) (string, error) {
@@ -118,7 +118,7 @@ func (k *clientKeyer) key(r *http.Request) (string, error) {
 	if len(k.trusted) > 0 && k.isTrusted(addr) {
 		if lines := r.Header[headerXForwardedFor]; len(lines) > 0 {
 			addr = k.walk(lines, addr)
-			text = "" // never reuse header text: format a fresh string
+			text = "" // the key is formatted afresh, never a slice of the header
 		}
 	}
 	return k.format(addr, text), nil
