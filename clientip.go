@@ -15,16 +15,17 @@ import (
 // a peer without an address cannot be inside a trusted prefix.
 var ErrNoClientIP = errors.New("retryafter: no client IP in request")
 
-// headerXForwardedFor is pre-canonicalised so that reading it is a plain map lookup.
-const headerXForwardedFor = "X-Forwarded-For"
+// clientIPForwardedFor is pre-canonicalised so that reading it is a plain map lookup.
+const clientIPForwardedFor = "X-Forwarded-For"
 
 // ClientIP returns a key function for WithKeyFunc. With no trusted proxies it uses only
 // RemoteAddr; forwarding headers are believed only from addresses inside trusted.
 //
-// ClientIP is shorthand for [ClientIPPrefix](32, 64, trusted...): an IPv4 client is keyed
-// by its address ("203.0.113.7") and an IPv6 client by its /64 ("2001:db8:1:2::/64"),
-// since one host usually owns a whole /64 and could otherwise rotate through 2^64 keys.
-// The middleware's default key, when no WithKeyFunc option is given, is ClientIP().
+// ClientIP(trusted...) is shorthand for ClientIPPrefix(32, 64, trusted...): an IPv4
+// client is keyed by its address ("203.0.113.7") and an IPv6 client by its /64
+// ("2001:db8:1:2::/64"), since one host usually owns a whole /64 and could otherwise
+// rotate through 2^64 keys. The middleware's default key, when no [WithKeyFunc] option
+// is given, is ClientIP().
 //
 // See [ClientIPPrefix] for what is trusted, how X-Forwarded-For is walked, and the
 // handling of ports, zones, IPv4-mapped addresses and malformed entries.
@@ -111,12 +112,12 @@ type clientKeyer struct {
 }
 
 func (k *clientKeyer) key(r *http.Request) (string, error) {
-	text, addr, ok := parseHost(r.RemoteAddr)
+	text, addr, ok := clientIPParseHost(r.RemoteAddr)
 	if !ok {
 		return "", fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, r.RemoteAddr)
 	}
 	if len(k.trusted) > 0 && k.isTrusted(addr) {
-		if lines := r.Header[headerXForwardedFor]; len(lines) > 0 {
+		if lines := r.Header[clientIPForwardedFor]; len(lines) > 0 {
 			addr = k.walk(lines, addr)
 			text = "" // the key is formatted afresh, never a slice of the header
 		}
@@ -142,9 +143,9 @@ func (k *clientKeyer) walk(lines []string, cur netip.Addr) netip.Addr {
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
 		for {
-			entry, rest, more := cutLast(line)
-			if entry = trimOWS(entry); entry != "" {
-				_, a, ok := parseHost(entry)
+			entry, rest, more := clientIPCutLast(line)
+			if entry = clientIPTrim(entry); entry != "" {
+				_, a, ok := clientIPParseHost(entry)
 				if !ok {
 					return cur
 				}
@@ -170,7 +171,7 @@ func (k *clientKeyer) format(a netip.Addr, text string) string {
 		bits = k.v4Bits
 	}
 	if bits == a.BitLen() {
-		if text != "" && isCanonical(a, text) {
+		if text != "" && clientIPCanonical(a, text) {
 			return text
 		}
 		return a.String()
@@ -180,15 +181,15 @@ func (k *clientKeyer) format(a netip.Addr, text string) string {
 	return string(p.AppendTo(buf[:0])) // one allocation, where p.String() makes two
 }
 
-// isCanonical reports whether text is exactly a.String(), without allocating.
-func isCanonical(a netip.Addr, text string) bool {
+// clientIPCanonical reports whether text is exactly a.String(), without allocating.
+func clientIPCanonical(a netip.Addr, text string) bool {
 	var buf [64]byte // an IPv6 address without zone is at most 45 bytes
 	return string(a.AppendTo(buf[:0])) == text
 }
 
-// parseHost parses "host:port", "[host]:port", "[host]" or a bare host, where host is an
+// clientIPParseHost parses "host:port", "[host]:port", "[host]" or a bare host, where host is an
 // IP address, and returns the host text and the address, unmapped and without zone.
-func parseHost(s string) (text string, a netip.Addr, ok bool) {
+func clientIPParseHost(s string) (text string, a netip.Addr, ok bool) {
 	text = s
 	if len(s) > 0 && s[0] == '[' {
 		end := strings.IndexByte(s, ']')
@@ -196,12 +197,12 @@ func parseHost(s string) (text string, a netip.Addr, ok bool) {
 			return "", netip.Addr{}, false
 		}
 		text = s[1:end]
-		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !isPort(rest[1:])) {
+		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !clientIPIsPort(rest[1:])) {
 			return "", netip.Addr{}, false
 		}
 	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
 		// Exactly one colon: IPv4 (or a name) with a port. Two or more: bare IPv6.
-		if !isPort(s[i+1:]) {
+		if !clientIPIsPort(s[i+1:]) {
 			return "", netip.Addr{}, false
 		}
 		text = s[:i]
@@ -213,8 +214,8 @@ func parseHost(s string) (text string, a netip.Addr, ok bool) {
 	return text, a.Unmap().WithZone(""), true
 }
 
-// isPort reports whether s is 1 to 5 ASCII digits.
-func isPort(s string) bool {
+// clientIPIsPort reports whether s is 1 to 5 ASCII digits.
+func clientIPIsPort(s string) bool {
 	if len(s) == 0 || len(s) > 5 {
 		return false
 	}
@@ -226,17 +227,17 @@ func isPort(s string) bool {
 	return true
 }
 
-// cutLast splits s around its last comma: entry is what follows it and rest what
+// clientIPCutLast splits s around its last comma: entry is what follows it and rest what
 // precedes it. If s has no comma, entry is s and more is false.
-func cutLast(s string) (entry, rest string, more bool) {
+func clientIPCutLast(s string) (entry, rest string, more bool) {
 	if i := strings.LastIndexByte(s, ','); i >= 0 {
 		return s[i+1:], s[:i], true
 	}
 	return s, "", false
 }
 
-// trimOWS trims the optional white space of RFC 9110 (spaces and tabs) around s.
-func trimOWS(s string) string {
+// clientIPTrim trims the optional white space of RFC 9110 (spaces and tabs) around s.
+func clientIPTrim(s string) string {
 	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
 		s = s[1:]
 	}

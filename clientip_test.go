@@ -10,9 +10,9 @@ import (
 	"testing"
 )
 
-// newReq returns a request from remote with the given header name/value pairs, added in
+// clientIPReq returns a request from remote with the given header name/value pairs, added in
 // order, so that a name given twice makes two header lines.
-func newReq(remote string, kv ...string) *http.Request {
+func clientIPReq(remote string, kv ...string) *http.Request {
 	r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
 	for i := 0; i+1 < len(kv); i += 2 {
 		r.Header.Add(kv[i], kv[i+1])
@@ -20,8 +20,8 @@ func newReq(remote string, kv ...string) *http.Request {
 	return r
 }
 
-// mustKey calls key on r and fails the test on an error.
-func mustKey(t testing.TB, key func(*http.Request) (string, error), r *http.Request) string {
+// clientIPMustKey calls key on r and fails the test on an error.
+func clientIPMustKey(t testing.TB, key func(*http.Request) (string, error), r *http.Request) string {
 	t.Helper()
 	k, err := key(r)
 	if err != nil {
@@ -30,8 +30,8 @@ func mustKey(t testing.TB, key func(*http.Request) (string, error), r *http.Requ
 	return k
 }
 
-// spoofHeaders are forwarding headers a client may send to try to pick its own key.
-var spoofHeaders = []string{
+// clientIPSpoofHeaders are forwarding headers a client may send to try to pick its own key.
+var clientIPSpoofHeaders = []string{
 	"X-Forwarded-For", "198.51.100.23",
 	"X-Forwarded-For", "10.1.2.3, 192.0.2.99",
 	"X-Real-IP", "192.0.2.1",
@@ -91,8 +91,8 @@ func TestClientIPRemoteAddr(t *testing.T) {
 	}
 	for name, key := range keys {
 		for _, tt := range tests {
-			for _, hdr := range [][]string{nil, spoofHeaders} {
-				r := newReq(tt.remote, hdr...)
+			for _, hdr := range [][]string{nil, clientIPSpoofHeaders} {
+				r := clientIPReq(tt.remote, hdr...)
 				got, err := key(r)
 				if tt.want == "" {
 					if err == nil || !errors.Is(err, ErrNoClientIP) {
@@ -160,14 +160,14 @@ func TestClientIPTrustedWalk(t *testing.T) {
 		{"XFF walked, Forwarded ignored", "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1", xff, "203.0.113.7", "X-Real-IP", "198.51.100.2"}, "203.0.113.7"},
 	}
 	for _, tt := range tests {
-		if got := mustKey(t, key, newReq(tt.remote, tt.kv...)); got != tt.want {
+		if got := clientIPMustKey(t, key, clientIPReq(tt.remote, tt.kv...)); got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }
 
-// randIP returns a random IPv4 or IPv6 address.
-func randIP(rng *rand.Rand) netip.Addr {
+// clientIPRandAddr returns a random IPv4 or IPv6 address.
+func clientIPRandAddr(rng *rand.Rand) netip.Addr {
 	if rng.IntN(2) == 0 {
 		var b [4]byte
 		for i := range b {
@@ -182,9 +182,9 @@ func randIP(rng *rand.Rand) netip.Addr {
 	return netip.AddrFrom16(b).Unmap()
 }
 
-// randSpoof returns a header value that an attacker might send: addresses, addresses of
+// clientIPRandSpoof returns a header value that an attacker might send: addresses, addresses of
 // trusted proxies, Forwarded syntax, garbage, empty elements, many lines' worth.
-func randSpoof(rng *rand.Rand, trusted []netip.Prefix) string {
+func clientIPRandSpoof(rng *rand.Rand, trusted []netip.Prefix) string {
 	var parts []string
 	for n := rng.IntN(6); n >= 0; n-- {
 		switch rng.IntN(8) {
@@ -193,9 +193,9 @@ func randSpoof(rng *rand.Rand, trusted []netip.Prefix) string {
 		case 1:
 			parts = append(parts, "unknown")
 		case 2:
-			parts = append(parts, fmt.Sprintf("for=%s;proto=https", randIP(rng)))
+			parts = append(parts, fmt.Sprintf("for=%s;proto=https", clientIPRandAddr(rng)))
 		case 3:
-			parts = append(parts, netip.AddrPortFrom(randIP(rng), uint16(rng.Uint32())).String())
+			parts = append(parts, netip.AddrPortFrom(clientIPRandAddr(rng), uint16(rng.Uint32())).String())
 		case 4:
 			if len(trusted) > 0 {
 				parts = append(parts, trusted[rng.IntN(len(trusted))].Addr().Next().String())
@@ -209,7 +209,7 @@ func randSpoof(rng *rand.Rand, trusted []netip.Prefix) string {
 			}
 			parts = append(parts, string(b))
 		default:
-			parts = append(parts, randIP(rng).String())
+			parts = append(parts, clientIPRandAddr(rng).String())
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -231,20 +231,20 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 		netip.MustParseAddr("203.0.113.66"),
 		netip.MustParseAddr("2001:db8:aaaa:bbbb:1:2:3:4"),
 	} {
-		want := mustKey(t, ClientIP(), newReq(netip.AddrPortFrom(attacker, 1).String()))
+		want := clientIPMustKey(t, ClientIP(), clientIPReq(netip.AddrPortFrom(attacker, 1).String()))
 		scenarios := []struct {
 			name  string
 			key   func(*http.Request) (string, error)
 			build func(spoof []string, port uint16) *http.Request
 		}{
 			{"direct, no trusted proxies", ClientIP(), func(spoof []string, port uint16) *http.Request {
-				return newReq(netip.AddrPortFrom(attacker, port).String(), spoof...)
+				return clientIPReq(netip.AddrPortFrom(attacker, port).String(), spoof...)
 			}},
 			{"direct, trusted proxies configured", ClientIP(trusted...), func(spoof []string, port uint16) *http.Request {
-				return newReq(netip.AddrPortFrom(attacker, port).String(), spoof...)
+				return clientIPReq(netip.AddrPortFrom(attacker, port).String(), spoof...)
 			}},
 			{"behind a trusted proxy that appends to the last line", ClientIP(trusted...), func(spoof []string, port uint16) *http.Request {
-				r := newReq(proxy4.String(), spoof...)
+				r := clientIPReq(proxy4.String(), spoof...)
 				if v := r.Header.Values("X-Forwarded-For"); len(v) > 0 {
 					v[len(v)-1] += ", " + attacker.String()
 				} else {
@@ -253,7 +253,7 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 				return r
 			}},
 			{"behind two trusted proxies that add lines", ClientIP(trusted...), func(spoof []string, port uint16) *http.Request {
-				r := newReq(proxy6.String(), spoof...)
+				r := clientIPReq(proxy6.String(), spoof...)
 				r.Header.Add("X-Forwarded-For", attacker.String())
 				r.Header.Add("X-Forwarded-For", proxy4.Addr().String())
 				return r
@@ -263,10 +263,10 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 			for i := 0; i < 2000; i++ {
 				var spoof []string
 				for n := rng.IntN(5); n > 0; n-- {
-					spoof = append(spoof, headers[rng.IntN(len(headers))], randSpoof(rng, trusted))
+					spoof = append(spoof, headers[rng.IntN(len(headers))], clientIPRandSpoof(rng, trusted))
 				}
 				r := sc.build(spoof, uint16(rng.Uint32()))
-				if got := mustKey(t, sc.key, r); got != want {
+				if got := clientIPMustKey(t, sc.key, r); got != want {
 					t.Fatalf("%s: attacker %v with headers %q got key %q, want %q", sc.name, attacker, r.Header, got, want)
 				}
 			}
@@ -280,11 +280,11 @@ func TestClientIPIgnoresHeadersWithoutTrust(t *testing.T) {
 	key := ClientIP()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 5000; i++ {
-		remote := netip.AddrPortFrom(randIP(rng), uint16(rng.Uint32())).String()
-		want := mustKey(t, key, newReq(remote))
-		r := newReq(remote, "X-Forwarded-For", randSpoof(rng, nil), "X-Real-IP", randIP(rng).String(),
-			"Forwarded", "for="+randIP(rng).String())
-		if got := mustKey(t, key, r); got != want {
+		remote := netip.AddrPortFrom(clientIPRandAddr(rng), uint16(rng.Uint32())).String()
+		want := clientIPMustKey(t, key, clientIPReq(remote))
+		r := clientIPReq(remote, "X-Forwarded-For", clientIPRandSpoof(rng, nil), "X-Real-IP", clientIPRandAddr(rng).String(),
+			"Forwarded", "for="+clientIPRandAddr(rng).String())
+		if got := clientIPMustKey(t, key, r); got != want {
 			t.Fatalf("RemoteAddr %q with headers %q: key %q, want %q", remote, r.Header, got, want)
 		}
 	}
@@ -307,8 +307,8 @@ func TestClientIPv6Grouping(t *testing.T) {
 			bit := rng.IntN(128)
 			b[bit/8] ^= 0x80 >> (bit % 8)
 			x, y := netip.AddrFrom16(a), netip.AddrFrom16(b)
-			kx := mustKey(t, key, newReq(netip.AddrPortFrom(x, 1).String()))
-			ky := mustKey(t, key, newReq(netip.AddrPortFrom(y, 2).String()))
+			kx := clientIPMustKey(t, key, clientIPReq(netip.AddrPortFrom(x, 1).String()))
+			ky := clientIPMustKey(t, key, clientIPReq(netip.AddrPortFrom(y, 2).String()))
 			if same := bit >= bits; (kx == ky) != same {
 				t.Fatalf("/%d: %v → %q, %v → %q; want same key = %v", bits, x, kx, y, ky, same)
 			}
@@ -337,7 +337,7 @@ func TestClientIPPrefixV4(t *testing.T) {
 		{24, "[::ffff:203.0.113.7]:1", "203.0.113.0/24"},
 	}
 	for _, tt := range tests {
-		if got := mustKey(t, ClientIPPrefix(tt.bits, 64), newReq(tt.remote)); got != tt.want {
+		if got := clientIPMustKey(t, ClientIPPrefix(tt.bits, 64), clientIPReq(tt.remote)); got != tt.want {
 			t.Errorf("ClientIPPrefix(%d, 64) on %q = %q, want %q", tt.bits, tt.remote, got, tt.want)
 		}
 	}
@@ -350,14 +350,14 @@ func TestClientIPCanonical(t *testing.T) {
 	trusted := netip.MustParsePrefix("10.0.0.0/8")
 	for _, key := range []func(*http.Request) (string, error){ClientIP(trusted), ClientIPPrefix(32, 128, trusted)} {
 		for i := 0; i < 3000; i++ {
-			a := randIP(rng)
-			for _, s := range spellings(a) {
-				want := mustKey(t, key, newReq(netip.AddrPortFrom(a, 9).String()))
+			a := clientIPRandAddr(rng)
+			for _, s := range clientIPSpellings(a) {
+				want := clientIPMustKey(t, key, clientIPReq(netip.AddrPortFrom(a, 9).String()))
 				for _, r := range []*http.Request{
-					newReq(s),
-					newReq("10.0.0.1:1", "X-Forwarded-For", s),
+					clientIPReq(s),
+					clientIPReq("10.0.0.1:1", "X-Forwarded-For", s),
 				} {
-					got := mustKey(t, key, r)
+					got := clientIPMustKey(t, key, r)
 					if got != want {
 						t.Fatalf("spelling %q (RemoteAddr %q): key %q, want %q", s, r.RemoteAddr, got, want)
 					}
@@ -370,8 +370,8 @@ func TestClientIPCanonical(t *testing.T) {
 	}
 }
 
-// spellings returns ways of writing a as a RemoteAddr or X-Forwarded-For entry.
-func spellings(a netip.Addr) []string {
+// clientIPSpellings returns ways of writing a as a RemoteAddr or X-Forwarded-For entry.
+func clientIPSpellings(a netip.Addr) []string {
 	if a.Is4() {
 		m := netip.AddrFrom16(a.As16())
 		return []string{
@@ -403,8 +403,8 @@ func TestClientIPTrustedPrefixNormalised(t *testing.T) {
 	}
 	for _, tt := range tests {
 		key := ClientIP(tt.trusted)
-		r := newReq(tt.remote, "X-Forwarded-For", "203.0.113.7")
-		if got := mustKey(t, key, r); got != tt.want {
+		r := clientIPReq(tt.remote, "X-Forwarded-For", "203.0.113.7")
+		if got := clientIPMustKey(t, key, r); got != tt.want {
 			t.Errorf("trusted %v, RemoteAddr %q: key %q, want %q", tt.trusted, tt.remote, got, tt.want)
 		}
 	}
@@ -413,7 +413,7 @@ func TestClientIPTrustedPrefixNormalised(t *testing.T) {
 	list := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	key := ClientIP(list...)
 	list[0] = netip.MustParsePrefix("0.0.0.0/0")
-	if got := mustKey(t, key, newReq("11.0.0.1:1", "X-Forwarded-For", "203.0.113.7")); got != "11.0.0.1" {
+	if got := clientIPMustKey(t, key, clientIPReq("11.0.0.1:1", "X-Forwarded-For", "203.0.113.7")); got != "11.0.0.1" {
 		t.Errorf("changing the caller's slice changed trust: key %q", got)
 	}
 }
@@ -450,7 +450,7 @@ func TestClientIPPanics(t *testing.T) {
 }
 
 func TestClientIPError(t *testing.T) {
-	_, err := ClientIP()(newReq("pipe"))
+	_, err := ClientIP()(clientIPReq("pipe"))
 	if !errors.Is(err, ErrNoClientIP) {
 		t.Fatalf("error %v does not wrap ErrNoClientIP", err)
 	}
@@ -465,10 +465,10 @@ func TestClientIPNoAllocs(t *testing.T) {
 		key  func(*http.Request) (string, error)
 		r    *http.Request
 	}{
-		{"IPv4", ClientIP(), newReq("203.0.113.7:51234", "X-Forwarded-For", "1.2.3.4")},
-		{"bare IPv4", ClientIP(), newReq("203.0.113.7")},
-		{"IPv6 /128", ClientIPPrefix(32, 128), newReq("[2001:db8::1]:443")},
-		{"untrusted peer with trusted list", ClientIP(netip.MustParsePrefix("10.0.0.0/8")), newReq("203.0.113.7:1", "X-Forwarded-For", "1.2.3.4")},
+		{"IPv4", ClientIP(), clientIPReq("203.0.113.7:51234", "X-Forwarded-For", "1.2.3.4")},
+		{"bare IPv4", ClientIP(), clientIPReq("203.0.113.7")},
+		{"IPv6 /128", ClientIPPrefix(32, 128), clientIPReq("[2001:db8::1]:443")},
+		{"untrusted peer with trusted list", ClientIP(netip.MustParsePrefix("10.0.0.0/8")), clientIPReq("203.0.113.7:1", "X-Forwarded-For", "1.2.3.4")},
 	}
 	for _, tt := range tests {
 		var got string
@@ -489,14 +489,14 @@ func BenchmarkClientIP(b *testing.B) {
 		key  func(*http.Request) (string, error)
 		r    *http.Request
 	}{
-		{"IPv4", ClientIP(), newReq("203.0.113.7:51234")},
-		{"IPv4/spoofed-headers", ClientIP(), newReq("203.0.113.7:51234", spoofHeaders...)},
-		{"IPv6/64", ClientIP(), newReq("[2001:db8:1:2:3:4:5:6]:51234")},
-		{"IPv6/128", ClientIPPrefix(32, 128), newReq("[2001:db8:1:2:3:4:5:6]:51234")},
-		{"XFF/1-proxy", ClientIP(trusted...), newReq("10.0.0.1:443", "X-Forwarded-For", "203.0.113.7")},
-		{"XFF/3-proxies", ClientIP(trusted...), newReq("10.0.0.1:443",
+		{"IPv4", ClientIP(), clientIPReq("203.0.113.7:51234")},
+		{"IPv4/spoofed-headers", ClientIP(), clientIPReq("203.0.113.7:51234", clientIPSpoofHeaders...)},
+		{"IPv6/64", ClientIP(), clientIPReq("[2001:db8:1:2:3:4:5:6]:51234")},
+		{"IPv6/128", ClientIPPrefix(32, 128), clientIPReq("[2001:db8:1:2:3:4:5:6]:51234")},
+		{"XFF/1-proxy", ClientIP(trusted...), clientIPReq("10.0.0.1:443", "X-Forwarded-For", "203.0.113.7")},
+		{"XFF/3-proxies", ClientIP(trusted...), clientIPReq("10.0.0.1:443",
 			"X-Forwarded-For", "198.51.100.1, 203.0.113.7, 10.1.1.1", "X-Forwarded-For", "10.2.2.2")},
-		{"XFF/IPv6/64", ClientIP(trusted...), newReq("[fd00::1]:443", "X-Forwarded-For", "2001:db8:1:2::7, fd00::2")},
+		{"XFF/IPv6/64", ClientIP(trusted...), clientIPReq("[fd00::1]:443", "X-Forwarded-For", "2001:db8:1:2::7, fd00::2")},
 	}
 	for _, bb := range benches {
 		b.Run(bb.name, func(b *testing.B) {
@@ -528,7 +528,7 @@ func FuzzClientIP(f *testing.F) {
 			kv = append(kv, "X-Forwarded-For", line)
 		}
 		for i, key := range keys {
-			got, err := key(newReq(remote, kv...))
+			got, err := key(clientIPReq(remote, kv...))
 			if err != nil {
 				if !errors.Is(err, ErrNoClientIP) || got != "" {
 					t.Fatalf("key %d: (%q, %v), want an ErrNoClientIP and no key", i, got, err)
@@ -544,7 +544,7 @@ func FuzzClientIP(f *testing.F) {
 			}
 			if i == 0 {
 				// Without trusted proxies the header plays no part.
-				if alone, _ := key(newReq(remote)); alone != got {
+				if alone, _ := key(clientIPReq(remote)); alone != got {
 					t.Fatalf("key %d: %q with X-Forwarded-For, %q without", i, got, alone)
 				}
 			}
