@@ -542,11 +542,22 @@ func FuzzClientIP(f *testing.F) {
 			} else if p, err := netip.ParsePrefix(got); err != nil || p.String() != got || p != p.Masked() {
 				t.Fatalf("key %d: %q is neither a canonical address nor a masked prefix", i, got)
 			}
-			if i == 0 {
-				// Without trusted proxies the header plays no part.
-				if alone, _ := key(clientIPReq(remote)); alone != got {
-					t.Fatalf("key %d: %q with X-Forwarded-For, %q without", i, got, alone)
+			// The key is RemoteAddr's own key or, with trusted proxies, the key of one of
+			// the X-Forwarded-For entries: never anything else.
+			alone, _ := key(clientIPReq(remote))
+			if i == 0 && alone != got {
+				t.Fatalf("key %d: %q with X-Forwarded-For, %q without", i, got, alone)
+			}
+			found := alone == got
+			for j := 1; j < len(kv); j += 2 {
+				for entry := range strings.SplitSeq(kv[j], ",") {
+					if k, err := key(clientIPReq(strings.Trim(entry, " \t"))); err == nil && k == got {
+						found = true
+					}
 				}
+			}
+			if !found {
+				t.Fatalf("key %d: %q is neither RemoteAddr's key nor that of an X-Forwarded-For entry", i, got)
 			}
 		}
 	})
