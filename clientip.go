@@ -111,6 +111,7 @@ type clientKeyer struct {
 	trusted        []netip.Prefix // IPv4-mapped ones unmapped
 }
 
+// key is the function that [ClientIPPrefix] returns.
 func (k *clientKeyer) key(r *http.Request) (string, error) {
 	text, addr, ok := clientIPParseHost(r.RemoteAddr)
 	if !ok {
