@@ -2,23 +2,248 @@ package retryafter
 
 import (
 	"errors"
-	"net"
+	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 )
+
+// ErrNoClientIP is the error, wrapped, that the key functions of [ClientIP] and
+// [ClientIPPrefix] return when the request's RemoteAddr holds no IP address: an empty
+// RemoteAddr, a server listening on a Unix socket ("@" or a path), or a net.Pipe ("pipe").
+// Test for it with [errors.Is]. Forwarding headers are not consulted in that case, because
+// a peer without an address cannot be inside a trusted prefix.
+var ErrNoClientIP = errors.New("retryafter: no client IP in request")
+
+// clientIPForwardedFor is pre-canonicalised so that reading it is a plain map lookup.
+const clientIPForwardedFor = "X-Forwarded-For"
 
 // ClientIP returns a key function for WithKeyFunc. With no trusted proxies it uses only
 // RemoteAddr; forwarding headers are believed only from addresses inside trusted.
+//
+// ClientIP(trusted...) is shorthand for ClientIPPrefix(32, 64, trusted...): an IPv4
+// client is keyed by its address ("203.0.113.7") and an IPv6 client by its /64
+// ("2001:db8:1:2::/64"), since one host usually owns a whole /64 and could otherwise
+// rotate through 2^64 keys. The middleware's default key, when no [WithKeyFunc] option
+// is given, is ClientIP().
+//
+// See [ClientIPPrefix] for what is trusted, how X-Forwarded-For is walked, and the
+// handling of ports, zones, IPv4-mapped addresses and malformed entries.
 func ClientIP(trusted ...netip.Prefix) func(*http.Request) (string, error) {
-	return func(r *http.Request) (string, error) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			host = r.RemoteAddr
-		}
-		a, err := netip.ParseAddr(host)
-		if err != nil {
-			return "", errors.New("retryafter: no client IP in request")
-		}
-		return a.Unmap().WithZone("").String(), nil
+	return ClientIPPrefix(32, 64, trusted...)
+}
+
+// ClientIPPrefix is like [ClientIP] but groups clients by the given prefix lengths:
+// an IPv4 client is keyed by its v4Bits-bit prefix and an IPv6 client by its v6Bits-bit
+// prefix. [ClientIP] uses 32 and 64. A full-length prefix (32 for IPv4, 128 for IPv6)
+// keys by the address itself, formatted as [netip.Addr.String] ("203.0.113.7",
+// "2001:db8::1"); a shorter one keys by the masked prefix, formatted as
+// [netip.Prefix.String] ("203.0.113.0/24", "2001:db8:1:2::/64"). The key is always such
+// a canonical string produced from a parsed [netip.Addr], never text copied from a
+// header, so two spellings of one address share a key and a client cannot choose its key
+// by choosing how to spell it.
+//
+// ClientIPPrefix panics, with a "retryafter: " message, when v4Bits is outside 1..32,
+// v6Bits is outside 1..128, or a trusted prefix is not valid ([netip.Prefix.IsValid]).
+// An IPv4-mapped IPv6 trusted prefix of /96 or longer
+// (::ffff:10.0.0.0/104) is turned into the IPv4 prefix it denotes (10.0.0.0/8). The
+// returned function is safe for concurrent use and keeps its own copy of trusted.
+//
+// The client's address is found as follows.
+//
+//   - RemoteAddr is parsed as "host:port", "[host]:port", or a bare host ("203.0.113.7",
+//     "2001:db8::1", "[2001:db8::1]"). A zone ("fe80::1%eth0") is dropped, and an
+//     IPv4-mapped IPv6 address (::ffff:203.0.113.7) is unmapped to IPv4 before anything
+//     else, so it is keyed and matched against trusted prefixes as IPv4. If RemoteAddr holds
+//     no IP, the function returns an error wrapping [ErrNoClientIP].
+//   - With no trusted prefixes, RemoteAddr is the client. X-Forwarded-For, X-Real-IP,
+//     Forwarded and every other request header are ignored, so a client cannot dodge its
+//     limit by sending them.
+//   - With trusted prefixes, the walk starts at RemoteAddr. While the current hop is
+//     inside a trusted prefix, it steps one entry to the left through X-Forwarded-For:
+//     all of its header lines, the last line first, each split on commas and read right
+//     to left, with spaces and tabs around each entry trimmed. The first hop that is not
+//     trusted is the client. If every hop is trusted, the leftmost one is the client.
+//   - Empty list elements (",," or an empty header line) are skipped, as RFC 9110 §5.6.1
+//     asks of list recipients. An entry may be an address, an address in brackets, or
+//     either with a port; it is normalised like RemoteAddr.
+//   - Any other entry ("unknown", an RFC 7239 obfuscated identifier such as "_hidden", a
+//     host name, garbage) stops the walk, and the last hop already validated, which is
+//     a trusted proxy, becomes the key. Such an entry can only be reached when a trusted
+//     proxy wrote it, because a trusted proxy appends the address of its own peer: text
+//     that a client sends is always to the left of that address.
+//
+// Only X-Forwarded-For is walked. The RFC 7239 Forwarded header and X-Real-IP are
+// ignored even from trusted proxies: a client can send any of these headers, and a proxy
+// passes on the ones it does not write untouched, so believing a header besides the one
+// the proxies write would let the client choose its key; preferring one when both are
+// present would not help, since the client decides which are present. Configure the
+// trusted proxies to append to X-Forwarded-For.
+//
+// With no trusted prefixes and an IPv4 RemoteAddr, the function does not allocate: the
+// key is the host part of RemoteAddr itself, used only after it has been parsed and
+// found equal to its canonical form. A key found in X-Forwarded-For is always a fresh
+// string, so that it does not keep the rest of a long header alive in the limiter.
+func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) func(*http.Request) (string, error) {
+	if v4Bits < 1 || v4Bits > 32 {
+		panic(fmt.Sprintf("retryafter: ClientIPPrefix: v4Bits %d is outside 1..32", v4Bits))
 	}
+	if v6Bits < 1 || v6Bits > 128 {
+		panic(fmt.Sprintf("retryafter: ClientIPPrefix: v6Bits %d is outside 1..128", v6Bits))
+	}
+	k := &clientKeyer{v4Bits: v4Bits, v6Bits: v6Bits}
+	for _, p := range trusted {
+		if !p.IsValid() {
+			panic(fmt.Sprintf("retryafter: ClientIP: trusted prefix %v is not valid", p))
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		k.trusted = append(k.trusted, p)
+	}
+	return k.key
+}
+
+// clientKeyer holds the configuration of one [ClientIPPrefix] key function.
+// It is never modified after construction.
+type clientKeyer struct {
+	v4Bits, v6Bits int
+	trusted        []netip.Prefix // IPv4-mapped ones unmapped
+}
+
+// key is the function that [ClientIPPrefix] returns.
+func (k *clientKeyer) key(r *http.Request) (string, error) {
+	text, addr, ok := clientIPParseHost(r.RemoteAddr)
+	if !ok {
+		return "", fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, r.RemoteAddr)
+	}
+	if len(k.trusted) > 0 && k.isTrusted(addr) {
+		if lines := r.Header[clientIPForwardedFor]; len(lines) > 0 {
+			addr = k.walk(lines, addr)
+			text = "" // the key is formatted afresh, never a slice of the header
+		}
+	}
+	return k.format(addr, text), nil
+}
+
+// isTrusted reports whether a, already unmapped and without zone, is inside a trusted
+// prefix.
+func (k *clientKeyer) isTrusted(a netip.Addr) bool {
+	for _, p := range k.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// walk steps left through the X-Forwarded-For lines from cur, a trusted hop, and
+// returns the first untrusted hop, the leftmost hop if all are trusted, or the last
+// trusted hop before a malformed entry.
+func (k *clientKeyer) walk(lines []string, cur netip.Addr) netip.Addr {
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for {
+			entry, rest, more := clientIPCutLast(line)
+			if entry = clientIPTrim(entry); entry != "" {
+				_, a, ok := clientIPParseHost(entry)
+				if !ok {
+					return cur
+				}
+				cur = a
+				if !k.isTrusted(cur) {
+					return cur
+				}
+			}
+			if !more {
+				break
+			}
+			line = rest
+		}
+	}
+	return cur
+}
+
+// format returns the key for a, reusing text when it is exactly the canonical form
+// of the key.
+func (k *clientKeyer) format(a netip.Addr, text string) string {
+	bits := k.v6Bits
+	if a.Is4() {
+		bits = k.v4Bits
+	}
+	if bits == a.BitLen() {
+		if text != "" && clientIPCanonical(a, text) {
+			return text
+		}
+		return a.String()
+	}
+	p, _ := a.Prefix(bits) // bits was checked at construction, so this cannot fail
+	var buf [64]byte
+	return string(p.AppendTo(buf[:0])) // one allocation, where p.String() makes two
+}
+
+// clientIPCanonical reports whether text is exactly a.String(), without allocating.
+func clientIPCanonical(a netip.Addr, text string) bool {
+	var buf [64]byte // an IPv6 address without zone is at most 45 bytes
+	return string(a.AppendTo(buf[:0])) == text
+}
+
+// clientIPParseHost parses "host:port", "[host]:port", "[host]" or a bare host, where host is an
+// IP address, and returns the host text and the address, unmapped and without zone.
+func clientIPParseHost(s string) (text string, a netip.Addr, ok bool) {
+	text = s
+	if len(s) > 0 && s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "", netip.Addr{}, false
+		}
+		text = s[1:end]
+		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !clientIPIsPort(rest[1:])) {
+			return "", netip.Addr{}, false
+		}
+	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
+		// Exactly one colon: IPv4 (or a name) with a port. Two or more: bare IPv6.
+		if !clientIPIsPort(s[i+1:]) {
+			return "", netip.Addr{}, false
+		}
+		text = s[:i]
+	}
+	a, err := netip.ParseAddr(text)
+	if err != nil {
+		return "", netip.Addr{}, false
+	}
+	return text, a.Unmap().WithZone(""), true
+}
+
+// clientIPIsPort reports whether s is 1 to 5 ASCII digits.
+func clientIPIsPort(s string) bool {
+	if len(s) == 0 || len(s) > 5 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// clientIPCutLast splits s around its last comma: entry is what follows it and rest what
+// precedes it. If s has no comma, entry is s and more is false.
+func clientIPCutLast(s string) (entry, rest string, more bool) {
+	if i := strings.LastIndexByte(s, ','); i >= 0 {
+		return s[i+1:], s[:i], true
+	}
+	return s, "", false
+}
+
+// clientIPTrim trims the optional white space of RFC 9110 (spaces and tabs) around s.
+func clientIPTrim(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
 }

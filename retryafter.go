@@ -78,8 +78,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithKeyFunc sets the function that names the client a request is counted against. The default
-// is [ClientIP] with no trusted proxies: the address in RemoteAddr, port stripped, so that
-// forwarding headers, which the client writes, play no part.
+// is [ClientIP] with no trusted proxies: the address in RemoteAddr, port stripped (an IPv6
+// client's /64), so that forwarding headers, which the client writes, play no part.
 //
 // When the function returns an error the request is not counted; what it is answered is set by
 // [WithFailOpen] (the default is 500 Internal Server Error), and the error goes to the hook set
