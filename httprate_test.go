@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -200,7 +202,8 @@ func TestSlidingWindowRoundTrip(t *testing.T) {
 }
 
 // TestSlidingWindowExactWaits checks hand-computed waits, each derived from httprate's formula
-// rate = prev × (W − elapsed)/W + curr, admitted when round(rate) + 1 ≤ limit.
+// rate = prev × (W − elapsed)/W + curr, admitted when round(rate) + 1 ≤ limit, and checks each
+// against httprate's own middleware too.
 func TestSlidingWindowExactWaits(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -210,52 +213,90 @@ func TestSlidingWindowExactWaits(t *testing.T) {
 		at      time.Duration   // the refused request, from t0
 		wait    time.Duration
 		header  string
+		cost    int // of the refused request and its retries; 0 means 1
 	}{
 		// 7 requests in the first minute, 9 in the second: refused at 1m51s. Within the
 		// window, 7 × (60 s − x)/60 s + 9 < 9.5 once x > 55.714285714 s, 4.714 s later:
 		// Retry-After 5, where httprate says 60.
 		{"60s window, within it", time.Minute, 10, append(repeat(0, 7), repeat(time.Minute+50*time.Second, 9)...),
-			time.Minute + 51*time.Second, 4714285715 * time.Nanosecond, "5"},
+			time.Minute + 51*time.Second, 4714285715 * time.Nanosecond, "5", 1},
 		// The same with 6 in the first minute: 6 × 5 s/60 s + 9 is exactly 9.5, which rounds
 		// up; admitted one nanosecond after 55 s.
 		{"60s window, the half rounds up", time.Minute, 10, append(repeat(0, 6), repeat(time.Minute+50*time.Second, 9)...),
-			time.Minute + 51*time.Second, 4*time.Second + 1, "5"},
+			time.Minute + 51*time.Second, 4*time.Second + 1, "5", 1},
 		// 3 in a 10 s window, refused 1 s in. The count stays 3 to the end of the window;
 		// in the next, 3 × (10 s − x)/10 s < 2.5 once x > 1.6667 s: 10.667 s, Retry-After 11.
 		// httprate's Retry-After 10 would be refused.
 		{"10s window, into the next", 10 * time.Second, 3, repeat(0, 3),
-			time.Second, 10*time.Second + 666666667, "11"},
+			time.Second, 10*time.Second + 666666667, "11", 1},
 		// 1 request per 250 ms, refused 10 ms later: next window, (250 − x)/250 < 0.5 once
 		// x > 125 ms: 365 ms, Retry-After 1, where httprate says 0.
 		{"250ms window", 250 * time.Millisecond, 1, repeat(0, 1),
-			10 * time.Millisecond, 365*time.Millisecond + 1, "1"},
+			10 * time.Millisecond, 365*time.Millisecond + 1, "1", 1},
 		// One request at the end of the previous window, one at the start of this: refused
 		// 200 ms in, as 1 × (1 s − x)/1 s + 1 stays at 1.5 or above for half the window.
 		{"1s window, previous weighs", time.Second, 2, []time.Duration{999 * time.Millisecond, 1000 * time.Millisecond},
-			1200 * time.Millisecond, 300*time.Millisecond + 1, "1"},
+			1200 * time.Millisecond, 300*time.Millisecond + 1, "1", 1},
+		// 25 in the first second, then a cost of 11 at 1.41 s, which needs the estimate under
+		// 14.5. 25 × (1 s − 420 ms)/1 s is exactly 14.5 in httprate's order of operations
+		// (25 × ((1 s − x)/1 s) would give 14.499999999999998 and round down): refused
+		// until 420 ms and 1ns.
+		{"1s window, a half only httprate's float order keeps", time.Second, 25, repeat(0, 25),
+			1410 * time.Millisecond, 10*time.Millisecond + 1, "1", 11},
 	}
 	for _, tt := range tests {
+		// httprate itself, in a synctest bubble, which starts on a window boundary as t0 is.
+		t.Run(tt.name+"/httprate", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				h := httprate.LimitBy(tt.limit, tt.window, httprate.Key("k"),
+					httprate.WithLimitCounter(httprate.NewLocalLimitCounter(tt.window)))(ok)
+				sleepUntil := func(at time.Duration) { time.Sleep(start.Add(at).Sub(time.Now())) }
+				cost := max(tt.cost, 1)
+				for _, at := range tt.history {
+					sleepUntil(at)
+					if w := serve(h, http.MethodGet, "192.0.2.1:1"); w.Code != http.StatusOK {
+						t.Fatalf("history request at %v refused by httprate", at)
+					}
+				}
+				for _, probe := range []struct {
+					at   time.Duration
+					code int
+				}{{tt.at, 429}, {tt.at + tt.wait - 1, 429}, {tt.at + tt.wait, 200}} {
+					sleepUntil(probe.at)
+					r := httptest.NewRequest(http.MethodGet, "/", nil)
+					r = r.WithContext(httprate.WithIncrement(r.Context(), cost))
+					w := httptest.NewRecorder()
+					if h.ServeHTTP(w, r); w.Code != probe.code {
+						t.Fatalf("httprate answered %d at %v, want %d", w.Code, probe.at, probe.code)
+					}
+				}
+			})
+		})
 		t.Run(tt.name, func(t *testing.T) {
+			cost := max(tt.cost, 1)
 			s := NewSlidingWindow(tt.limit, tt.window, nil)
 			for _, at := range tt.history {
 				if d, _ := s.Decide(context.Background(), "k", 1, t0.Add(at)); !d.Allowed {
 					t.Fatalf("history request at %v refused: %+v", at, d)
 				}
 			}
-			d, err := s.Decide(context.Background(), "k", 1, t0.Add(tt.at))
+			d, err := s.Decide(context.Background(), "k", cost, t0.Add(tt.at))
 			if err != nil || d.Allowed || d.RetryAfter != tt.wait {
 				t.Fatalf("Decide at %v = %+v, %v; want refused with RetryAfter %v", tt.at, d, err, tt.wait)
 			}
-			clk := newClock(t0.Add(tt.at))
-			key := WithKeyFunc(func(*http.Request) (string, error) { return "k", nil })
-			w := serve(LimitWith(s, WithClock(clk.Now), key)(ok), http.MethodGet, "192.0.2.1:1")
-			if got := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || got != tt.header {
-				t.Fatalf("middleware answered %d with Retry-After %q, want 429 with %q", w.Code, got, tt.header)
+			if cost == 1 {
+				clk := newClock(t0.Add(tt.at))
+				key := WithKeyFunc(func(*http.Request) (string, error) { return "k", nil })
+				w := serve(LimitWith(s, WithClock(clk.Now), key)(ok), http.MethodGet, "192.0.2.1:1")
+				if got := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || got != tt.header {
+					t.Fatalf("middleware answered %d with Retry-After %q, want 429 with %q", w.Code, got, tt.header)
+				}
 			}
-			if d, _ := s.Decide(context.Background(), "k", 1, t0.Add(tt.at+tt.wait-1)); d.Allowed {
+			if d, _ := s.Decide(context.Background(), "k", cost, t0.Add(tt.at+tt.wait-1)); d.Allowed {
 				t.Fatalf("admitted 1ns before RetryAfter")
 			}
-			if d, _ := s.Decide(context.Background(), "k", 1, t0.Add(tt.at+tt.wait)); !d.Allowed {
+			if d, _ := s.Decide(context.Background(), "k", cost, t0.Add(tt.at+tt.wait)); !d.Allowed {
 				t.Fatalf("refused at RetryAfter: %+v", d)
 			}
 		})
@@ -349,6 +390,23 @@ func TestSlidingWindowQuota(t *testing.T) {
 	}
 }
 
+// TestSlidingWindowQuotaOverLimit shares a counter with a limiter of a larger limit, so that
+// the counts exceed this one's limit: Remaining stays at 0, and Reset is when they have decayed.
+func TestSlidingWindowQuotaOverLimit(t *testing.T) {
+	counter := httprate.NewLocalLimitCounter(time.Second)
+	big := NewSlidingWindow(10, time.Second, counter)
+	small := NewSlidingWindow(3, time.Second, counter, withQuota())
+	for range 10 {
+		big.Decide(context.Background(), "k", 1, t0)
+	}
+	// In the next window a cost of 1 needs 10 × (1 s − x)/1 s < 2.5, x > 750 ms; the whole
+	// limit needs it under 0.5, x > 950 ms.
+	d, _ := small.Decide(context.Background(), "k", 1, t0)
+	if want := (Decision{RetryAfter: 1750*time.Millisecond + 1, Limit: 3, Remaining: 0, Reset: 1950*time.Millisecond + 1}); d != want {
+		t.Fatalf("Decide = %+v, want %+v", d, want)
+	}
+}
+
 // TestSlidingWindowNoQuota checks that the quota fields stay zero unless asked for.
 func TestSlidingWindowNoQuota(t *testing.T) {
 	s := NewSlidingWindow(1, time.Second, nil)
@@ -364,7 +422,7 @@ func TestSlidingWindowNoQuota(t *testing.T) {
 // one step.
 func TestSlidingWindowConcurrent(t *testing.T) {
 	const limit = 50
-	s := NewSlidingWindow(limit, time.Minute, nil)
+	s := NewSlidingWindow(limit, time.Minute, yieldingCounter{httprate.NewLocalLimitCounter(time.Minute)})
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
@@ -380,6 +438,16 @@ func TestSlidingWindowConcurrent(t *testing.T) {
 	if n := admitted.Load(); n != limit {
 		t.Fatalf("%d admitted at one instant, want %d", n, limit)
 	}
+}
+
+// yieldingCounter is a LimitCounter that lets other goroutines run after every read, as a
+// counter across a network would, so that a read and an increment not made one step interleave.
+type yieldingCounter struct{ httprate.LimitCounter }
+
+func (c yieldingCounter) Get(key string, curr, prev time.Time) (int, int, error) {
+	a, b, err := c.LimitCounter.Get(key, curr, prev)
+	runtime.Gosched()
+	return a, b, err
 }
 
 // failingCounter is a LimitCounter whose Get or IncrementBy fails on demand.
