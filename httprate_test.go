@@ -311,6 +311,37 @@ func repeat(at time.Duration, n int) []time.Duration {
 	return s
 }
 
+// TestSlidingWindowSearch checks the search for the first admitting instant against a scan of
+// every nanosecond of short windows, from guesses anywhere in the bracket, so that the
+// galloping and the halving both run far from the crossing.
+func TestSlidingWindowSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		limit := 1 + rng.IntN(20)
+		s := NewSlidingWindow(limit, time.Duration(100+rng.IntN(2000)), nil)
+		prev, curr, cost := 1+rng.IntN(limit+5), rng.IntN(limit+1), 1+rng.IntN(limit)
+		first := s.window
+		for x := range s.window {
+			if s.admits(prev, curr, cost, x) {
+				first = x
+				break
+			}
+		}
+		if first == 0 || first == s.window {
+			continue // no bracket to search
+		}
+		lo := time.Duration(rng.Int64N(int64(first)))
+		hi := first + time.Duration(rng.Int64N(int64(s.window-first)))
+		guess := lo + 1 + time.Duration(rng.Int64N(int64(hi-lo)))
+		if got := s.search(prev, curr, cost, lo, hi, guess); got != first {
+			t.Fatalf("search(%d, %d, %d, %v, %v, %v) over %v = %v, want %v", prev, curr, cost, lo, hi, guess, s.window, got, first)
+		}
+		if got := s.firstAdmit(prev, curr, cost, lo); got != first {
+			t.Fatalf("firstAdmit(%d, %d, %d, %v) over %v = %v, want %v", prev, curr, cost, lo, s.window, got, first)
+		}
+	}
+}
+
 // TestSlidingWindowCost checks costs other than 1: a cost above the limit is refused forever
 // and counts nothing; a cost the counts leave no room for waits, and the refusal costs nothing.
 func TestSlidingWindowCost(t *testing.T) {
