@@ -70,8 +70,9 @@ type paddedMutex struct {
 // counter.Config(requestLimit, windowLength), as httprate does for the counters it is given.
 //
 // It panics if requestLimit is below 1 or windowLength is not positive or longer than 2^60 ns
-// (about 36 years). Of the options it reads only the one that asks limiters to report
-// [Decision].Limit, Remaining and Reset.
+// (about 36 years). Of the options it reads only the one that turns on the quota fields (for
+// the RateLimit header fields): with it, Decide fills [Decision].Limit, Remaining and Reset;
+// without it they are zero.
 func NewSlidingWindow(requestLimit int, windowLength time.Duration, counter httprate.LimitCounter, opts ...Option) *SlidingWindow {
 	if requestLimit < 1 {
 		panic("retryafter: request limit below 1")
