@@ -4,4 +4,13 @@ go 1.26.0
 
 require golang.org/x/time v0.16.0
 
-require github.com/go-chi/chi/v5 v5.5.0
+require (
+	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-chi/httprate v0.16.1
+)
+
+require (
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/zeebo/xxh3 v1.0.2 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)

@@ -1,0 +1,251 @@
+package retryafter
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/go-chi/httprate"
+	"golang.org/x/time/rate"
+)
+
+// maxWindow is the longest window a [SlidingWindow] accepts (about 36 years): the waits it
+// computes reach two windows ahead and must fit a Duration.
+const maxWindow = time.Duration(1 << 60)
+
+// A SlidingWindow is a [Limiter] that counts requests the way github.com/go-chi/httprate does,
+// on any [httprate.LimitCounter], and answers a refusal with the exact wait.
+//
+// Time is cut into windows of the window length, aligned to the wall clock
+// (now.UTC().Truncate(windowLength)). A key's rate at an instant is httprate's sliding-window
+// estimate: the previous window's count weighted by the part of that window still inside the
+// sliding window, plus the current window's count,
+//
+//	rate = prev × (windowLength − elapsed) / windowLength + curr
+//
+// computed in float64 exactly as httprate computes it. A request of cost n is admitted when
+// round(rate) + n ≤ requestLimit, rounding half away from zero ([math.Round]), and its cost is
+// then added to the current window's count with IncrementBy; a refused request is not counted.
+// These are httprate's own rules, so a SlidingWindow and httprate's middleware on the same
+// counter admit the same requests.
+//
+// Where httprate answers every refusal with the window length, a SlidingWindow reports the
+// earliest instant at which that estimate lets the request in, found over the integer
+// nanoseconds of the current window, the next, and the one after (when both counts are zero):
+// a request of the same cost at now + RetryAfter is admitted unless the key's counts changed
+// meanwhile, and one at any earlier instant is not. That wait can be far shorter than the
+// window, and it can be longer: the previous window's count still weighs on the next one.
+//
+// Differences from httprate's own middleware: windows are aligned to the wall clock even with
+// httprate's in-memory counter, which httprate aligns instead to the instant its limiter was
+// built (it aligns shared counters to the wall clock, as here); the clock is read once per
+// request, where httprate reads it twice; the limit and the cost are the SlidingWindow's and
+// Decide's, not httprate.WithRequestLimit's and httprate.WithIncrement's.
+//
+// A SlidingWindow is safe for concurrent use. It serialises the read and the increment of a
+// key within the process, with one lock per part of the key space where httprate holds one
+// lock over all keys; a counter shared between processes is read and incremented in two calls,
+// as httprate does too, so concurrent replicas may together overshoot the limit slightly.
+type SlidingWindow struct {
+	limit   int
+	window  time.Duration
+	counter httprate.LimitCounter
+	quota   bool // fill Decision.Limit, Remaining and Reset
+	seed    maphash.Seed
+	locks   [shardCount]paddedMutex
+}
+
+// paddedMutex is a mutex alone on its cache line.
+type paddedMutex struct {
+	sync.Mutex
+	_ [56]byte
+}
+
+// NewSlidingWindow returns a [SlidingWindow] that admits up to requestLimit requests per key
+// in any window of windowLength, as httprate's sliding window estimates them, counting on
+// counter: httprate's in-memory counter (httprate.NewLocalLimitCounter) when counter is nil,
+// or any other [httprate.LimitCounter], such as one shared by several processes. It calls
+// counter.Config(requestLimit, windowLength), as httprate does for the counters it is given.
+//
+// It panics if requestLimit is below 1 or windowLength is not positive or longer than 2^60 ns
+// (about 36 years). Of the options it reads only the one that turns on the quota fields (for
+// the RateLimit header fields): with it, Decide fills [Decision].Limit, Remaining and Reset;
+// without it they are zero.
+func NewSlidingWindow(requestLimit int, windowLength time.Duration, counter httprate.LimitCounter, opts ...Option) *SlidingWindow {
+	if requestLimit < 1 {
+		panic("retryafter: request limit below 1")
+	}
+	if windowLength <= 0 {
+		panic("retryafter: window length not positive")
+	}
+	if windowLength > maxWindow {
+		panic("retryafter: window length longer than 2^60 ns")
+	}
+	if counter == nil {
+		counter = httprate.NewLocalLimitCounter(windowLength)
+	}
+	counter.Config(requestLimit, windowLength)
+	c := newConfig(opts)
+	return &SlidingWindow{
+		limit:   requestLimit,
+		window:  windowLength,
+		counter: counter,
+		quota:   c.quota,
+		seed:    maphash.MakeSeed(),
+	}
+}
+
+// Decide implements [Limiter]. It reads key's counts for the window containing now and the one
+// before, admits the request if httprate would, and then adds cost to the current window's
+// count. A refused request is not counted; its RetryAfter is the exact wait until a request of
+// the same cost would be admitted, or rate.InfDuration when cost exceeds the request limit.
+//
+// When quota reporting is on, Limit is the request limit, Remaining the largest cost that
+// would be admitted at now after this request (a request of cost n ≥ 1 is admitted exactly
+// when n ≤ Remaining), and Reset the wait until Remaining is back to Limit if nothing more is
+// counted.
+//
+// An error from the counter is returned as is, with a zero Decision; the request has then not
+// been counted. ctx is not used: [httprate.LimitCounter] takes none, so a shared counter
+// bounds its own calls.
+func (s *SlidingWindow) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+	now = now.UTC()
+	curr := now.Truncate(s.window)
+	prev := curr.Add(-s.window)
+	elapsed := now.Sub(curr)
+
+	mu := &s.locks[maphash.String(s.seed, key)%shardCount]
+	mu.Lock()
+	currCount, prevCount, err := s.counter.Get(key, curr, prev)
+	if err != nil {
+		mu.Unlock()
+		return Decision{}, err
+	}
+	if !s.admits(prevCount, currCount, cost, elapsed) {
+		mu.Unlock()
+		d := Decision{RetryAfter: s.wait(prevCount, currCount, cost, elapsed)}
+		if s.quota {
+			s.fill(&d, prevCount, currCount, elapsed)
+		}
+		return d, nil
+	}
+	if err := s.counter.IncrementBy(key, curr, cost); err != nil {
+		mu.Unlock()
+		return Decision{}, err
+	}
+	mu.Unlock()
+	d := Decision{Allowed: true}
+	if s.quota {
+		s.fill(&d, prevCount, currCount+cost, elapsed)
+	}
+	return d, nil
+}
+
+// estimate returns httprate's sliding-window rate, rounded as httprate rounds it, for counts
+// prev and curr at elapsed into the current window. The expression is httprate's own, term for
+// term, so that it rounds the same way; the conversion to float64 keeps any compiler from
+// fusing its operations.
+func (s *SlidingWindow) estimate(prev, curr int, elapsed time.Duration) int {
+	rate := float64(float64(prev)*(float64(s.window)-float64(elapsed))/float64(s.window)) + float64(curr)
+	return int(math.Round(rate))
+}
+
+// admits reports whether httprate admits a request of cost at elapsed into the current window
+// of counts prev and curr.
+func (s *SlidingWindow) admits(prev, curr, cost int, elapsed time.Duration) bool {
+	return s.estimate(prev, curr, elapsed)+cost <= s.limit
+}
+
+// firstAdmit returns the least elapsed time in [from, window) at which a request of cost is
+// admitted on counts prev and curr, or the window length when there is none.
+//
+// The estimate does not grow with elapsed time (every float64 operation in it is monotone), so
+// the instants that admit follow those that do not, and a search over the nanoseconds finds the
+// first exactly. The search starts where the estimate, taken as a real number, crosses the
+// threshold: float64 rounding moves the crossing by a few nanoseconds at most, so it takes a
+// handful of evaluations, not the forty or so of a plain bisection of a minute.
+func (s *SlidingWindow) firstAdmit(prev, curr, cost int, from time.Duration) time.Duration {
+	lo, hi := from, s.window-1
+	if !s.admits(prev, curr, cost, hi) {
+		return s.window
+	}
+	if s.admits(prev, curr, cost, lo) || prev <= 0 {
+		return lo // with no previous count the estimate is the same all window long
+	}
+	// The real estimate is below limit − cost + 0.5 once
+	// elapsed > window − (limit − cost + 0.5 − curr) × window / prev.
+	w := float64(s.window)
+	guess := w - (float64(s.limit-cost-curr)+0.5)*w/float64(prev)
+	g := hi
+	if guess <= float64(lo+1) {
+		g = lo + 1
+	} else if guess < float64(hi) {
+		g = time.Duration(guess)
+	}
+	return s.search(prev, curr, cost, lo, hi, g)
+}
+
+// search returns the least elapsed time in (lo, hi] at which a request of cost is admitted on
+// counts prev and curr, given that it is not at lo and is at hi. It gallops from guess, in
+// (lo, hi], to a bracket that it then halves; the answer does not depend on the guess, only
+// the number of steps does.
+func (s *SlidingWindow) search(prev, curr, cost int, lo, hi, guess time.Duration) time.Duration {
+	g := guess
+	if s.admits(prev, curr, cost, g) {
+		hi = g
+		for step := time.Duration(1); g-step > lo; step *= 2 {
+			if !s.admits(prev, curr, cost, g-step) {
+				lo = g - step
+				break
+			}
+			hi = g - step
+		}
+	} else {
+		lo = g
+		for step := time.Duration(1); g+step < hi; step *= 2 {
+			if s.admits(prev, curr, cost, g+step) {
+				hi = g + step
+				break
+			}
+			lo = g + step
+		}
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if s.admits(prev, curr, cost, mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
+}
+
+// wait returns how long after elapsed into the current window, of counts prev and curr, a
+// request of cost is first admitted, if nothing more is counted: within this window as the
+// previous one's weight decays, in the next window (where curr becomes the previous count), or
+// at the start of the one after (where both counts are zero); rate.InfDuration if never.
+func (s *SlidingWindow) wait(prev, curr, cost int, elapsed time.Duration) time.Duration {
+	if x := s.firstAdmit(prev, curr, cost, elapsed); x < s.window {
+		return x - elapsed
+	}
+	if x := s.firstAdmit(curr, 0, cost, 0); x < s.window {
+		return s.window - elapsed + x
+	}
+	if s.admits(0, 0, cost, 0) {
+		return 2*s.window - elapsed
+	}
+	return rate.InfDuration
+}
+
+// fill sets d's Limit, Remaining and Reset for counts prev and curr at elapsed into the
+// current window.
+func (s *SlidingWindow) fill(d *Decision, prev, curr int, elapsed time.Duration) {
+	d.Limit = s.limit
+	d.Remaining = max(0, s.limit-s.estimate(prev, curr, elapsed))
+	if d.Remaining < s.limit {
+		d.Reset = s.wait(prev, curr, s.limit, elapsed)
+	}
+}

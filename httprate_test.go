@@ -1,0 +1,586 @@
+package retryafter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-chi/httprate"
+	"golang.org/x/time/rate"
+)
+
+var (
+	slidingWindows = []time.Duration{time.Second, 10 * time.Second, time.Minute, 250 * time.Millisecond}
+	slidingLimits  = []int{1, 3, 10, 100}
+)
+
+// withQuota turns on Decision.Limit, Remaining and Reset.
+func withQuota() Option { return func(c *config) { c.quota = true } }
+
+// slidingArrivals returns the gaps between the requests of a random arrival pattern over
+// window w with limit requests per window. It runs in phases: bursts of up to one and a half
+// times the limit; one to two times the limit of gaps half the limit's pace on average;
+// and up to 20 of a mix of gaps anywhere in
+// the window, past it, on quarter windows (where httprate's estimate lands on halves) and of a
+// few nanoseconds.
+func slidingArrivals(rng *rand.Rand, w time.Duration, limit int) func() time.Duration {
+	var phase, left int
+	pace := int64(w / time.Duration(limit))
+	return func() time.Duration {
+		if left == 0 {
+			switch phase = rng.IntN(3); phase {
+			case 0:
+				left = 1 + rng.IntN(limit*3/2+1)
+			case 1:
+				left = limit + rng.IntN(limit+1)
+			default:
+				left = 1 + rng.IntN(20)
+			}
+		}
+		left--
+		switch phase {
+		case 0:
+			return 0
+		case 1:
+			return time.Duration(rng.Int64N(pace + 1))
+		}
+		switch rng.IntN(5) {
+		case 0:
+			return time.Duration(rng.Int64N(int64(w)))
+		case 1:
+			return time.Duration(rng.Int64N(int64(3 * w)))
+		case 2:
+			return time.Duration(rng.IntN(5)) * w / 4
+		case 3:
+			return time.Duration(rng.Int64N(1000))
+		}
+		return 0
+	}
+}
+
+// TestSlidingWindowAgreesWithHTTPRate runs httprate's own middleware and a SlidingWindow side
+// by side, each on its own counter of the same kind, on the same request instants of many
+// arrival patterns, and checks that they admit and refuse the same requests. httprate reads
+// time.Now itself, so both run in a synctest bubble, whose clock moves only by time.Sleep.
+//
+// After a refusal the client sometimes retries exactly RetryAfter later, which httprate must
+// admit, or a nanosecond earlier, which httprate must refuse: the wait is httprate's own
+// earliest admission instant, to the nanosecond.
+func TestSlidingWindowAgreesWithHTTPRate(t *testing.T) {
+	for _, kind := range []string{"WithLimitCounter", "default counter"} {
+		for _, w := range slidingWindows {
+			for _, limit := range slidingLimits {
+				for seed := range uint64(3) {
+					name := fmt.Sprintf("%s/%v/%d/%d", kind, w, limit, seed)
+					t.Run(name, func(t *testing.T) {
+						synctest.Test(t, func(t *testing.T) {
+							agree(t, kind == "default counter", w, limit, seed)
+						})
+					})
+				}
+			}
+		}
+	}
+}
+
+func agree(t *testing.T, defaultCounter bool, w time.Duration, limit int, seed uint64) {
+	// httprate aligns the windows of its default counter to the instant its limiter is built;
+	// the bubble starts at midnight UTC, on a wall-clock window boundary, so they coincide.
+	if start := time.Now(); !start.Truncate(w).Equal(start) {
+		t.Fatalf("the bubble starts at %v, inside a window of %v", start, w)
+	}
+	key := func(r *http.Request) (string, error) { return r.RemoteAddr, nil }
+	var theirs http.Handler
+	var ours *SlidingWindow
+	if defaultCounter {
+		theirs = httprate.LimitBy(limit, w, key)(ok)
+		ours = NewSlidingWindow(limit, w, nil, withQuota())
+	} else {
+		theirs = httprate.LimitBy(limit, w, key, httprate.WithLimitCounter(httprate.NewLocalLimitCounter(w)))(ok)
+		ours = NewSlidingWindow(limit, w, httprate.NewLocalLimitCounter(w), withQuota())
+	}
+
+	rng := rand.New(rand.NewPCG(seed, uint64(w)+uint64(limit)))
+	clients := []string{"192.0.2.1:1", "192.0.2.2:1", "192.0.2.3:1"}
+	start := time.Now()
+	var probes, refusals int
+	type expectation int
+	const (
+		none expectation = iota
+		admit
+		refuse
+	)
+	client, expect, nextGap := clients[0], none, time.Duration(-1)
+	gap := slidingArrivals(rng, w, limit)
+	for i := range 400 {
+		now := time.Now()
+		rec := serve(theirs, http.MethodGet, client)
+		theirOK := rec.Code == http.StatusOK
+		d, err := ours.Decide(context.Background(), client, 1, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := fmt.Sprintf("request %d from %s at %v", i, client, now.Sub(start))
+		if d.Allowed != theirOK {
+			t.Fatalf("%s: SlidingWindow allowed=%v, httprate answered %d", at, d.Allowed, rec.Code)
+		}
+		switch {
+		case expect == admit && !theirOK:
+			t.Fatalf("%s: httprate refused a retry exactly RetryAfter after a refusal", at)
+		case expect == refuse && theirOK:
+			t.Fatalf("%s: httprate admitted a retry 1ns before RetryAfter: the wait is not the earliest", at)
+		}
+		// httprate's X-RateLimit-Remaining is what it had left minus this request; it goes
+		// negative when refusing past the limit, where Remaining stops at 0.
+		if got, _ := strconv.Atoi(rec.Header().Get("X-RateLimit-Remaining")); max(got, 0) != d.Remaining {
+			t.Fatalf("%s: Remaining = %d, httprate's X-RateLimit-Remaining = %d", at, d.Remaining, got)
+		}
+
+		expect = none
+		switch {
+		case nextGap >= 0:
+			time.Sleep(nextGap)
+			nextGap, expect = -1, admit
+			continue
+		case !d.Allowed && d.RetryAfter == rate.InfDuration:
+			t.Fatalf("%s: refused forever a cost of 1 under a limit of %d", at, limit)
+		case !d.Allowed:
+			refusals++
+			if d.RetryAfter <= 0 {
+				t.Fatalf("%s: refused with RetryAfter %v", at, d.RetryAfter)
+			}
+			switch rng.IntN(3) {
+			case 0:
+				probes++
+				time.Sleep(d.RetryAfter)
+				expect = admit
+				continue
+			case 1:
+				probes++
+				time.Sleep(d.RetryAfter - 1)
+				expect, nextGap = refuse, 1
+				continue
+			}
+		}
+		if rng.IntN(limit+2) == 0 { // now and then another client, whose bursts are its own
+			client = clients[rng.IntN(len(clients))]
+		}
+		time.Sleep(gap())
+	}
+	if refusals == 0 || probes == 0 {
+		t.Fatalf("%d refusals, %d probes in 400 requests: the pattern does not test anything", refusals, probes)
+	}
+}
+
+// TestSlidingWindowRoundTrip drives SlidingWindows through the middleware on an injected clock:
+// on every 429, Retry-After parses to whole seconds, a retry exactly that much later is
+// admitted, and one a second earlier is not. Sub-second windows included: never a 0.
+func TestSlidingWindowRoundTrip(t *testing.T) {
+	for _, w := range slidingWindows {
+		for _, limit := range slidingLimits {
+			t.Run(fmt.Sprint(w, "/", limit), func(t *testing.T) {
+				clk := newClock(t0.Add(time.Duration(limit) * 7 * time.Millisecond)) // mid-window
+				h := LimitWith(NewSlidingWindow(limit, w, nil), WithClock(clk.Now))(ok)
+				rng := rand.New(rand.NewPCG(uint64(w), uint64(limit)))
+				n := checkRoundTrip(t, h, clk, 600, slidingArrivals(rng, w, limit))
+				if n == 0 {
+					t.Fatal("no request was refused: the pattern does not test anything")
+				}
+			})
+		}
+	}
+}
+
+// TestSlidingWindowExactWaits checks hand-computed waits, each derived from httprate's formula
+// rate = prev × (W − elapsed)/W + curr, admitted when round(rate) + 1 ≤ limit, and checks each
+// against httprate's own middleware too.
+func TestSlidingWindowExactWaits(t *testing.T) {
+	tests := []struct {
+		name    string
+		window  time.Duration
+		limit   int
+		history []time.Duration // admitted request instants, from t0 (a window boundary)
+		at      time.Duration   // the refused request, from t0
+		wait    time.Duration
+		header  string
+		cost    int // of the refused request and its retries; 0 means 1
+	}{
+		// 7 requests in the first minute, 9 in the second: refused at 1m51s. Within the
+		// window, 7 × (60 s − x)/60 s + 9 < 9.5 once x > 55.714285714 s, 4.714 s later:
+		// Retry-After 5, where httprate says 60.
+		{"60s window, within it", time.Minute, 10, append(repeat(0, 7), repeat(time.Minute+50*time.Second, 9)...),
+			time.Minute + 51*time.Second, 4714285715 * time.Nanosecond, "5", 1},
+		// The same with 6 in the first minute: 6 × 5 s/60 s + 9 is exactly 9.5, which rounds
+		// up; admitted one nanosecond after 55 s.
+		{"60s window, the half rounds up", time.Minute, 10, append(repeat(0, 6), repeat(time.Minute+50*time.Second, 9)...),
+			time.Minute + 51*time.Second, 4*time.Second + 1, "5", 1},
+		// 3 in a 10 s window, refused 1 s in. The count stays 3 to the end of the window;
+		// in the next, 3 × (10 s − x)/10 s < 2.5 once x > 1.6667 s: 10.667 s, Retry-After 11.
+		// httprate's Retry-After 10 would be refused.
+		{"10s window, into the next", 10 * time.Second, 3, repeat(0, 3),
+			time.Second, 10*time.Second + 666666667, "11", 1},
+		// 1 request per 250 ms, refused 10 ms later: next window, (250 − x)/250 < 0.5 once
+		// x > 125 ms: 365 ms, Retry-After 1, where httprate says 0.
+		{"250ms window", 250 * time.Millisecond, 1, repeat(0, 1),
+			10 * time.Millisecond, 365*time.Millisecond + 1, "1", 1},
+		// One request at the end of the previous window, one at the start of this: refused
+		// 200 ms in, as 1 × (1 s − x)/1 s + 1 stays at 1.5 or above for half the window.
+		{"1s window, previous weighs", time.Second, 2, []time.Duration{999 * time.Millisecond, 1000 * time.Millisecond},
+			1200 * time.Millisecond, 300*time.Millisecond + 1, "1", 1},
+		// 25 in the first second, then a cost of 11 at 1.41 s, which needs the estimate under
+		// 14.5. 25 × (1 s − 420 ms)/1 s is exactly 14.5 in httprate's order of operations
+		// (25 × ((1 s − x)/1 s) would give 14.499999999999998 and round down): refused
+		// until 420 ms and 1ns.
+		{"1s window, a half only httprate's float order keeps", time.Second, 25, repeat(0, 25),
+			1410 * time.Millisecond, 10*time.Millisecond + 1, "1", 11},
+	}
+	for _, tt := range tests {
+		// httprate itself, in a synctest bubble, which starts on a window boundary as t0 is.
+		t.Run(tt.name+"/httprate", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				h := httprate.LimitBy(tt.limit, tt.window, httprate.Key("k"),
+					httprate.WithLimitCounter(httprate.NewLocalLimitCounter(tt.window)))(ok)
+				sleepUntil := func(at time.Duration) { time.Sleep(start.Add(at).Sub(time.Now())) }
+				cost := max(tt.cost, 1)
+				for _, at := range tt.history {
+					sleepUntil(at)
+					if w := serve(h, http.MethodGet, "192.0.2.1:1"); w.Code != http.StatusOK {
+						t.Fatalf("history request at %v refused by httprate", at)
+					}
+				}
+				for _, probe := range []struct {
+					at   time.Duration
+					code int
+				}{{tt.at, 429}, {tt.at + tt.wait - 1, 429}, {tt.at + tt.wait, 200}} {
+					sleepUntil(probe.at)
+					r := httptest.NewRequest(http.MethodGet, "/", nil)
+					r = r.WithContext(httprate.WithIncrement(r.Context(), cost))
+					w := httptest.NewRecorder()
+					if h.ServeHTTP(w, r); w.Code != probe.code {
+						t.Fatalf("httprate answered %d at %v, want %d", w.Code, probe.at, probe.code)
+					}
+				}
+			})
+		})
+		t.Run(tt.name, func(t *testing.T) {
+			cost := max(tt.cost, 1)
+			s := NewSlidingWindow(tt.limit, tt.window, nil)
+			for _, at := range tt.history {
+				if d, _ := s.Decide(context.Background(), "k", 1, t0.Add(at)); !d.Allowed {
+					t.Fatalf("history request at %v refused: %+v", at, d)
+				}
+			}
+			d, err := s.Decide(context.Background(), "k", cost, t0.Add(tt.at))
+			if err != nil || d.Allowed || d.RetryAfter != tt.wait {
+				t.Fatalf("Decide at %v = %+v, %v; want refused with RetryAfter %v", tt.at, d, err, tt.wait)
+			}
+			if cost == 1 {
+				clk := newClock(t0.Add(tt.at))
+				key := WithKeyFunc(func(*http.Request) (string, error) { return "k", nil })
+				w := serve(LimitWith(s, WithClock(clk.Now), key)(ok), http.MethodGet, "192.0.2.1:1")
+				if got := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || got != tt.header {
+					t.Fatalf("middleware answered %d with Retry-After %q, want 429 with %q", w.Code, got, tt.header)
+				}
+			}
+			if d, _ := s.Decide(context.Background(), "k", cost, t0.Add(tt.at+tt.wait-1)); d.Allowed {
+				t.Fatalf("admitted 1ns before RetryAfter")
+			}
+			if d, _ := s.Decide(context.Background(), "k", cost, t0.Add(tt.at+tt.wait)); !d.Allowed {
+				t.Fatalf("refused at RetryAfter: %+v", d)
+			}
+		})
+	}
+}
+
+func repeat(at time.Duration, n int) []time.Duration {
+	s := make([]time.Duration, n)
+	for i := range s {
+		s[i] = at
+	}
+	return s
+}
+
+// TestSlidingWindowSearch checks the search for the first admitting instant against a scan of
+// every nanosecond of short windows, from guesses anywhere in the bracket, so that the
+// galloping and the halving both run far from the crossing.
+func TestSlidingWindowSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		limit := 1 + rng.IntN(20)
+		s := NewSlidingWindow(limit, time.Duration(100+rng.IntN(2000)), nil)
+		prev, curr, cost := 1+rng.IntN(limit+5), rng.IntN(limit+1), 1+rng.IntN(limit)
+		first := s.window
+		for x := range s.window {
+			if s.admits(prev, curr, cost, x) {
+				first = x
+				break
+			}
+		}
+		if first == 0 || first == s.window {
+			continue // no bracket to search
+		}
+		lo := time.Duration(rng.Int64N(int64(first)))
+		hi := first + time.Duration(rng.Int64N(int64(s.window-first)))
+		guess := lo + 1 + time.Duration(rng.Int64N(int64(hi-lo)))
+		if got := s.search(prev, curr, cost, lo, hi, guess); got != first {
+			t.Fatalf("search(%d, %d, %d, %v, %v, %v) over %v = %v, want %v", prev, curr, cost, lo, hi, guess, s.window, got, first)
+		}
+		if got := s.firstAdmit(prev, curr, cost, lo); got != first {
+			t.Fatalf("firstAdmit(%d, %d, %d, %v) over %v = %v, want %v", prev, curr, cost, lo, s.window, got, first)
+		}
+	}
+}
+
+// TestSlidingWindowCost checks costs other than 1: a cost above the limit is refused forever
+// and counts nothing; a cost the counts leave no room for waits, and the refusal costs nothing.
+func TestSlidingWindowCost(t *testing.T) {
+	s := NewSlidingWindow(5, time.Second, nil)
+	ctx := context.Background()
+	if d, _ := s.Decide(ctx, "k", 6, t0); d.Allowed || d.RetryAfter != rate.InfDuration {
+		t.Fatalf("cost 6 under a limit of 5: %+v, want refused forever", d)
+	}
+	if d, _ := s.Decide(ctx, "k", 5, t0); !d.Allowed {
+		t.Fatalf("cost 5 after a refusal: %+v, want allowed (the refusal cost nothing)", d)
+	}
+	// 5 in the window from t0: a cost of 2 needs 5 × (1 s − x)/1 s < 3.5, x > 300 ms, in the
+	// next window; a cost of 5 needs the estimate under 0.5: x > 900 ms.
+	if d, _ := s.Decide(ctx, "k", 2, t0.Add(500*time.Millisecond)); d.Allowed || d.RetryAfter != 800*time.Millisecond+1 {
+		t.Fatalf("cost 2: %+v, want a wait of 800.000001ms", d)
+	}
+	if d, _ := s.Decide(ctx, "k", 5, t0.Add(500*time.Millisecond)); d.Allowed || d.RetryAfter != 1400*time.Millisecond+1 {
+		t.Fatalf("cost 5: %+v, want a wait of 1.400000001s", d)
+	}
+}
+
+// TestSlidingWindowQuota checks the mapping of Limit, Remaining and Reset on random patterns:
+// after each decision, a request of cost n at the same instant would be admitted exactly when
+// n ≤ Remaining, and a request of cost Limit exactly Reset later would be admitted and one
+// 1ns earlier would not. Each "would" is asked of a replica rebuilt from the admitted history.
+func TestSlidingWindowQuota(t *testing.T) {
+	ctx := context.Background()
+	for _, w := range slidingWindows {
+		for _, limit := range slidingLimits {
+			type event struct {
+				at   time.Time
+				cost int
+			}
+			var history []event
+			replica := func() *SlidingWindow {
+				r := NewSlidingWindow(limit, w, nil)
+				for _, e := range history {
+					if d, _ := r.Decide(ctx, "k", e.cost, e.at); !d.Allowed {
+						t.Fatalf("replay refused %+v", e)
+					}
+				}
+				return r
+			}
+			s := NewSlidingWindow(limit, w, nil, withQuota())
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(limit)))
+			now, gap := t0, slidingArrivals(rng, w, limit)
+			for range 60 {
+				now = now.Add(gap())
+				cost := 1 + rng.IntN(limit)
+				d, _ := s.Decide(ctx, "k", cost, now)
+				if d.Allowed {
+					history = append(history, event{now, cost})
+				}
+				if d.Limit != limit || d.Remaining < 0 || d.Remaining > limit {
+					t.Fatalf("%v/%d at %v: %+v", w, limit, now.Sub(t0), d)
+				}
+				n := d.Remaining + rng.IntN(2) // the largest admitted cost, or one above it
+				if n >= 1 && n <= limit {
+					if got, _ := replica().Decide(ctx, "k", n, now); got.Allowed != (n <= d.Remaining) {
+						t.Fatalf("%v/%d at %v: Remaining %d, but a cost of %d is allowed=%v", w, limit, now.Sub(t0), d.Remaining, n, got.Allowed)
+					}
+				}
+				if d.Remaining == limit {
+					if d.Reset != 0 {
+						t.Fatalf("%v/%d: Remaining is the Limit with Reset %v", w, limit, d.Reset)
+					}
+					continue
+				}
+				if got, _ := replica().Decide(ctx, "k", limit, now.Add(d.Reset)); !got.Allowed {
+					t.Fatalf("%v/%d at %v: cost Limit refused Reset (%v) later", w, limit, now.Sub(t0), d.Reset)
+				}
+				if got, _ := replica().Decide(ctx, "k", limit, now.Add(d.Reset-1)); got.Allowed {
+					t.Fatalf("%v/%d at %v: cost Limit admitted before Reset (%v)", w, limit, now.Sub(t0), d.Reset)
+				}
+			}
+		}
+	}
+}
+
+// TestSlidingWindowQuotaOverLimit shares a counter with a limiter of a larger limit, so that
+// the counts exceed this one's limit: Remaining stays at 0, and Reset is when they have decayed.
+func TestSlidingWindowQuotaOverLimit(t *testing.T) {
+	counter := httprate.NewLocalLimitCounter(time.Second)
+	big := NewSlidingWindow(10, time.Second, counter)
+	small := NewSlidingWindow(3, time.Second, counter, withQuota())
+	for range 10 {
+		big.Decide(context.Background(), "k", 1, t0)
+	}
+	// In the next window a cost of 1 needs 10 × (1 s − x)/1 s < 2.5, x > 750 ms; the whole
+	// limit needs it under 0.5, x > 950 ms.
+	d, _ := small.Decide(context.Background(), "k", 1, t0)
+	if want := (Decision{RetryAfter: 1750*time.Millisecond + 1, Limit: 3, Remaining: 0, Reset: 1950*time.Millisecond + 1}); d != want {
+		t.Fatalf("Decide = %+v, want %+v", d, want)
+	}
+}
+
+// TestSlidingWindowNoQuota checks that the quota fields stay zero unless asked for.
+func TestSlidingWindowNoQuota(t *testing.T) {
+	s := NewSlidingWindow(1, time.Second, nil)
+	for range 2 {
+		if d, _ := s.Decide(context.Background(), "k", 1, t0); d.Limit != 0 || d.Remaining != 0 || d.Reset != 0 {
+			t.Fatalf("quota reported unasked: %+v", d)
+		}
+	}
+}
+
+// TestSlidingWindowConcurrent sends many requests for one key at one instant from many
+// goroutines: exactly the limit is admitted, since the read and the increment of a key are
+// one step.
+func TestSlidingWindowConcurrent(t *testing.T) {
+	const limit = 50
+	s := NewSlidingWindow(limit, time.Minute, yieldingCounter{httprate.NewLocalLimitCounter(time.Minute)})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if d, _ := s.Decide(context.Background(), "k", 1, t0); d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != limit {
+		t.Fatalf("%d admitted at one instant, want %d", n, limit)
+	}
+}
+
+// yieldingCounter is a LimitCounter that lets other goroutines run after every read, as a
+// counter across a network would, so that a read and an increment not made one step interleave.
+type yieldingCounter struct{ httprate.LimitCounter }
+
+func (c yieldingCounter) Get(key string, curr, prev time.Time) (int, int, error) {
+	a, b, err := c.LimitCounter.Get(key, curr, prev)
+	runtime.Gosched()
+	return a, b, err
+}
+
+// failingCounter is a LimitCounter whose Get or IncrementBy fails on demand.
+type failingCounter struct {
+	httprate.LimitCounter
+	failGet, failIncrement bool
+	configured             [2]int64
+}
+
+var errCounter = errors.New("counter down: secret detail")
+
+func (c *failingCounter) Config(limit int, w time.Duration) {
+	c.configured = [2]int64{int64(limit), int64(w)}
+	c.LimitCounter.Config(limit, w)
+}
+
+func (c *failingCounter) Get(key string, curr, prev time.Time) (int, int, error) {
+	if c.failGet {
+		return 0, 0, errCounter
+	}
+	return c.LimitCounter.Get(key, curr, prev)
+}
+
+func (c *failingCounter) IncrementBy(key string, curr time.Time, n int) error {
+	if c.failIncrement {
+		return errCounter
+	}
+	return c.LimitCounter.IncrementBy(key, curr, n)
+}
+
+// TestSlidingWindowCounterErrors checks that a counter's errors come back from Decide, that
+// the middleware answers them 503 without their text, and that nothing is counted meanwhile.
+func TestSlidingWindowCounterErrors(t *testing.T) {
+	c := &failingCounter{LimitCounter: httprate.NewLocalLimitCounter(time.Second)}
+	s := NewSlidingWindow(1, time.Second, c)
+	if c.configured != [2]int64{1, int64(time.Second)} {
+		t.Fatalf("Config got %v, want the limit and window", c.configured)
+	}
+	var hooked []error
+	h := LimitWith(s, WithClock(func() time.Time { return t0 }), WithErrorHook(func(_ *http.Request, err error) { hooked = append(hooked, err) }))(ok)
+	for _, fail := range []struct{ get, inc bool }{{true, false}, {false, true}} {
+		c.failGet, c.failIncrement = fail.get, fail.inc
+		if _, err := s.Decide(context.Background(), "k", 1, t0); !errors.Is(err, errCounter) {
+			t.Fatalf("%+v: Decide error %v, want the counter's", fail, err)
+		}
+		w := serve(h, http.MethodGet, "192.0.2.1:1")
+		wantRefusal(t, w, http.StatusServiceUnavailable, t0)
+		if body := w.Body.String(); body != "Service Unavailable\n" {
+			t.Fatalf("body %q", body)
+		}
+	}
+	if len(hooked) != 2 {
+		t.Fatalf("error hook saw %v", hooked)
+	}
+	c.failGet, c.failIncrement = false, false
+	if d, _ := s.Decide(context.Background(), "k", 1, t0); !d.Allowed {
+		t.Fatalf("first request after the counter recovered refused: the failures were counted")
+	}
+}
+
+func TestNewSlidingWindowPanics(t *testing.T) {
+	for _, tt := range []struct {
+		limit  int
+		window time.Duration
+	}{{0, time.Second}, {-1, time.Second}, {1, 0}, {1, -time.Second}, {1, maxWindow + 1}} {
+		func() {
+			defer func() {
+				if msg, _ := recover().(string); len(msg) < 12 || msg[:12] != "retryafter: " {
+					t.Errorf("NewSlidingWindow(%d, %v) panicked with %q", tt.limit, tt.window, msg)
+				}
+			}()
+			NewSlidingWindow(tt.limit, tt.window, nil)
+		}()
+	}
+}
+
+func BenchmarkSlidingWindow(b *testing.B) {
+	ctx := context.Background()
+	b.Run("allowed", func(b *testing.B) {
+		s := NewSlidingWindow(1<<30, time.Minute, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Decide(ctx, "192.0.2.1", 1, t0)
+		}
+	})
+	b.Run("allowed/quota", func(b *testing.B) {
+		s := NewSlidingWindow(1<<30, time.Minute, nil, withQuota())
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Decide(ctx, "192.0.2.1", 1, t0)
+		}
+	})
+	b.Run("refused", func(b *testing.B) {
+		s := NewSlidingWindow(100, time.Minute, nil)
+		for range 100 {
+			s.Decide(ctx, "192.0.2.1", 1, t0)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, _ := s.Decide(ctx, "192.0.2.1", 1, t0.Add(30*time.Second)); d.Allowed {
+				b.Fatal("allowed")
+			}
+		}
+	})
+}
