@@ -89,7 +89,8 @@ func retryAfterDate(until time.Time) time.Time {
 // The header values it sets are shared between responses: they are never written to by this
 // package, and appending to them copies (their capacity is their length).
 type emitter struct {
-	date atomic.Pointer[dateLine]
+	date   atomic.Pointer[dateLine]
+	expose exposeList // names a refusal exposes to cross-origin scripts; zero: Retry-After and Date
 }
 
 type dateLine struct {
@@ -142,10 +143,18 @@ func (e *emitter) setUntil(h http.Header, until time.Time) {
 }
 
 // refuse answers r with status through respond, after setting Date to now and Retry-After to
-// wait (none when wait is 0 or never).
+// wait (none when wait is 0 or never), and, when r has an Origin, naming them in
+// Access-Control-Expose-Headers.
 func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, status int, now time.Time, wait time.Duration) {
 	h := w.Header()
 	e.setDate(h, now)
+	if hasOrigin(r) {
+		if e.expose.names != nil {
+			e.expose.expose(h)
+		} else {
+			refusalExposed.expose(h)
+		}
+	}
 	var secs int64
 	if wait > 0 {
 		secs = e.setDelay(h, wait)

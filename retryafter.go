@@ -34,7 +34,11 @@ type config struct {
 	failOpen  bool
 	errorWait time.Duration
 	maxKeys   int
-	quota     bool // limiters report Decision.Limit, Remaining and Reset
+	quota     bool                                  // limiters report Decision.Limit, Remaining and Reset
+	fields    fieldSet                              // which rate-limit fields the middleware writes (ratelimitfields.go)
+	policy    string                                // the policy name of the RateLimit fields, as a structured-field String
+	cost      func(*http.Request) int               // a request's cost in tokens; nil means 1 (WithCost)
+	onLimited func(*http.Request, string, Decision) // told of every request refused by the limiter (WithLimitedHook)
 }
 
 func newConfig(opts []Option) config {
