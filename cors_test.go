@@ -15,7 +15,7 @@ func exposedNames(h http.Header) []string {
 	var names []string
 	for _, line := range h.Values("Access-Control-Expose-Headers") {
 		for _, n := range strings.Split(line, ",") {
-			if n = strings.TrimSpace(n); n != "" {
+			if n = strings.Trim(n, " \t"); n != "" {
 				names = append(names, n)
 			}
 		}
@@ -211,4 +211,37 @@ func TestExposeAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations", allocs)
 	}
+}
+
+// FuzzExpose checks the merge on arbitrary existing values: what was listed stays listed, in
+// order, and each of the package's names ends up listed unless a wildcard already covers it.
+func FuzzExpose(f *testing.F) {
+	for _, s := range []string{"", "*", "X-A, retry-after", " , ,DATE,,", "Retry-After, Date", "\t*\t"} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, have string, creds bool) {
+		h := http.Header{}
+		if have != "" {
+			h["Access-Control-Expose-Headers"] = []string{have}
+		}
+		if creds {
+			h.Set("Access-Control-Allow-Credentials", "true")
+		}
+		before := exposedNames(h)
+		refusalExposed.expose(h)
+		after := exposedNames(h)
+		if len(after) < len(before) || !slices.Equal(after[:len(before)], before) {
+			t.Fatalf("%q became %q", before, after)
+		}
+		wild := slices.Contains(before, "*") && !creds
+		for _, n := range refusalExposed.names {
+			if !wild && countFold(after, n) == 0 {
+				t.Fatalf("%q became %q: %s missing", before, after, n)
+			}
+			if countFold(after, n) > max(1, countFold(before, n)) {
+				t.Fatalf("%q became %q: %s duplicated", before, after, n)
+			}
+		}
+	})
 }
