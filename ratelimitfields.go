@@ -196,8 +196,8 @@ func (f *quotaFields) write(h http.Header, d Decision) {
 		} else {
 			h[headerRateLimitPolicy] = []string{f.policyValue(d.Limit)}
 		}
-		b := make([]byte, 0, len(f.name)+40)
-		b = append(b, f.name...)
+		var buf [64]byte // on the stack unless the policy name is long
+		b := append(buf[:0], f.name...)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, r, 10)
 		if hasT {
