@@ -565,3 +565,29 @@ func BenchmarkRefused(b *testing.B) {
 		})
 	}
 }
+
+// TestDefaultKeyIgnoresForwardingHeaders plays a client that writes a new forwarding header on
+// every request, hoping to be counted as someone else each time: with the default key it is one
+// client, its RemoteAddr, and is limited after its burst.
+func TestDefaultKeyIgnoresForwardingHeaders(t *testing.T) {
+	clk := newClock(t0)
+	h := Limit(rate.Every(time.Minute), 3, WithClock(clk.Now))(ok)
+	admitted := 0
+	for i := range 100 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "203.0.113.9:" + fmt.Sprint(1024+i)
+		spoof := fmt.Sprintf("198.51.100.%d", i%250)
+		r.Header.Set("X-Forwarded-For", spoof)
+		r.Header.Set("X-Real-IP", spoof)
+		r.Header.Set("Forwarded", "for="+spoof)
+		r.Header.Set("True-Client-IP", spoof)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusOK {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("%d of 100 requests with rotating forwarding headers admitted, want the burst of 3", admitted)
+	}
+}

@@ -104,7 +104,13 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 // WithFailOpen makes the middleware admit a request when its key function or limiter fails
 // (a shared store that is down, say), instead of refusing it. The default is to fail closed:
 // a key error is answered 500 Internal Server Error, and a limiter error 503 Service
-// Unavailable with a Retry-After of one second. Either way the client never sees the error text.
+// Unavailable with a Retry-After of one second. Either way the client never sees the error text,
+// the hook of [WithErrorHook] sees the error, and an admitted request is not counted.
+//
+// Failing open admits key errors too: with a key function that fails on input the client
+// controls (a missing API key header, say), every such request would pass unlimited, so keep
+// the default or make the key function fall back to a key of its own instead of failing. It
+// affects [Limit] and [LimitWith].
 func WithFailOpen(open bool) Option {
 	return func(c *config) { c.failOpen = open }
 }
