@@ -18,7 +18,8 @@ import (
 // or 0 when none was sent. A Responder must call w.WriteHeader(status) and should write no
 // body to a HEAD request.
 //
-// The default writes http.StatusText(status) as text/plain, like [http.Error].
+// The default writes http.StatusText(status) as text/plain, like [http.Error];
+// [ProblemDetails.Respond] writes RFC 9457 problem objects to the clients that ask for them.
 type Responder func(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration)
 
 // Header names, canonical so that setting them skips canonicalisation.

@@ -11,7 +11,9 @@
 //	r.Use(retryafter.Limit(rate.Every(200*time.Millisecond), 10)) // 5 req/s per client, bursts of 10
 //
 // [Limit] counts with an in-memory token bucket per client ([TokenBucket]); [LimitWith] takes any
-// [Limiter]. [ParseRetryAfter] is the client side: it reads both forms of Retry-After, all three
+// [Limiter]. Options add, each off by default, the RateLimit fields ([WithRateLimitFields]),
+// RFC 9457 problem details ([WithProblemDetails]), per-request costs ([WithCost]) and hooks for
+// logs and metrics ([WithLimitedHook], [WithErrorHook]). [ParseRetryAfter] is the client side: it reads both forms of Retry-After, all three
 // HTTP-date formats, and measures dates against the response's own Date header.
 package retryafter
 
