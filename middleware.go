@@ -70,7 +70,9 @@ func WithCost(cost func(*http.Request) int) Option {
 }
 
 // WithLimitedHook sets a function that is told of every request the limiter refuses, with the
-// key it was counted against and the limiter's [Decision], for logging or metrics. It runs on
+// key it was counted against and the limiter's [Decision], for logging or metrics:
+// d.RetryAfter is the exact wait before rounding, and rate.InfDuration for a request that can
+// never be admitted. Count by something bounded (the route, the status), not by key. It runs on
 // the request's goroutine before the 429 is written and must be safe for concurrent use. Errors
 // go to the hook of [WithErrorHook] instead. The default is none. It affects [Limit] and
 // [LimitWith].

@@ -324,6 +324,8 @@ func TestConstructionPanics(t *testing.T) {
 		"nil responder":  func() { WithResponder(nil) },
 		"max keys 0":     func() { WithMaxKeys(0) },
 		"nil option":     func() { Limit(1, 1, nil) },
+		"nil cost":       func() { WithCost(nil) },
+		"policy name":    func() { WithRateLimitFields("r\u00e9sum\u00e9") },
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {

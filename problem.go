@@ -45,10 +45,9 @@ func WithProblemDetails(p ProblemDetails) Option {
 
 const mediaProblem = "application/problem+json"
 
-var (
-	problemJSON = []string{mediaProblem}
-	varyAccept  = "Accept"
-)
+var problemJSON = []string{mediaProblem}
+
+const varyAccept = "Accept"
 
 // problem is the JSON form of an RFC 9457 problem object.
 type problem struct {
