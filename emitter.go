@@ -18,7 +18,8 @@ import (
 // or 0 when none was sent. A Responder must call w.WriteHeader(status) and should write no
 // body to a HEAD request.
 //
-// The default writes http.StatusText(status) as text/plain, like [http.Error].
+// The default writes http.StatusText(status) as text/plain, like [http.Error];
+// [ProblemDetails.Respond] writes RFC 9457 problem objects to the clients that ask for them.
 type Responder func(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration)
 
 // Header names, canonical so that setting them skips canonicalisation.
@@ -90,8 +91,9 @@ func retryAfterDate(until time.Time) time.Time {
 // The header values it sets are shared between responses: they are never written to by this
 // package, and appending to them copies (their capacity is their length).
 type emitter struct {
-	date  atomic.Pointer[dateLine]
-	until atomic.Pointer[dateLine]
+	date   atomic.Pointer[dateLine]
+	until  atomic.Pointer[dateLine]
+	expose exposeList // names a refusal exposes to cross-origin scripts; zero: Retry-After and Date
 }
 
 type dateLine struct {
@@ -154,10 +156,18 @@ func (e *emitter) setUntil(h http.Header, until time.Time) time.Time {
 }
 
 // refuse answers r with status through respond, after setting Date to now and Retry-After to
-// wait (none when wait is 0 or never).
+// wait (none when wait is 0 or never), and, when r has an Origin, naming them in
+// Access-Control-Expose-Headers.
 func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, status int, now time.Time, wait time.Duration) {
 	h := w.Header()
 	e.setDate(h, now)
+	if hasOrigin(r) {
+		if e.expose.names != nil {
+			e.expose.expose(h)
+		} else {
+			refusalExposed.expose(h)
+		}
+	}
 	var secs int64
 	if wait > 0 {
 		secs = e.setDelay(h, wait)

@@ -142,3 +142,24 @@ func TestRefuseUntil(t *testing.T) {
 		}
 	}
 }
+
+// TestSetUntilNeverEarly checks, over many instants, that the HTTP-date Retry-After is never before until
+// and less than a second after it, and that measured against a Date from the same emitter it
+// is never shorter than the true wait.
+func TestSetUntilNeverEarly(t *testing.T) {
+	var e emitter
+	now := t0.Add(123456789)
+	for d := time.Duration(1); d < 48*time.Hour; d = d*3/2 + 7 {
+		until := now.Add(d)
+		h := http.Header{}
+		e.setDate(h, now)
+		e.setUntil(h, until)
+		at, err := http.ParseTime(h.Get("Retry-After"))
+		if err != nil || at.Before(until) || !at.Before(until.Add(time.Second)) {
+			t.Fatalf("until %v: Retry-After %q", until, h.Get("Retry-After"))
+		}
+		if wait, ok := ParseRetryAfter(h, now); !ok || wait < d {
+			t.Fatalf("until now+%v: Retry-After %q with Date %q reads as %v", d, h.Get("Retry-After"), h.Get("Date"), wait)
+		}
+	}
+}

@@ -18,8 +18,9 @@ import (
 // answered 429 with no Retry-After. A limit of [rate.Inf] admits everything.
 //
 // Clients are told apart by [ClientIP] unless [WithKeyFunc] says otherwise. Responses the
-// middleware passes to next are next's own: it adds no header to them, and net/http's server
-// adds Date to each when it writes it, as it does without the middleware.
+// middleware passes to next are next's own: unless [WithRateLimitFields] or
+// [WithLegacyRateLimitFields] is on, it adds no header to them, and net/http's server adds Date
+// to each when it writes it, as it does without the middleware.
 //
 // Limit panics if limit is negative or burst is below 1. It reads every option that
 // [NewTokenBucket] and [LimitWith] read. The returned middleware is safe for concurrent use.
@@ -31,23 +32,62 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // and answers the others with 429 Too Many Requests, Retry-After and Date, as [Limit] does.
 //
 // When the key function or l fails, the request is answered as [WithFailOpen] says. It reads
-// [WithClock], [WithKeyFunc], [WithResponder], [WithErrorHook] and [WithFailOpen].
+// [WithClock], [WithKeyFunc], [WithResponder] (or [WithProblemDetails]), [WithErrorHook],
+// [WithFailOpen], [WithCost], [WithLimitedHook], [WithRateLimitFields] and
+// [WithLegacyRateLimitFields].
+//
+// On a request with an Origin field, a refusal names Retry-After, Date and the rate-limit fields
+// in Access-Control-Expose-Headers, and so does an admitted response when rate-limit fields are
+// on, merging with what CORS middleware mounted before it set there.
 func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 	if l == nil {
 		panic("retryafter: LimitWith(nil)")
 	}
 	c := newConfig(opts)
+	fields := newQuotaFields(&c, l)
+	names := fields.exposed()
+	allowed := newExposeList(names...)
+	refused := newExposeList(append([]string{headerRetryAfter, headerDate}, names...)...)
 	return func(next http.Handler) http.Handler {
-		return &limitHandler{next: next, limiter: l, c: c}
+		h := &limitHandler{next: next, limiter: l, c: c, fields: fields, exposeAllowed: allowed}
+		h.emit.expose = refused
+		return h
 	}
+}
+
+// WithCost sets the function that says how many tokens a request costs, so that an expensive
+// endpoint can count for several requests. The default is 1 for every request. A cost below 1
+// counts as 1, so that no request is free by mistake: to exempt a route, mount the middleware
+// only on the routes it limits. A cost above the limiter's burst can never be admitted: it is
+// answered 429 with no Retry-After (there is no honest value to send) and, with
+// [WithProblemDetails], a detail that says not to retry it unchanged. The function runs on the
+// request's goroutine and must be safe for concurrent use. It affects [Limit] and [LimitWith].
+func WithCost(cost func(*http.Request) int) Option {
+	if cost == nil {
+		panic("retryafter: WithCost(nil)")
+	}
+	return func(c *config) { c.cost = cost }
+}
+
+// WithLimitedHook sets a function that is told of every request the limiter refuses, with the
+// key it was counted against and the limiter's [Decision], for logging or metrics:
+// d.RetryAfter is the exact wait before rounding, and rate.InfDuration for a request that can
+// never be admitted. Count by something bounded (the route, the status), not by key. It runs on
+// the request's goroutine before the 429 is written and must be safe for concurrent use. Errors
+// go to the hook of [WithErrorHook] instead. The default is none. It affects [Limit] and
+// [LimitWith].
+func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
+	return func(c *config) { c.onLimited = fn }
 }
 
 // limitHandler is the handler the middleware of [LimitWith] wraps around next.
 type limitHandler struct {
-	next    http.Handler
-	limiter Limiter
-	c       config
-	emit    emitter
+	next          http.Handler
+	limiter       Limiter
+	c             config
+	emit          emitter
+	fields        quotaFields
+	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -57,14 +97,28 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, now, http.StatusInternalServerError, err)
 		return
 	}
-	d, err := h.limiter.Decide(r.Context(), key, 1, now)
+	cost := 1
+	if h.c.cost != nil {
+		cost = max(1, h.c.cost(r))
+	}
+	d, err := h.limiter.Decide(r.Context(), key, cost, now)
 	if err != nil {
 		h.fail(w, r, now, http.StatusServiceUnavailable, err)
 		return
 	}
+	if h.fields.set != 0 {
+		hdr := w.Header()
+		h.fields.write(hdr, d)
+		if d.Allowed && hasOrigin(r) {
+			h.exposeAllowed.expose(hdr)
+		}
+	}
 	if d.Allowed {
 		h.next.ServeHTTP(w, r)
 		return
+	}
+	if h.c.onLimited != nil {
+		h.c.onLimited(r, key, d)
 	}
 	h.emit.refuse(w, r, h.c.respond, http.StatusTooManyRequests, now, d.RetryAfter)
 }

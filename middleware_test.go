@@ -324,6 +324,8 @@ func TestConstructionPanics(t *testing.T) {
 		"nil responder":  func() { WithResponder(nil) },
 		"max keys 0":     func() { WithMaxKeys(0) },
 		"nil option":     func() { Limit(1, 1, nil) },
+		"nil cost":       func() { WithCost(nil) },
+		"policy name":    func() { WithRateLimitFields("r\u00e9sum\u00e9") },
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -392,5 +394,202 @@ func TestRoundTripFloatEdge(t *testing.T) {
 	n := checkRoundTrip(t, h, clk, len(gaps), func() time.Duration { i++; return gaps[i-1] })
 	if n != 2 {
 		t.Fatalf("%d refusals, want the 2 of the sequence", n)
+	}
+}
+
+func TestCost(t *testing.T) {
+	tests := []struct {
+		name string
+		cost func(*http.Request) int
+		want int
+	}{
+		{"default", nil, 1},
+		{"several tokens", func(*http.Request) int { return 7 }, 7},
+		{"zero counts as one", func(*http.Request) int { return 0 }, 1},
+		{"negative counts as one", func(*http.Request) int { return -5 }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fl := &fakeLimiter{d: Decision{Allowed: true}}
+			var opts []Option
+			if tt.cost != nil {
+				opts = append(opts, WithCost(tt.cost))
+			}
+			serve(LimitWith(fl, opts...)(ok), "GET", "192.0.2.1:1")
+			if len(fl.costs) != 1 || fl.costs[0] != tt.want {
+				t.Fatalf("limiter asked for %v, want [%d]", fl.costs, tt.want)
+			}
+		})
+	}
+}
+
+// TestCostRoundTrip checks the Retry-After promise for requests that cost several tokens: a
+// request of the same cost retried exactly Retry-After later is admitted, a second earlier not.
+func TestCostRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	refusals := 0
+	for i := range 200 {
+		limit := rate.Limit(math.Pow(10, rng.Float64()*3-1)) // 0.1/s to 100/s
+		burst := 1 + rng.IntN(10)
+		cost := 1 + rng.IntN(burst)
+		clk := newClock(t0.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+		h := Limit(limit, burst, WithClock(clk.Now), WithCost(func(*http.Request) int { return cost }))(ok)
+		refusals += checkRoundTrip(t, h, clk, 30, func() time.Duration { return patterns[[]string{"bursty", "aligned"}[i%2]](rng, limit) })
+	}
+	if refusals < 500 {
+		t.Fatalf("only %d refusals checked", refusals)
+	}
+}
+
+// TestCostAboveBurst checks what a request that can never be admitted is answered: 429 with a
+// Date and no Retry-After, and it costs the client nothing.
+func TestCostAboveBurst(t *testing.T) {
+	clk := newClock(t0)
+	var limited []Decision
+	expensive := func(r *http.Request) int {
+		if r.URL.Path == "/export" {
+			return 6
+		}
+		return 1
+	}
+	h := Limit(1, 5, WithClock(clk.Now), WithCost(expensive), WithLimitedHook(func(_ *http.Request, _ string, d Decision) {
+		limited = append(limited, d)
+	}))(ok)
+	for range 3 {
+		r := httptest.NewRequest("GET", "/export", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" || w.Header().Get("Date") != t0.Format(http.TimeFormat) {
+			t.Fatalf("got %d Retry-After %q Date %q", w.Code, w.Header().Get("Retry-After"), w.Header().Get("Date"))
+		}
+	}
+	if len(limited) != 3 || limited[0].RetryAfter != rate.InfDuration {
+		t.Fatalf("limited hook saw %+v", limited)
+	}
+	for i := range 5 {
+		if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+			t.Fatalf("cheap request %d refused: the refused expensive ones spent quota", i)
+		}
+	}
+}
+
+func TestLimitedHook(t *testing.T) {
+	type call struct {
+		key string
+		d   Decision
+	}
+	var calls []call
+	hook := WithLimitedHook(func(r *http.Request, key string, d Decision) { calls = append(calls, call{key, d}) })
+	clk := newClock(t0)
+	h := Limit(1, 1, WithClock(clk.Now), hook)(ok)
+	serve(h, "GET", "192.0.2.1:1")
+	clk.Advance(300 * time.Millisecond)
+	serve(h, "GET", "192.0.2.1:2")
+	serve(h, "GET", "192.0.2.2:1")
+	if len(calls) != 1 || calls[0].key != "192.0.2.1" || calls[0].d.Allowed || calls[0].d.RetryAfter <= 699*time.Millisecond || calls[0].d.RetryAfter > 700*time.Millisecond {
+		t.Fatalf("hook calls %+v, want the one refusal of 192.0.2.1 with its exact wait", calls)
+	}
+
+	calls = nil
+	h = LimitWith(failingLimiter{errTest}, hook)(ok)
+	serve(h, "GET", "192.0.2.1:1")
+	if len(calls) != 0 {
+		t.Fatalf("limited hook told of an error: %+v", calls)
+	}
+}
+
+// TestAllowedPathAllocs checks that an admitted request costs the middleware no allocation when
+// none of the optional features is on (the key function is a constant here: the default one
+// formats the address).
+func TestAllowedPathAllocs(t *testing.T) {
+	h := Limit(1e9, 1e9, WithKeyFunc(func(*http.Request) (string, error) { return "k", nil }))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Origin", "https://app.example")
+	w := &discard{h: http.Header{}}
+	h.ServeHTTP(w, r)
+	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); n != 0 {
+		t.Fatalf("%v allocations per admitted request", n)
+	}
+	if len(w.h) != 0 {
+		t.Fatalf("headers added to an admitted response: %v", w.h)
+	}
+}
+
+func BenchmarkAllowed(b *testing.B) {
+	constKey := WithKeyFunc(func(*http.Request) (string, error) { return "192.0.2.1", nil })
+	for _, bm := range []struct {
+		name string
+		opts []Option
+	}{
+		{"options-off", []Option{constKey}},
+		{"default-key", nil},
+		{"cost+hook", []Option{constKey, WithCost(func(*http.Request) int { return 1 }), WithLimitedHook(func(*http.Request, string, Decision) {})}},
+		{"ratelimit-fields", []Option{constKey, WithRateLimitFields("")}},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			h := Limit(1e9, 1e9, bm.opts...)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			w := &discard{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+func BenchmarkRefused(b *testing.B) {
+	constKey := WithKeyFunc(func(*http.Request) (string, error) { return "192.0.2.1", nil })
+	for _, bm := range []struct {
+		name   string
+		opts   []Option
+		accept string
+	}{
+		{"plain", []Option{constKey}, ""},
+		{"problem-fallback", []Option{constKey, WithProblemDetails(ProblemDetails{})}, "text/html"},
+		{"problem-json", []Option{constKey, WithProblemDetails(ProblemDetails{})}, "application/problem+json"},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			clk := newClock(t0)
+			h := Limit(rate.Every(time.Hour), 1, append(bm.opts, WithClock(clk.Now))...)(ok)
+			r := httptest.NewRequest("GET", "/", nil)
+			if bm.accept != "" {
+				r.Header.Set("Accept", bm.accept)
+			}
+			w := &discard{h: http.Header{}}
+			h.ServeHTTP(w, r)
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// TestDefaultKeyIgnoresForwardingHeaders plays a client that writes a new forwarding header on
+// every request, hoping to be counted as someone else each time: with the default key it is one
+// client, its RemoteAddr, and is limited after its burst.
+func TestDefaultKeyIgnoresForwardingHeaders(t *testing.T) {
+	clk := newClock(t0)
+	h := Limit(rate.Every(time.Minute), 3, WithClock(clk.Now))(ok)
+	admitted := 0
+	for i := range 100 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "203.0.113.9:" + fmt.Sprint(1024+i)
+		spoof := fmt.Sprintf("198.51.100.%d", i%250)
+		r.Header.Set("X-Forwarded-For", spoof)
+		r.Header.Set("X-Real-IP", spoof)
+		r.Header.Set("Forwarded", "for="+spoof)
+		r.Header.Set("True-Client-IP", spoof)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusOK {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("%d of 100 requests with rotating forwarding headers admitted, want the burst of 3", admitted)
 	}
 }

@@ -13,8 +13,11 @@
 // [Limit] counts with an in-memory token bucket per client ([TokenBucket]); [LimitWith] takes any
 // [Limiter]. [NewMaintenance] is the 503 form: a switch that answers every request with
 // Service Unavailable and a Retry-After that counts down to the announced end of the work.
-// [ParseRetryAfter] is the client side: it reads both forms of Retry-After, all three
-// HTTP-date formats, and measures dates against the response's own Date header.
+// Options add, each off by default, the RateLimit fields ([WithRateLimitFields]), RFC 9457
+// problem details ([WithProblemDetails]), per-request costs ([WithCost]) and hooks for logs and
+// metrics ([WithLimitedHook], [WithErrorHook]). [ParseRetryAfter] is the client side: it reads
+// both forms of Retry-After, all three HTTP-date formats, and measures dates against the
+// response's own Date header.
 package retryafter
 
 import (
@@ -36,10 +39,14 @@ type config struct {
 	failOpen  bool
 	errorWait time.Duration
 	maxKeys   int
-	quota     bool                     // limiters report Decision.Limit, Remaining and Reset
-	httpDate  bool                     // maintenance states Retry-After as an HTTP-date
-	exempt    func(*http.Request) bool // requests maintenance lets through; nil = none
-	openWait  time.Duration            // maintenance's Retry-After with no end to count down to
+	quota     bool                                  // limiters report Decision.Limit, Remaining and Reset
+	fields    fieldSet                              // which rate-limit fields the middleware writes (ratelimitfields.go)
+	policy    string                                // the policy name of the RateLimit fields, as a structured-field String
+	cost      func(*http.Request) int               // a request's cost in tokens; nil means 1 (WithCost)
+	onLimited func(*http.Request, string, Decision) // told of every request refused by the limiter (WithLimitedHook)
+	httpDate  bool                                  // maintenance states Retry-After as an HTTP-date
+	exempt    func(*http.Request) bool              // requests maintenance lets through; nil = none
+	openWait  time.Duration                         // maintenance's Retry-After with no end to count down to
 
 	fallback        time.Duration // the normalizer's Retry-After for an unusable one; 0 means its default
 	maxRetryAfter   time.Duration // the normalizer's cap on Retry-After; 0 means its default
@@ -111,7 +118,13 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 // WithFailOpen makes the middleware admit a request when its key function or limiter fails
 // (a shared store that is down, say), instead of refusing it. The default is to fail closed:
 // a key error is answered 500 Internal Server Error, and a limiter error 503 Service
-// Unavailable with a Retry-After of one second. Either way the client never sees the error text.
+// Unavailable with a Retry-After of one second. Either way the client never sees the error text,
+// the hook of [WithErrorHook] sees the error, and an admitted request is not counted.
+//
+// Failing open admits key errors too: with a key function that fails on input the client
+// controls (a missing API key header, say), every such request would pass unlimited, so keep
+// the default or make the key function fall back to a key of its own instead of failing. It
+// affects [Limit] and [LimitWith].
 func WithFailOpen(open bool) Option {
 	return func(c *config) { c.failOpen = open }
 }

@@ -1,0 +1,307 @@
+package retryafter
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// fakeLimiter is a Limiter that answers every request with the Decision d and records what it
+// was asked. It is safe for concurrent use.
+type fakeLimiter struct {
+	mu    sync.Mutex
+	d     Decision
+	keys  []string
+	costs []int
+}
+
+func (f *fakeLimiter) Decide(_ context.Context, key string, cost int, _ time.Time) (Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys = append(f.keys, key)
+	f.costs = append(f.costs, cost)
+	return f.d, nil
+}
+
+// sfItem parses one Structured Field Item of the form "name";k=int;k=int, as the RateLimit
+// fields use it, and fails t when it is not of that form.
+func sfItem(t *testing.T, v string) (name string, params map[string]int64) {
+	t.Helper()
+	parts := strings.Split(v, ";")
+	n := parts[0]
+	if len(n) < 2 || n[0] != '"' || n[len(n)-1] != '"' {
+		t.Fatalf("%q: item value is not an sf-string", v)
+	}
+	params = map[string]int64{}
+	for _, p := range parts[1:] {
+		k, val, ok := strings.Cut(p, "=")
+		if !ok || k == "" || k != strings.ToLower(k) {
+			t.Fatalf("%q: bad parameter %q", v, p)
+		}
+		if _, dup := params[k]; dup {
+			t.Fatalf("%q: parameter %q twice", v, k)
+		}
+		i, err := strconv.ParseInt(val, 10, 64)
+		if err != nil || i < 0 || i > maxSFInteger || (len(val) > 1 && val[0] == '0') {
+			t.Fatalf("%q: parameter %q is not a non-negative sf-integer", v, p)
+		}
+		params[k] = i
+	}
+	return n[1 : len(n)-1], params
+}
+
+func TestQuotaFieldsWrite(t *testing.T) {
+	bucket := newQuotaFields(&config{fields: fieldsDraft | fieldsLegacy, policy: `"default"`}, NewTokenBucket(rate.Every(200*time.Millisecond), 10))
+	other := newQuotaFields(&config{fields: fieldsDraft | fieldsLegacy, policy: `"api"`}, &fakeLimiter{})
+	inf := rate.InfDuration
+	tests := []struct {
+		name string
+		f    quotaFields
+		d    Decision
+		want map[string]string // header -> value; "" means absent
+	}{
+		{"allowed: r is what is left, t the time until full, rounded up", bucket,
+			Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 1200 * time.Millisecond},
+			map[string]string{"RateLimit-Policy": `"default";q=10;w=2`, "RateLimit": `"default";r=7;t=2`,
+				"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "7", "X-RateLimit-Reset": "2"}},
+		{"a whole-second reset is not rounded past itself", bucket,
+			Decision{Allowed: true, Limit: 10, Remaining: 0, Reset: 2 * time.Second},
+			map[string]string{"RateLimit": `"default";r=0;t=2`, "X-RateLimit-Reset": "2"}},
+		{"refused: t is the Retry-After, not the time until full", bucket,
+			Decision{RetryAfter: 2300 * time.Millisecond, Limit: 10, Remaining: 0, Reset: 9500 * time.Millisecond},
+			map[string]string{"RateLimit": `"default";r=0;t=3`, "X-RateLimit-Reset": "3"}},
+		{"refused for ever (cost above the burst): t is the time until full", bucket,
+			Decision{RetryAfter: inf, Limit: 10, Remaining: 4, Reset: 5 * time.Second},
+			map[string]string{"RateLimit": `"default";r=4;t=5`, "X-RateLimit-Reset": "5"}},
+		{"never refills: no t and no reset", bucket,
+			Decision{RetryAfter: inf, Limit: 10, Remaining: 0, Reset: inf},
+			map[string]string{"RateLimit": `"default";r=0`, "X-RateLimit-Reset": ""}},
+		{"full bucket: t=0", bucket,
+			Decision{Allowed: true, Limit: 10, Remaining: 10},
+			map[string]string{"RateLimit": `"default";r=10;t=0`}},
+		{"negative remaining is 0", bucket,
+			Decision{RetryAfter: time.Second, Limit: 10, Remaining: -3, Reset: time.Second},
+			map[string]string{"RateLimit": `"default";r=0;t=1`, "X-RateLimit-Remaining": "0"}},
+		{"a limiter that reports no quota gets no fields", bucket,
+			Decision{Allowed: true},
+			map[string]string{"RateLimit": "", "RateLimit-Policy": "", "X-RateLimit-Limit": ""}},
+		{"another limiter: q from the Decision, no w", other,
+			Decision{Allowed: true, Limit: 100, Remaining: 99, Reset: time.Minute},
+			map[string]string{"RateLimit-Policy": `"api";q=100`, "RateLimit": `"api";r=99;t=60`}},
+		{"a bucket whose limit changed is not sent the cached policy", bucket,
+			Decision{Allowed: true, Limit: 20, Remaining: 19, Reset: 100 * time.Millisecond},
+			map[string]string{"RateLimit-Policy": `"default";q=20;w=2`}},
+		{"huge values are clamped to sf-integers", other,
+			Decision{Allowed: true, Limit: 1 << 62, Remaining: 1 << 62, Reset: inf - 1},
+			map[string]string{"RateLimit-Policy": `"api";q=999999999999999`, "RateLimit": `"api";r=999999999999999;t=9223372037`}},
+		{"only the legacy fields", quotaFields{set: fieldsLegacy, name: `"x"`},
+			Decision{Allowed: true, Limit: 5000, Remaining: 4000, Reset: time.Hour},
+			map[string]string{"RateLimit": "", "RateLimit-Policy": "", "X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4000", "X-RateLimit-Reset": "3600"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{"X-Ratelimit-Reset": {"stale"}}
+			if tt.d.Limit == 0 {
+				h = http.Header{}
+			}
+			tt.f.write(h, tt.d)
+			for k, want := range tt.want {
+				if got := h.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+				if want != "" && len(h.Values(k)) != 1 {
+					t.Errorf("%s has %d lines", k, len(h.Values(k)))
+				}
+			}
+			for _, k := range []string{"RateLimit", "RateLimit-Policy"} {
+				if v := h.Get(k); v != "" {
+					sfItem(t, v)
+				}
+			}
+		})
+	}
+}
+
+func TestPolicyWindow(t *testing.T) {
+	tests := []struct {
+		limit rate.Limit
+		burst int
+		want  int64
+	}{
+		{rate.Every(200 * time.Millisecond), 10, 2},
+		{1, 1, 1},
+		{10, 1, 1}, // 0.1 s rounds up to the smallest window there is
+		{0.3, 3, 10},
+		{0.3, 1, 4}, // 3.33 s
+		{rate.Every(time.Minute), 1, 60},
+		{0, 5, 0},
+		{rate.Inf, 5, 0},
+		{1e-12, 1 << 20, 0}, // does not fit an sf-integer
+	}
+	for _, tt := range tests {
+		if got := policyWindow(tt.limit, tt.burst); got != tt.want {
+			t.Errorf("policyWindow(%v, %d) = %d, want %d", tt.limit, tt.burst, got, tt.want)
+		}
+	}
+	// The property that makes the policy honest: a client that spends q at once every w seconds
+	// is never refused, because w seconds refill at least q tokens.
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 10000 {
+		limit := rate.Limit(rng.Float64()*50 + 0.001)
+		burst := 1 + rng.IntN(1000)
+		w := policyWindow(limit, burst)
+		if w < 1 {
+			t.Fatalf("policyWindow(%v, %d) = %d", limit, burst, w)
+		}
+		if refilled := float64(w) * float64(limit); refilled < float64(burst) {
+			t.Fatalf("policyWindow(%v, %d) = %d s refills only %v tokens", limit, burst, w, refilled)
+		}
+		if w > 1 && float64(w-1)*float64(limit) >= float64(burst) {
+			t.Fatalf("policyWindow(%v, %d) = %d s is a whole second longer than needed", limit, burst, w)
+		}
+	}
+}
+
+func TestSFString(t *testing.T) {
+	for in, want := range map[string]string{
+		"default":  `"default"`,
+		`a"b\c`:    `"a\"b\\c"`,
+		"per user": `"per user"`,
+	} {
+		if got := sfString(in); got != want {
+			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
+		}
+	}
+	for _, bad := range []string{"caf\u00e9", "tab\there", "nl\n"} {
+		func() {
+			defer func() {
+				if msg, _ := recover().(string); !strings.HasPrefix(msg, "retryafter: ") {
+					t.Errorf("WithRateLimitFields(%q) did not panic with the package prefix: %v", bad, msg)
+				}
+			}()
+			WithRateLimitFields(bad)
+		}()
+	}
+}
+
+// TestRateLimitFieldsMiddleware checks over many Decisions, through the middleware, that the
+// fields are set on admitted responses before next runs and on refusals, and that on a refusal
+// t is never earlier than Retry-After nor Retry-After earlier than t.
+func TestRateLimitFieldsMiddleware(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	fl := &fakeLimiter{}
+	var seen http.Header
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = w.Header().Clone()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	clk := newClock(t0)
+	h := LimitWith(fl, WithClock(clk.Now), WithRateLimitFields("burst"), WithLegacyRateLimitFields(true))(next)
+	for i := range 5000 {
+		clk.Advance(time.Duration(rng.Int64N(int64(time.Second))))
+		limit := 1 + rng.IntN(100)
+		d := Decision{Allowed: rng.IntN(2) == 0, Limit: limit, Remaining: rng.IntN(limit + 1),
+			Reset: time.Duration(rng.Int64N(int64(time.Hour)))}
+		if !d.Allowed {
+			d.RetryAfter = time.Duration(rng.Int64N(int64(d.Reset) + 1))
+			if rng.IntN(10) == 0 {
+				d.RetryAfter = rate.InfDuration
+			}
+		}
+		fl.d = d
+		seen = nil
+		w := serve(h, "GET", "192.0.2.1:1")
+		hdr := w.Header()
+		if d.Allowed {
+			if w.Code != http.StatusNoContent || seen == nil {
+				t.Fatalf("%d: %+v: got %d", i, d, w.Code)
+			}
+			hdr = seen // what next saw is what it was given
+		} else if w.Code != http.StatusTooManyRequests {
+			t.Fatalf("%d: %+v: got %d", i, d, w.Code)
+		}
+		name, p := sfItem(t, hdr.Get("RateLimit"))
+		pname, pp := sfItem(t, hdr.Get("RateLimit-Policy"))
+		if name != "burst" || pname != "burst" || pp["q"] != int64(limit) || p["r"] != int64(d.Remaining) {
+			t.Fatalf("%d: %+v: RateLimit %q, RateLimit-Policy %q", i, d, hdr.Get("RateLimit"), hdr.Get("RateLimit-Policy"))
+		}
+		if _, ok := pp["w"]; ok {
+			t.Fatalf("%d: a window was made up for a limiter that does not state one: %q", i, hdr.Get("RateLimit-Policy"))
+		}
+		tt, hasT := p["t"]
+		if !hasT {
+			t.Fatalf("%d: %+v: no t in %q", i, d, hdr.Get("RateLimit"))
+		}
+		if x := hdr.Get("X-RateLimit-Reset"); x != strconv.FormatInt(tt, 10) {
+			t.Fatalf("%d: X-RateLimit-Reset %q, t=%d", i, x, tt)
+		}
+		if ra := hdr.Get("Retry-After"); !d.Allowed && d.RetryAfter != rate.InfDuration {
+			wait := wantRefusal(t, w, http.StatusTooManyRequests, clk.Now())
+			if time.Duration(tt)*time.Second != wait {
+				t.Fatalf("%d: %+v: t=%d but Retry-After %q", i, d, tt, ra)
+			}
+		} else {
+			if ra != "" {
+				t.Fatalf("%d: %+v: Retry-After %q", i, d, ra)
+			}
+			if got := time.Duration(tt) * time.Second; got < d.Reset || got-d.Reset >= time.Second {
+				t.Fatalf("%d: %+v: t=%d is not Reset rounded up", i, d, tt)
+			}
+		}
+	}
+}
+
+// TestRateLimitFieldsOff checks that without the options no field appears, on either path.
+func TestRateLimitFieldsOff(t *testing.T) {
+	for _, allowed := range []bool{true, false} {
+		fl := &fakeLimiter{d: Decision{Allowed: allowed, RetryAfter: time.Second, Limit: 5, Remaining: 1, Reset: time.Second}}
+		w := serve(LimitWith(fl, WithLegacyRateLimitFields(true), WithLegacyRateLimitFields(false))(ok), "GET", "192.0.2.1:1")
+		for k := range w.Header() {
+			if strings.Contains(strings.ToLower(k), "ratelimit") {
+				t.Fatalf("allowed=%v: %s sent while off", allowed, k)
+			}
+		}
+	}
+}
+
+// TestRateLimitFieldsTokenBucket runs the fields over the real token bucket: the policy is the
+// bucket's, and a client that spends r within t and then waits t is admitted q more times.
+func TestRateLimitFieldsTokenBucket(t *testing.T) {
+	clk := newClock(t0.Add(300 * time.Millisecond))
+	h := Limit(rate.Every(400*time.Millisecond), 5, WithClock(clk.Now), WithRateLimitFields(""))(ok)
+	w := serve(h, "GET", "192.0.2.9:1")
+	if w.Header().Get("RateLimit") == "" {
+		t.Skip("TokenBucket does not fill Decision.Limit, Remaining and Reset yet")
+	}
+	if got, want := w.Header().Get("RateLimit-Policy"), `"default";q=5;w=2`; got != want {
+		t.Fatalf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	_, p := sfItem(t, w.Header().Get("RateLimit"))
+	if p["r"] != 4 {
+		t.Fatalf("RateLimit = %q after one request of five", w.Header().Get("RateLimit"))
+	}
+	for range p["r"] {
+		if w := serve(h, "GET", "192.0.2.9:1"); w.Code != http.StatusOK {
+			t.Fatalf("refused within the r the previous response stated")
+		}
+	}
+	w = serve(h, "GET", "192.0.2.9:1")
+	_, p = sfItem(t, w.Header().Get("RateLimit"))
+	wait := wantRefusal(t, w, http.StatusTooManyRequests, clk.Now())
+	if time.Duration(p["t"])*time.Second != wait || p["r"] != 0 {
+		t.Fatalf("refusal: RateLimit %q, Retry-After %v", w.Header().Get("RateLimit"), wait)
+	}
+	clk.Advance(2 * time.Second) // the policy's w: the bucket is full again
+	for i := range 5 {
+		if w := serve(h, "GET", "192.0.2.9:1"); w.Code != http.StatusOK {
+			t.Fatalf("request %d of q after waiting w refused", i)
+		}
+	}
+}
