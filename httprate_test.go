@@ -251,7 +251,7 @@ func TestSlidingWindowExactWaits(t *testing.T) {
 				start := time.Now()
 				h := httprate.LimitBy(tt.limit, tt.window, httprate.Key("k"),
 					httprate.WithLimitCounter(httprate.NewLocalLimitCounter(tt.window)))(ok)
-				sleepUntil := func(at time.Duration) { time.Sleep(start.Add(at).Sub(time.Now())) }
+				sleepUntil := func(at time.Duration) { time.Sleep(time.Until(start.Add(at))) }
 				cost := max(tt.cost, 1)
 				for _, at := range tt.history {
 					sleepUntil(at)

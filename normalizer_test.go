@@ -220,16 +220,16 @@ func TestNormalizer(t *testing.T) {
 				t.Fatalf("hook told of %d repairs, want 1 (%v)%s", len(repairs), tt.kind, note)
 			}
 			r := repairs[0]
-			var wantSecs time.Duration
+			var wantWait time.Duration
 			if len(tt.want) == 1 {
 				s, _ := strconv.Atoi(tt.want[0])
-				wantSecs = time.Duration(s) * time.Second
+				wantWait = time.Duration(s) * time.Second
 			}
 			if r.Kind != tt.kind || r.Status != tt.status || r.Request != req ||
 				!slices.Equal(r.UpstreamRetryAfter, tt.retryAfter) || !slices.Equal(r.UpstreamDate, tt.date) ||
-				r.ClientRetryAfter != wantSecs || !r.ClientDate.Equal(now.Truncate(time.Second)) || r.ClientDate.Location() != time.UTC {
+				r.ClientRetryAfter != wantWait || !r.ClientDate.Equal(now.Truncate(time.Second)) || r.ClientDate.Location() != time.UTC {
 				t.Errorf("hook told of %+v, want kind %v, status %d, upstream %q %q, client %v at %v%s",
-					r, tt.kind, tt.status, tt.retryAfter, tt.date, wantSecs, now.Truncate(time.Second), note)
+					r, tt.kind, tt.status, tt.retryAfter, tt.date, wantWait, now.Truncate(time.Second), note)
 			}
 		})
 	}
