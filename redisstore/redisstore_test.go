@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
@@ -282,6 +283,7 @@ func TestRefusalCostsNothing(t *testing.T) {
 	decide(t, s, "k", 1, time.Time{})
 	decide(t, s, "k", 1, time.Time{})
 	before := client.Get(ctx, prefix+"k").Val()
+	expiry := client.PExpireTime(ctx, prefix+"k").Val()
 	for range 10 {
 		if d := decide(t, s, "k", 1, time.Time{}); d.Allowed {
 			t.Fatal("third request within a minute admitted")
@@ -289,6 +291,9 @@ func TestRefusalCostsNothing(t *testing.T) {
 	}
 	if after := client.Get(ctx, prefix+"k").Val(); after != before || before == "" {
 		t.Fatalf("state %q after refusals, was %q", after, before)
+	}
+	if after := client.PExpireTime(ctx, prefix+"k").Val(); after != expiry || expiry <= 0 {
+		t.Fatalf("expiry %v after refusals, was %v", after, expiry)
 	}
 }
 
@@ -304,13 +309,16 @@ func TestExpiresWhenFresh(t *testing.T) {
 	now := t0
 	for range 100 {
 		now = now.Add(time.Duration(rng.Int64N(int64(time.Second))) / time.Microsecond * time.Microsecond)
+		before := redisMillis(t, client)
 		d := decide(t, s, "k", 1+rng.IntN(2), now)
+		after := redisMillis(t, client)
 		if !d.Allowed {
 			continue
 		}
-		px := (d.Reset + time.Millisecond - 1) / time.Millisecond * time.Millisecond
-		if ttl := client.PTTL(ctx, prefix+"k").Val(); ttl > px || ttl < px-50*time.Millisecond {
-			t.Fatalf("PTTL %v after Reset %v, want %v (less the time since)", ttl, d.Reset, px)
+		// The key expires ceil(Reset / 1ms) after Redis's clock read at the write.
+		px := int64((d.Reset + time.Millisecond - 1) / time.Millisecond)
+		if at := client.PExpireTime(ctx, prefix+"k").Val().Milliseconds(); at < before+px || at > after+px {
+			t.Fatalf("expires at %d ms, want within [%d, %d] (Reset %v after a write in [%d, %d])", at, before+px, after+px, d.Reset, before, after)
 		}
 		fresh := decide(t, s, fmt.Sprint("fresh", now.UnixNano()), 1, now.Add(d.Reset))
 		again := decide(t, s, "k", 1, now.Add(d.Reset))
@@ -319,6 +327,16 @@ func TestExpiresWhenFresh(t *testing.T) {
 		}
 		now = now.Add(d.Reset)
 	}
+}
+
+// redisMillis returns Redis's clock in Unix milliseconds, truncated as Redis's expiry does.
+func redisMillis(t *testing.T, client *redis.Client) int64 {
+	t.Helper()
+	now, err := client.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMilli()
 }
 
 // TestZeroCost checks that a request of cost 0 is admitted and spends nothing, and that a
