@@ -59,7 +59,8 @@ var errNegativeCost = errors.New("redisstore: negative cost")
 // was given stays the caller's.
 type Store struct {
 	client   redis.Scripter
-	interval int64 // nanoseconds per token
+	interval int64  // nanoseconds per token
+	args     [2]any // interval and burst, boxed once rather than on every call
 	burst    int
 	inf      bool // rate.Inf: admit everything without asking Redis
 	prefix   string
@@ -130,6 +131,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 			panic("retryafter: redisstore: refilling the burst takes longer than 2^52 ns")
 		}
 		s.interval = int64(interval)
+		s.args = [2]any{s.interval, burst}
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -162,9 +164,9 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	var res []int64
 	var err error
 	if s.caller {
-		res, err = decideScript.Run(ctx, s.client, []string{s.prefix + key}, s.interval, s.burst, cost, now.UnixMicro()).Int64Slice()
+		res, err = decideScript.Run(ctx, s.client, []string{s.prefix + key}, s.args[0], s.args[1], cost, now.UnixMicro()).Int64Slice()
 	} else {
-		res, err = decideScript.Run(ctx, s.client, []string{s.prefix + key}, s.interval, s.burst, cost).Int64Slice()
+		res, err = decideScript.Run(ctx, s.client, []string{s.prefix + key}, s.args[0], s.args[1], cost).Int64Slice()
 	}
 	if err != nil {
 		return retryafter.Decision{}, fmt.Errorf("redisstore: %w", err)
