@@ -3,6 +3,7 @@
 //
 //	go run ./_examples/chi-server
 //	go run ./_examples/chi-server -addr 127.0.0.1:9090
+//	go run ./_examples/chi-server -addr 127.0.0.1:8081 -redis 127.0.0.1:6379  # replicas share one limit
 package main
 
 import (
@@ -21,11 +22,12 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	redisAddr := flag.String("redis", "", "count requests in the Redis at this `ADDR` (host:port), shared by every replica, instead of in memory")
 	flag.Parse()
 
 	r := chi.NewRouter()
 	r.Use(middleware.Logger)
-	r.Use(retryafter.Limit(rate.Every(time.Second), 5))
+	r.Use(retryafter.LimitWith(newLimiter(*redisAddr, rate.Every(time.Second), 5), retryafter.WithErrorHook(logLimitError)))
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	})
