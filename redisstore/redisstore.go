@@ -142,7 +142,8 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	return s
 }
 
-// Decide implements [retryafter.Limiter] in one round trip to Redis: at Redis's clock it takes
+// Decide implements [retryafter.Limiter] in one round trip to Redis (two the first time a
+// server sees the script, which it then caches): at Redis's clock it takes
 // cost tokens from key's bucket if it holds them, and otherwise leaves the bucket as it was and
 // reports how long until it will. RetryAfter is exact to the microsecond, Redis's resolution: a
 // request of the same cost that reaches Redis that much later is admitted, unless other
@@ -151,7 +152,8 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 //
 // now is not used for the decision (see [Store]). Decide returns an error, never a partial
 // Decision, when Redis does not answer within the timeout (see [WithTimeout]), answers with an
-// error, or cost is negative.
+// error, or cost is negative. A request whose answer was lost to the timeout may still have been
+// counted, as with any store reached over a network.
 func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
 	if s.inf {
 		return retryafter.Decision{Allowed: true}, nil
