@@ -7,6 +7,8 @@
 //
 //	go run ./_examples/chi-server
 //	go run ./_examples/chi-server -addr 127.0.0.1:9090 -admin 127.0.0.1:9091
+//	go run ./_examples/chi-server -addr 127.0.0.1:8090 -admin '' -redis 127.0.0.1:6379 # replicas share
+//	go run ./_examples/chi-server -addr 127.0.0.1:8091 -admin '' -redis 127.0.0.1:6379 # one limit
 //
 //	curl -X POST 'http://127.0.0.1:8081/maintenance?for=15m'                   # the next 15 minutes
 //	curl -X POST 'http://127.0.0.1:8081/maintenance?until=2026-11-30T14:00:00Z' # until 14:00 UTC
@@ -34,6 +36,7 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	admin := flag.String("admin", "127.0.0.1:8081", "loopback address of the maintenance admin endpoint (empty: none)")
+	redisAddr := flag.String("redis", "", "count requests in the Redis at this `ADDR` (host:port), shared by every replica, instead of in memory")
 	flag.Parse()
 
 	maintenance := retryafter.NewMaintenance(
@@ -43,7 +46,7 @@ func main() {
 	r := chi.NewRouter()
 	r.Use(middleware.Logger)
 	r.Use(maintenance.Handler) // before the limiter: a 503 costs no quota
-	r.Use(retryafter.Limit(rate.Every(time.Second), 5))
+	r.Use(retryafter.LimitWith(newLimiter(*redisAddr, rate.Every(time.Second), 5), retryafter.WithErrorHook(logLimitError)))
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	})

@@ -1,0 +1,492 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+)
+
+// configs are the rates and bursts the property tests run over. Their emission intervals are
+// whole nanoseconds (or, for 3/s, a third of a nanosecond short of one), so the store and
+// x/time/rate count the same tokens at every millisecond.
+var configs = []struct {
+	limit rate.Limit
+	burst int
+}{
+	{rate.Every(time.Second), 1},
+	{rate.Every(200 * time.Millisecond), 10},
+	{rate.Limit(3), 4},
+	{rate.Every(time.Minute), 5},
+	{rate.Every(1500 * time.Millisecond), 2},
+	{rate.Limit(1000), 50},
+	{rate.Every(time.Hour), 100},
+	{rate.Every(time.Hour), 1250}, // 4.5e15 ns to refill: just under the 2^52 ns New allows
+}
+
+// testTimeout is the timeout of the stores whose tests are not about timeouts: long, since a
+// loaded machine can stall a round trip on loopback for hundreds of milliseconds.
+const testTimeout = 10 * time.Second
+
+// decide calls s.Decide and fails the test on an error.
+func decide(t *testing.T, s *Store, key string, cost int, now time.Time) retryafter.Decision {
+	t.Helper()
+	d, err := s.Decide(context.Background(), key, cost, now)
+	if err != nil {
+		t.Fatalf("Decide(%q, %d, %v): %v", key, cost, now, err)
+	}
+	return d
+}
+
+// TestAgreesWithTokenBucket runs random arrivals, on a millisecond grid and an injected clock,
+// through the store and through the in-memory retryafter.TokenBucket: they must admit and
+// refuse the same requests with the same wait, and the store's Remaining and Reset must be
+// those of an x/time/rate limiter fed the same admitted requests.
+func TestAgreesWithTokenBucket(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	for _, c := range configs {
+		t.Run(fmt.Sprintf("%v/%d", c.limit, c.burst), func(t *testing.T) {
+			store := New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock())
+			mem := retryafter.NewTokenBucket(c.limit, c.burst)
+			ref := rate.NewLimiter(c.limit, c.burst)
+			rng := rand.New(rand.NewPCG(1, uint64(c.burst)))
+			interval := time.Duration(float64(time.Second) / float64(c.limit))
+			now := t0
+			refused, n := 0, 400+2*c.burst
+			for i := range n {
+				now = now.Add(time.Duration(rng.Int64N(int64(2*interval/time.Millisecond)+1)) * time.Millisecond / time.Duration(c.burst))
+				got := decide(t, store, "k", 1, now)
+				want, _ := mem.Decide(context.Background(), "k", 1, now)
+				if got.Allowed != want.Allowed {
+					t.Fatalf("request %d at %v: store allowed=%v, TokenBucket allowed=%v", i, now.Sub(t0), got.Allowed, want.Allowed)
+				}
+				if diff := got.RetryAfter - want.RetryAfter; diff < -2*time.Microsecond || diff > 2*time.Microsecond {
+					t.Fatalf("request %d at %v: store RetryAfter=%v, TokenBucket %v", i, now.Sub(t0), got.RetryAfter, want.RetryAfter)
+				}
+				if got.Allowed {
+					ref.ReserveN(now, 1)
+				} else {
+					refused++
+				}
+				tokens := ref.TokensAt(now)
+				if want := int(math.Floor(tokens + 1e-6)); got.Remaining != want || got.Limit != c.burst {
+					t.Fatalf("request %d: Limit=%d Remaining=%d, want %d and %d (%.9f tokens)", i, got.Limit, got.Remaining, c.burst, want, tokens)
+				}
+				reset := time.Duration((float64(c.burst) - tokens) / float64(c.limit) * float64(time.Second))
+				if diff := got.Reset - reset; diff < -2*time.Microsecond || diff > 2*time.Microsecond {
+					t.Fatalf("request %d: Reset=%v, want %v", i, got.Reset, reset)
+				}
+			}
+			if refused == 0 || refused == n {
+				t.Fatalf("%d of %d refused: the arrivals do not exercise both answers", refused, n)
+			}
+		})
+	}
+}
+
+// TestRetryAfterIsExact checks on an injected clock, for random costs and arrivals, that a
+// refused request's wait is exact to the microsecond: a microsecond before it the same request
+// is still refused, and told to wait exactly that microsecond; at it, the request is admitted.
+// A cost above the burst is never admitted.
+func TestRetryAfterIsExact(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	for _, c := range configs {
+		t.Run(fmt.Sprintf("%v/%d", c.limit, c.burst), func(t *testing.T) {
+			store := New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock())
+			rng := rand.New(rand.NewPCG(2, uint64(c.burst)))
+			interval := time.Duration(float64(time.Second) / float64(c.limit))
+			now := t0
+			checked := 0
+			for range 300 {
+				now = now.Add(time.Duration(rng.Int64N(int64(interval)/int64(c.burst)+1)) / time.Microsecond * time.Microsecond)
+				cost := 1 + rng.IntN(c.burst)
+				d := decide(t, store, "k", cost, now)
+				if d.Allowed {
+					continue
+				}
+				if d.RetryAfter <= 0 || d.RetryAfter%time.Microsecond != 0 {
+					t.Fatalf("refused with RetryAfter %v", d.RetryAfter)
+				}
+				early := decide(t, store, "k", cost, now.Add(d.RetryAfter-time.Microsecond))
+				if early.Allowed || early.RetryAfter != time.Microsecond {
+					t.Fatalf("at RetryAfter-1µs: allowed=%v RetryAfter=%v, want refused with 1µs", early.Allowed, early.RetryAfter)
+				}
+				now = now.Add(d.RetryAfter)
+				if !decide(t, store, "k", cost, now).Allowed {
+					t.Fatalf("cost %d refused after waiting exactly RetryAfter=%v", cost, d.RetryAfter)
+				}
+				checked++
+			}
+			if checked < 20 {
+				t.Fatalf("only %d refusals checked", checked)
+			}
+			if d := decide(t, store, "k", c.burst+1, now); d.Allowed || d.RetryAfter != rate.InfDuration {
+				t.Fatalf("cost above the burst: allowed=%v RetryAfter=%v, want never", d.Allowed, d.RetryAfter)
+			}
+		})
+	}
+}
+
+// TestRoundTrip sends requests through the middleware on an injected clock: every 429 carries
+// a Date of now and a Retry-After in whole seconds; waiting exactly that long gets the request
+// through, and waiting a second less does not.
+func TestRoundTrip(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	for _, c := range configs {
+		t.Run(fmt.Sprintf("%v/%d", c.limit, c.burst), func(t *testing.T) {
+			clock := t0
+			now := func() time.Time { return clock }
+			store := New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock())
+			h := retryafter.LimitWith(store, retryafter.WithClock(now))(okHandler)
+			rng := rand.New(rand.NewPCG(3, uint64(c.burst)))
+			interval := time.Duration(float64(time.Second) / float64(c.limit))
+			trips := 0
+			for i := 0; trips < 20 && i < 5000; i++ {
+				clock = clock.Add(time.Duration(rng.Int64N(int64(interval) / int64(c.burst))))
+				w := get(h, "192.0.2.1:1234")
+				if w.Code == http.StatusOK {
+					continue
+				}
+				wait := wantRefusal(t, w, clock)
+				clock = clock.Add(wait - time.Second)
+				if w := get(h, "192.0.2.1:1234"); w.Code != http.StatusTooManyRequests {
+					t.Fatalf("a second short of Retry-After %v: %d, want 429", wait, w.Code)
+				}
+				clock = clock.Add(time.Second)
+				if w := get(h, "192.0.2.1:1234"); w.Code != http.StatusOK {
+					t.Fatalf("after Retry-After %v: %d, want 200", wait, w.Code)
+				}
+				trips++
+			}
+			if trips < 20 {
+				t.Fatalf("only %d round trips", trips)
+			}
+		})
+	}
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+
+// get sends GET / from remote through h.
+func get(h http.Handler, remote string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = remote
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// wantRefusal checks that w is a 429 with a Date of now and a whole-second Retry-After, and
+// returns that wait.
+func wantRefusal(t *testing.T, w *httptest.ResponseRecorder, now time.Time) time.Duration {
+	t.Helper()
+	return wantStatus(t, w.Code, w.Header(), http.StatusTooManyRequests, now)
+}
+
+func wantStatus(t *testing.T, code int, h http.Header, status int, now time.Time) time.Duration {
+	t.Helper()
+	if code != status {
+		t.Fatalf("status %d, want %d", code, status)
+	}
+	if got, want := h.Get("Date"), now.UTC().Format(http.TimeFormat); got != want {
+		t.Fatalf("Date %q, want %q", got, want)
+	}
+	wait, ok := retryafter.ParseRetryAfter(h, now)
+	if !ok || wait < time.Second || wait%time.Second != 0 {
+		t.Fatalf("Retry-After %q is not whole seconds >= 1", h.Get("Retry-After"))
+	}
+	return wait
+}
+
+// TestRedisClockDecides checks that the decision ignores the replica's clock: requests that
+// claim instants hours apart still share one bucket, refilled by Redis's clock only.
+func TestRedisClockDecides(t *testing.T) {
+	addr := sharedAddr(t)
+	prefix := testPrefix(t)
+	a := New(newClient(t, addr), rate.Every(time.Minute), 3, WithPrefix(prefix), WithTimeout(testTimeout))
+	b := New(newClient(t, addr), rate.Every(time.Minute), 3, WithPrefix(prefix), WithTimeout(testTimeout))
+	for i, at := range []time.Time{t0, t0.Add(time.Hour), t0.Add(-time.Hour)} {
+		if d := decide(t, []*Store{a, b}[i%2], "k", 1, at); !d.Allowed || d.Remaining != 2-i {
+			t.Fatalf("request %d: allowed=%v remaining=%d, want admitted with %d left", i, d.Allowed, d.Remaining, 2-i)
+		}
+	}
+	for _, at := range []time.Time{t0.Add(24 * time.Hour), t0.Add(-24 * time.Hour)} {
+		d := decide(t, b, "k", 1, at)
+		// Three minutes' worth of tokens were spent within moments of Redis time.
+		if d.Allowed || d.RetryAfter <= 50*time.Second || d.RetryAfter > time.Minute {
+			t.Fatalf("claiming %v: allowed=%v RetryAfter=%v, want refused for just under a minute", at, d.Allowed, d.RetryAfter)
+		}
+		if d.Remaining != 0 || d.Reset <= 170*time.Second || d.Reset > 3*time.Minute {
+			t.Fatalf("Remaining=%d Reset=%v, want 0 and just under 3m", d.Remaining, d.Reset)
+		}
+	}
+}
+
+// TestRealClock checks the store on Redis's clock at a high rate: a refused request that waits
+// its (sub-millisecond) RetryAfter is admitted, and a key expires once its bucket is full.
+func TestRealClock(t *testing.T) {
+	addr := sharedAddr(t)
+	client := newClient(t, addr)
+	prefix := testPrefix(t)
+	s := New(client, 1000, 3, WithPrefix(prefix), WithTimeout(testTimeout))
+	checked := 0
+	for range 50 {
+		d := decide(t, s, "k", 1, time.Time{})
+		if d.Allowed {
+			continue
+		}
+		if d.RetryAfter <= 0 || d.RetryAfter > time.Millisecond {
+			t.Fatalf("RetryAfter %v at 1000/s, want within (0, 1ms]", d.RetryAfter)
+		}
+		time.Sleep(d.RetryAfter)
+		if d := decide(t, s, "k", 1, time.Time{}); !d.Allowed {
+			t.Fatalf("refused after sleeping RetryAfter: %+v", d)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("nothing was refused: the test checks nothing")
+	}
+	ctx := context.Background()
+	ttl := client.PTTL(ctx, prefix+"k").Val()
+	if ttl <= 0 || ttl > 3*time.Millisecond {
+		t.Fatalf("PTTL %v, want within (0, 3ms]: the time for 3 tokens at 1000/s", ttl)
+	}
+	deadline := time.Now().Add(time.Second)
+	for client.Exists(ctx, prefix+"k").Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the key did not expire")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRefusalCostsNothing checks that a refused request leaves the key in Redis as it was.
+func TestRefusalCostsNothing(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	prefix := testPrefix(t)
+	s := New(client, rate.Every(time.Minute), 2, WithPrefix(prefix), WithTimeout(testTimeout))
+	ctx := context.Background()
+	decide(t, s, "k", 1, time.Time{})
+	decide(t, s, "k", 1, time.Time{})
+	before := client.Get(ctx, prefix+"k").Val()
+	expiry := client.PExpireTime(ctx, prefix+"k").Val()
+	for range 10 {
+		if d := decide(t, s, "k", 1, time.Time{}); d.Allowed {
+			t.Fatal("third request within a minute admitted")
+		}
+	}
+	if after := client.Get(ctx, prefix+"k").Val(); after != before || before == "" {
+		t.Fatalf("state %q after refusals, was %q", after, before)
+	}
+	if after := client.PExpireTime(ctx, prefix+"k").Val(); after != expiry || expiry <= 0 {
+		t.Fatalf("expiry %v after refusals, was %v", after, expiry)
+	}
+}
+
+// TestExpiresWhenFresh checks, on an injected clock, that a key is set to expire when its
+// bucket will be full (PTTL is Reset rounded up to the millisecond), and that from then on it
+// answers as a key never seen.
+func TestExpiresWhenFresh(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	prefix := testPrefix(t)
+	s := New(client, rate.Every(700*time.Millisecond), 4, WithPrefix(prefix), withCallerClock(), WithTimeout(testTimeout))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(4, 4))
+	now := t0
+	for range 100 {
+		now = now.Add(time.Duration(rng.Int64N(int64(time.Second))) / time.Microsecond * time.Microsecond)
+		before := redisMillis(t, client)
+		d := decide(t, s, "k", 1+rng.IntN(2), now)
+		after := redisMillis(t, client)
+		if !d.Allowed {
+			continue
+		}
+		// The key expires ceil(Reset / 1ms) after Redis's clock read at the write.
+		px := int64((d.Reset + time.Millisecond - 1) / time.Millisecond)
+		if at := client.PExpireTime(ctx, prefix+"k").Val().Milliseconds(); at < before+px || at > after+px {
+			t.Fatalf("expires at %d ms, want within [%d, %d] (Reset %v after a write in [%d, %d])", at, before+px, after+px, d.Reset, before, after)
+		}
+		fresh := decide(t, s, fmt.Sprint("fresh", now.UnixNano()), 1, now.Add(d.Reset))
+		again := decide(t, s, "k", 1, now.Add(d.Reset))
+		if again != fresh {
+			t.Fatalf("at Reset the key answers %+v, a fresh key %+v", again, fresh)
+		}
+		now = now.Add(d.Reset)
+	}
+}
+
+// redisMillis returns Redis's clock in Unix milliseconds, truncated as Redis's expiry does.
+func redisMillis(t *testing.T, client *redis.Client) int64 {
+	t.Helper()
+	now, err := client.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMilli()
+}
+
+// TestZeroCost checks that a request of cost 0 is admitted and spends nothing, and that a
+// negative cost is an error.
+func TestZeroCost(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	s := New(client, rate.Every(time.Minute), 1, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock())
+	decide(t, s, "k", 1, t0)
+	for range 3 {
+		if d := decide(t, s, "k", 0, t0); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("cost 0: %+v, want admitted with nothing left", d)
+		}
+	}
+	if d := decide(t, s, "k", 1, t0.Add(time.Minute)); !d.Allowed {
+		t.Fatalf("after a minute: %+v, want admitted", d)
+	}
+	if _, err := s.Decide(context.Background(), "k", -1, t0); err == nil {
+		t.Fatal("negative cost: no error")
+	}
+}
+
+// TestInf checks that rate.Inf admits without asking Redis (the client here has no server).
+func TestInf(t *testing.T) {
+	client := newClient(t, "127.0.0.1:1")
+	if d := decide(t, New(client, rate.Inf, 1), "k", 1000, t0); !d.Allowed {
+		t.Fatalf("rate.Inf: %+v", d)
+	}
+}
+
+func TestNewPanics(t *testing.T) {
+	client := newClient(t, "127.0.0.1:1")
+	for name, fn := range map[string]func(){
+		"nil client":   func() { New(nil, 1, 1) },
+		"zero burst":   func() { New(client, 1, 0) },
+		"zero rate":    func() { New(client, 0, 1) },
+		"negative":     func() { New(client, -1, 1) },
+		"NaN":          func() { New(client, rate.Limit(math.NaN()), 1) },
+		"too fast":     func() { New(client, 3e9, 1) },
+		"too slow":     func() { New(client, rate.Every(time.Hour), 2000) },
+		"nil option":   func() { New(client, 1, 1, nil) },
+		"zero timeout": func() { WithTimeout(0) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "retryafter: ") {
+					t.Fatalf("recovered %v, want a panic starting with \"retryafter: \"", r)
+				}
+			}()
+			fn()
+		})
+	}
+	New(client, rate.Every(time.Hour), 1000) // 1000 hours is within 2^52 ns
+}
+
+// TestOutage stops a real redis-server under the middleware (killed, shut down, and frozen) and
+// starts it again: meanwhile requests fail closed with 503 and Retry-After 1, or are admitted
+// when failing open, each within the timeout; the error hook sees every failure; no goroutine is
+// left behind; and the store works again once the server is back.
+func TestOutage(t *testing.T) {
+	srv := startServer(t)
+	client := newClient(t, srv.addr())
+	const timeout = 150 * time.Millisecond
+	store := New(client, rate.Every(time.Minute), 1000, WithPrefix(testPrefix(t)), WithTimeout(timeout))
+	var hooked atomic.Int64
+	hook := retryafter.WithErrorHook(func(r *http.Request, err error) { hooked.Add(1) })
+	clock := retryafter.WithClock(func() time.Time { return t0 })
+	closed := retryafter.LimitWith(store, clock, hook)(okHandler)
+	open := retryafter.LimitWith(store, clock, hook, retryafter.WithFailOpen(true))(okHandler)
+
+	if w := get(closed, "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Fatalf("with Redis up: %d", w.Code)
+	}
+	baseline := runtime.NumGoroutine()
+
+	// down checks that requests, while Redis cannot answer, fail as configured and in time.
+	down := func(t *testing.T) {
+		t.Helper()
+		const n = 8
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				h, want := closed, http.StatusServiceUnavailable
+				if i%2 == 1 {
+					h, want = open, http.StatusOK
+				}
+				start := time.Now()
+				w := get(h, "192.0.2.1:1")
+				if took := time.Since(start); took > timeout+5*time.Second {
+					t.Errorf("answered after %v with a timeout of %v", took, timeout)
+				}
+				if w.Code != want {
+					t.Errorf("status %d, want %d", w.Code, want)
+					return
+				}
+				if want == http.StatusServiceUnavailable {
+					if w.Header().Get("Retry-After") != "1" || w.Header().Get("Date") == "" {
+						t.Errorf("503 with Retry-After %q, Date %q", w.Header().Get("Retry-After"), w.Header().Get("Date"))
+					}
+					if strings.Contains(w.Body.String(), "redis") {
+						t.Errorf("body shows the error: %q", w.Body.String())
+					}
+				}
+			})
+		}
+		before := hooked.Load()
+		wg.Wait()
+		if got := hooked.Load() - before; got != n {
+			t.Errorf("error hook called %d times for %d failures", got, n)
+		}
+	}
+	// up waits (at most 3 s) until requests are admitted again.
+	up := func(t *testing.T) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for get(closed, "192.0.2.1:1").Code != http.StatusOK {
+			if time.Now().After(deadline) {
+				t.Fatal("Redis is back but requests still fail")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			srv.stop(sig)
+			down(t)
+			srv.start()
+			up(t)
+		})
+	}
+	t.Run("frozen", func(t *testing.T) {
+		srv.signal(syscall.SIGSTOP)
+		start := time.Now()
+		_, err := store.Decide(context.Background(), "k", 1, t0)
+		if took := time.Since(start); err == nil || took < timeout {
+			t.Fatalf("frozen Redis: err=%v after %v, want an error after the %v timeout", err, took, timeout)
+		}
+		down(t)
+		srv.signal(syscall.SIGCONT)
+		up(t)
+	})
+
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines, %d before the outages:\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
