@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	mathrand "math/rand/v2"
 	"testing"
 	"time"
 
@@ -42,9 +43,9 @@ func TestTokenBucketReclaimsRefilledKeys(t *testing.T) {
 			t.Fatalf("new key %d refused", i)
 		}
 	}
-	// A bucket refills in 1 s: 1,000 keys are live at any instant, plus what each part of the
-	// table lets grow before it sweeps.
-	if n := b.Len(); n > 1000+shardCount*128 {
+	// A bucket refills in 1 s: 1,000 keys are live at any instant, and a part of the table
+	// sweeps once it holds sweepFloor keys or twice its live ones.
+	if n := b.Len(); n > 2*1000+shardCount*sweepFloor {
 		t.Fatalf("%d keys held after 200,000 clients of which 1,000 are live", n)
 	}
 }
@@ -97,6 +98,89 @@ func TestTokenBucketTinyRateKeepsKeys(t *testing.T) {
 		}
 		if d := decide(t, b, "spender", 1, t0.Add(200*time.Hour)); d.Allowed {
 			t.Fatalf("limit %v: the key that spent its burst was forgotten and admitted", limit)
+		}
+	}
+}
+
+// step is one request of a replayed history: cost tokens at t0 + at.
+type step struct {
+	at   time.Duration
+	cost int
+}
+
+// replay returns a bucket that has decided history on key "k".
+func replay(t *testing.T, limit rate.Limit, burst int, history []step) *TokenBucket {
+	t.Helper()
+	b := NewTokenBucket(limit, burst)
+	for _, s := range history {
+		decide(t, b, "k", s.cost, t0.Add(s.at))
+	}
+	return b
+}
+
+// TestTokenBucketQuota checks the quota fields against the bucket itself over random histories:
+// Remaining is the largest cost admitted at that instant, and Reset the earliest instant at which
+// the whole burst is (within the microsecond of slack), never earlier than RetryAfter.
+func TestTokenBucketQuota(t *testing.T) {
+	rng := mathrand.New(mathrand.NewPCG(1, 2))
+	for _, pol := range []struct {
+		limit rate.Limit
+		burst int
+	}{{10, 5}, {rate.Every(time.Minute), 3}, {0.3, 7}, {1000, 1}, {0, 4}} {
+		b := NewTokenBucket(pol.limit, pol.burst, withQuota())
+		var history []step
+		var at time.Duration
+		for range 60 {
+			at += time.Duration(rng.Int64N(int64(2 * time.Second)))
+			s := step{at, 1 + rng.IntN(pol.burst+1)}
+			d := decide(t, b, "k", s.cost, t0.Add(at))
+			history = append(history, s)
+			if d.Limit != pol.burst || d.Remaining < 0 || d.Remaining > pol.burst {
+				t.Fatalf("%v/%d after %v: Limit %d Remaining %d", pol.limit, pol.burst, history, d.Limit, d.Remaining)
+			}
+			if !d.Allowed && d.RetryAfter != rate.InfDuration && d.Reset < d.RetryAfter {
+				t.Fatalf("%v/%d: Reset %v < RetryAfter %v", pol.limit, pol.burst, d.Reset, d.RetryAfter)
+			}
+			now := t0.Add(at)
+			if d.Remaining > 0 {
+				if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", d.Remaining, now); !got.Allowed {
+					t.Fatalf("%v/%d after %v: Remaining %d, but that cost is refused", pol.limit, pol.burst, history, d.Remaining)
+				}
+			}
+			if d.Remaining < pol.burst {
+				if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", d.Remaining+1, now); got.Allowed {
+					t.Fatalf("%v/%d after %v: Remaining %d, but %d is admitted", pol.limit, pol.burst, history, d.Remaining, d.Remaining+1)
+				}
+			}
+			switch {
+			case d.Reset == rate.InfDuration:
+				if pol.limit != 0 {
+					t.Fatalf("%v/%d: Reset never at a positive rate", pol.limit, pol.burst)
+				}
+			case d.Reset == 0:
+				if d.Remaining != pol.burst {
+					t.Fatalf("%v/%d: Reset 0 with Remaining %d", pol.limit, pol.burst, d.Remaining)
+				}
+			default:
+				if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", pol.burst, now.Add(d.Reset)); !got.Allowed {
+					t.Fatalf("%v/%d after %v: the burst is refused at Reset %v", pol.limit, pol.burst, history, d.Reset)
+				}
+				if early := d.Reset - 3*slack; early > 0 {
+					if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", pol.burst, now.Add(early)); got.Allowed {
+						t.Fatalf("%v/%d after %v: the burst is admitted before Reset %v", pol.limit, pol.burst, history, d.Reset)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTokenBucketQuotaOff checks that without the RateLimit fields the bucket reports no quota.
+func TestTokenBucketQuotaOff(t *testing.T) {
+	b := NewTokenBucket(10, 5)
+	for i := range 10 {
+		if d := decide(t, b, "k", 1, t0); d.Limit != 0 || d.Remaining != 0 || d.Reset != 0 {
+			t.Fatalf("request %d: %+v, want no quota", i, d)
 		}
 	}
 }
