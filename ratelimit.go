@@ -83,11 +83,12 @@ type TokenBucket struct {
 
 // part is one independently locked slice of a TokenBucket's keys.
 type part struct {
-	mu    sync.Mutex
-	keys  map[string]*rate.Limiter
-	sweep int       // sweep reclaimable keys when len(keys) reaches this
-	full  time.Time // after a sweep that freed nothing: no new key before this instant
-	_     [16]byte
+	mu     sync.Mutex
+	keys   map[string]*rate.Limiter
+	sweep  int            // sweep reclaimable keys when len(keys) reaches this
+	full   time.Time      // after a sweep that freed nothing: no new key before this instant
+	latest time.Time      // the latest instant a Decide in this part was made at
+	_      [128 - 72]byte // two cache lines a part, so that parts do not share one
 }
 
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
@@ -144,8 +145,20 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 	p := &b.parts[maphash.String(b.seed, key)%shardCount]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	lim, wait := b.bucket(p, key, now)
+	// Concurrent requests read the clock before they take the lock, so they can arrive out of
+	// order. A rate.Limiter given an instant before its last one moves its clock back, and
+	// then credits the time between twice (golang/go#65508): under load it admits more than
+	// its rate. So each part decides at the latest instant it has seen, and the waits it
+	// reports are stretched by the lag, to stay exact from the caller's now.
+	at := now
+	if now.Before(p.latest) {
+		at = p.latest
+	} else {
+		p.latest = now
+	}
+	lim, wait := b.bucket(p, key, at)
 	if lim == nil {
+		wait = late(wait, at.Sub(now))
 		if b.quota {
 			// Once a slot frees, the key starts with a full bucket.
 			return Decision{RetryAfter: wait, Limit: b.burst, Reset: wait}, nil
@@ -153,25 +166,36 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 		return Decision{RetryAfter: wait}, nil
 	}
 	var d Decision
-	if lim.AllowN(now, cost) {
+	if lim.AllowN(at, cost) {
 		d.Allowed = true
 	} else {
-		r := lim.ReserveN(now, cost)
-		wait := r.DelayFrom(now)
+		r := lim.ReserveN(at, cost)
+		wait := r.DelayFrom(at)
 		if wait <= slack {
 			d.Allowed = true
 		} else {
-			r.CancelAt(now)
+			r.CancelAt(at)
 			if wait != rate.InfDuration {
 				wait -= slack
 			}
-			d.RetryAfter = wait
+			d.RetryAfter = late(wait, at.Sub(now))
 		}
 	}
 	if b.quota {
-		b.fillQuota(&d, lim.TokensAt(now))
+		b.fillQuota(&d, lim.TokensAt(at))
+		if d.Reset > 0 {
+			d.Reset = late(d.Reset, at.Sub(now))
+		}
 	}
 	return d, nil
+}
+
+// late returns wait lengthened by lag, keeping rate.InfDuration and saturating below it.
+func late(wait, lag time.Duration) time.Duration {
+	if lag == 0 || wait >= rate.InfDuration {
+		return wait
+	}
+	return min(wait+lag, rate.InfDuration-1)
 }
 
 // fillQuota sets d's Limit, Remaining and Reset from the tokens left in a bucket.

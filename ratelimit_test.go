@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	mathrand "math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 )
@@ -181,6 +185,119 @@ func TestTokenBucketQuotaOff(t *testing.T) {
 	for i := range 10 {
 		if d := decide(t, b, "k", 1, t0); d.Limit != 0 || d.Remaining != 0 || d.Reset != 0 {
 			t.Fatalf("request %d: %+v, want no quota", i, d)
+		}
+	}
+}
+
+// TestTokenBucketConcurrent hammers one key from many goroutines on the real clock for a bounded
+// time: the admissions never exceed what the bucket allows over the elapsed time, burst +
+// rate × elapsed, plus one for the microsecond of slack. The bound holds however the goroutines
+// are scheduled, so the test cannot be flaky; run it with -race. Without the bucket's guard
+// against instants that arrive out of order it fails most runs.
+func TestTokenBucketConcurrent(t *testing.T) {
+	const (
+		limit = 2000
+		burst = 50
+		run   = 200 * time.Millisecond
+	)
+	b := NewTokenBucket(limit, burst, WithMaxKeys(shardCount))
+	var admitted, calls atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		wg.Go(func() {
+			for time.Since(start) < run {
+				calls.Add(1)
+				// As in the middleware, the clock is read before the decision, and a
+				// goroutine may be descheduled between the two.
+				now := time.Now()
+				runtime.Gosched()
+				if d, _ := b.Decide(context.Background(), "one", 1, now); d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	bound := burst + limit*elapsed.Seconds() + 1
+	t.Logf("%d admitted in %v (bound %.0f)", admitted.Load(), elapsed, bound)
+	if n := admitted.Load(); float64(n) > bound {
+		t.Fatalf("%d admitted in %v, more than burst + rate × elapsed + 1 = %.1f", n, elapsed, bound)
+	}
+	if n := admitted.Load(); n < min(calls.Load(), burst) {
+		t.Fatalf("only %d of %d requests admitted, less than the burst %d", n, calls.Load(), burst)
+	}
+}
+
+// TestTokenBucketFlood sends floodClients distinct client addresses, each over its limit after
+// its first request, at a table bounded by WithMaxKeys: the heap the table holds stays under
+// 200 bytes per key of the bound, and no client the table holds is forgotten to make room.
+// floodClients is 1,000,000, or 20,000 under the race detector, which is far slower; the
+// bound is a quarter of it.
+func TestTokenBucketFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods a million clients")
+	}
+	const maxKeys = floodClients / 4
+	before := heapInUse()
+	b := NewTokenBucket(rate.Every(time.Minute), 1, WithMaxKeys(maxKeys))
+	ctx := context.Background()
+	admitted := 0
+	for i := range floodClients {
+		d, _ := b.Decide(ctx, clientAddr(i), 1, t0)
+		switch {
+		case d.Allowed:
+			admitted++
+		case d.RetryAfter <= 0 || d.RetryAfter > time.Minute:
+			t.Fatalf("client %d refused with RetryAfter %v, want (0, 1m]", i, d.RetryAfter)
+		}
+	}
+	held := heapInUse() - before
+	n := b.Len()
+	t.Logf("%d clients, %d held: %d bytes, %.0f B/key", floodClients, n, held, float64(held)/float64(n))
+	if n > maxKeys || n != admitted {
+		t.Fatalf("%d keys held, %d admitted, bound %d", n, admitted, maxKeys)
+	}
+	if held > maxKeys*200 {
+		t.Fatalf("%d clients at WithMaxKeys(%d) hold %d bytes, more than 200 per key of the bound", floodClients, maxKeys, held)
+	}
+	// Half a minute on, every client is still over its limit: none may be admitted, whether its
+	// key was held or refused.
+	for i := range floodClients {
+		if d, _ := b.Decide(ctx, clientAddr(i), 1, t0.Add(30*time.Second)); d.Allowed {
+			t.Fatalf("client %d, over its limit, admitted after the flood", i)
+		}
+	}
+	runtime.KeepAlive(b)
+}
+
+func TestPartSize(t *testing.T) {
+	if s := unsafe.Sizeof(part{}); s%64 != 0 {
+		t.Fatalf("part is %d bytes, not a whole number of cache lines", s)
+	}
+}
+
+// TestTokenBucketOutOfOrder replays what concurrent requests do when they read the clock before
+// the lock and take it in the other order: a request stamped earlier than one already decided
+// must not make the bucket credit the time between twice, and its wait is exact from its own
+// instant.
+func TestTokenBucketOutOfOrder(t *testing.T) {
+	b := NewTokenBucket(1, 1)
+	for _, s := range []struct {
+		at   time.Duration
+		want bool
+		wait time.Duration
+	}{
+		{0, true, 0},
+		{time.Second, true, 0},
+		{500 * time.Millisecond, false, 1500*time.Millisecond - slack}, // stale: the bucket is empty at 1 s
+		{1500 * time.Millisecond, false, 500*time.Millisecond - slack}, // half a token since 1 s, not one
+		{2 * time.Second, true, 0},
+	} {
+		d := decide(t, b, "k", 1, t0.Add(s.at))
+		if d.Allowed != s.want || d.RetryAfter != s.wait {
+			t.Fatalf("at %v: allowed %v, RetryAfter %v; want %v, %v", s.at, d.Allowed, d.RetryAfter, s.want, s.wait)
 		}
 	}
 }
