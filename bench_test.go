@@ -144,10 +144,12 @@ func run(b *testing.B, h http.Handler, rs []*http.Request, want int) {
 	h.ServeHTTP(w, rs[0]) // create the key, spend the burst of an empty policy
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	for i := range b.N {
 		w.reset()
 		h.ServeHTTP(w, rs[i%len(rs)])
 	}
+	reportCPU(b, cpu)
 	b.StopTimer()
 	if w.code != want {
 		b.Fatalf("status %d, want %d", w.code, want)
@@ -184,6 +186,8 @@ func BenchmarkParallel1k(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) {
 			var next atomic.Uint32
 			b.ReportAllocs()
+			cpu := cpuTime()
+			defer reportCPU(b, cpu)
 			b.RunParallel(func(pb *testing.PB) {
 				w := newBenchWriter()
 				i := int(next.Add(7919))
@@ -243,6 +247,16 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		b.ReportMetric(float64(after-before)/n, "B/key")
 		runtime.KeepAlive(tb)
 	}
+}
+
+// reportCPU reports the CPU time per operation since cpuTime returned start, as cpu-ns/op. In
+// a RunParallel benchmark it is the CPU of all goroutines per operation, so it shows the cost,
+// and ns/op the scaling.
+func reportCPU(b *testing.B, start int64) {
+	if start == 0 || b.N == 0 {
+		return
+	}
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
 // heapInUse returns the bytes of live heap objects after a full collection.
