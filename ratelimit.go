@@ -278,10 +278,13 @@ func (b *TokenBucket) Len() int {
 }
 
 // WithMaxKeys bounds the number of keys a [TokenBucket] holds state for at once; the default is
-// 1,048,576 (about 150 MB at most). Keys whose bucket has refilled are dropped to make room; when
-// none has, a new key is refused with 429 and a Retry-After of when the first one will have, so
-// that no client over its limit is ever admitted to make room for another. It panics if n < 1.
-// It affects [Limit] and [NewTokenBucket].
+// 1,048,576 (about 160 MB at most: a key costs about 150 bytes). Keys whose bucket has refilled
+// are dropped to make room; when none has, a new key is refused with 429 and a Retry-After of
+// when the first one will have, so that no client over its limit is ever admitted to make room
+// for another. The table is split in 64 independently locked parts of n/64 keys each (at least
+// one), so it holds at most max(n, 64) keys, and a new key can meet a full part a little before
+// the whole table holds n. It panics if n < 1. It
+// affects [Limit] and [NewTokenBucket].
 func WithMaxKeys(n int) Option {
 	if n < 1 {
 		panic("retryafter: WithMaxKeys below 1")
