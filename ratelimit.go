@@ -121,6 +121,11 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 // reservation is not due within now (plus a microsecond that absorbs the float arithmetic of
 // x/time/rate), cancels it at now, so that the refusal costs nothing, and reports its delay.
 //
+// Instants may arrive out of order (concurrent requests read the clock before Decide takes its
+// lock); a now earlier than one already decided for a key of the same part of the table is
+// decided at that later instant, and the waits reported are still measured from now. So a
+// bucket's clock never runs backwards, which would credit the same time twice.
+//
 // When the RateLimit fields are on, the Decision also carries the key's quota after this
 // request (it costs one more look at the bucket, so otherwise Limit, Remaining and Reset are 0):
 //   - Limit is the burst.
