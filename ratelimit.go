@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +59,13 @@ const defaultMaxKeys = 1 << 20
 // shardCount is the number of independently locked parts of a TokenBucket's key table.
 const shardCount = 64
 
+// sweepFloor is how many keys a part of the table holds before it first looks for refilled ones
+// to drop, and the least it lets grow between two looks. A sweep scans the whole part, and the
+// next one waits until the part has doubled, so each new key pays for O(1) of scanning; the
+// floor keeps a few thousand recently seen keys (about 2 MB over all parts) so that clients
+// that come back every few seconds are not dropped and created again each time.
+const sweepFloor = 256
+
 // A TokenBucket is a [Limiter] that gives every key its own golang.org/x/time/rate token bucket
 // of the same rate and burst, held in memory.
 //
@@ -75,11 +83,12 @@ type TokenBucket struct {
 
 // part is one independently locked slice of a TokenBucket's keys.
 type part struct {
-	mu    sync.Mutex
-	keys  map[string]*rate.Limiter
-	sweep int       // sweep reclaimable keys when len(keys) reaches this
-	full  time.Time // after a sweep that freed nothing: no new key before this instant
-	_     [16]byte
+	mu     sync.Mutex
+	keys   map[string]*rate.Limiter
+	sweep  int            // sweep reclaimable keys when len(keys) reaches this
+	full   time.Time      // after a sweep that freed nothing: no new key before this instant
+	latest time.Time      // the latest instant a Decide in this part was made at
+	_      [128 - 72]byte // two cache lines a part, so that parts do not share one
 }
 
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
@@ -103,7 +112,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 	}
 	for i := range b.parts {
 		b.parts[i].keys = make(map[string]*rate.Limiter)
-		b.parts[i].sweep = min(b.perPart, 64)
+		b.parts[i].sweep = min(b.perPart, sweepFloor)
 	}
 	return b
 }
@@ -111,36 +120,109 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 // Decide implements [Limiter]: it reserves cost tokens from key's bucket at now, and if the
 // reservation is not due within now (plus a microsecond that absorbs the float arithmetic of
 // x/time/rate), cancels it at now, so that the refusal costs nothing, and reports its delay.
+//
+// Instants may arrive out of order (concurrent requests read the clock before Decide takes its
+// lock); a now earlier than one already decided for a key of the same part of the table is
+// decided at that later instant, and the waits reported are still measured from now. So a
+// bucket's clock never runs backwards, which would credit the same time twice.
+//
+// When the RateLimit fields are on, the Decision also carries the key's quota after this
+// request (it costs one more look at the bucket, so otherwise Limit, Remaining and Reset are 0):
+//   - Limit is the burst.
+//   - Remaining is the whole tokens left: the largest cost Decide would admit at now, never
+//     negative. A refused request spends nothing, so it reports what it found.
+//   - Reset is how long until the bucket is full again, not rounded to seconds, such that a
+//     request for the whole burst at now + Reset is admitted (it is the refill time of the
+//     missing tokens, truncated to the nanosecond, which the microsecond of slack covers); 0
+//     when the bucket is full, rate.InfDuration when the rate is 0 and it is not. It is never
+//     shorter than RetryAfter, except that a cost above the burst has a RetryAfter of
+//     rate.InfDuration and the bucket's own Reset.
+//   - A new key refused because the table is full (see [WithMaxKeys]) has Remaining 0 and a
+//     Reset equal to its RetryAfter, after which it starts with a full bucket.
+//   - With a limit of [rate.Inf], Remaining is always the burst and Reset 0.
 func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
 	if b.limit == rate.Inf {
+		if b.quota {
+			return Decision{Allowed: true, Limit: b.burst, Remaining: b.burst}, nil
+		}
 		return Decision{Allowed: true}, nil
 	}
-	lim, wait := b.bucket(key, now)
-	if lim == nil {
-		return Decision{RetryAfter: wait}, nil
-	}
-	if lim.AllowN(now, cost) {
-		return Decision{Allowed: true}, nil
-	}
-	r := lim.ReserveN(now, cost)
-	d := r.DelayFrom(now)
-	if d <= slack {
-		return Decision{Allowed: true}, nil
-	}
-	r.CancelAt(now)
-	if d != rate.InfDuration {
-		d -= slack
-	}
-	return Decision{RetryAfter: d}, nil
-}
-
-// bucket returns key's bucket, creating it if need be. When the key is new and its part of the
-// table is full of keys that have not refilled, it returns nil and how long until the first of
-// them will have.
-func (b *TokenBucket) bucket(key string, now time.Time) (*rate.Limiter, time.Duration) {
 	p := &b.parts[maphash.String(b.seed, key)%shardCount]
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Concurrent requests read the clock before they take the lock, so they can arrive out of
+	// order. A rate.Limiter given an instant before its last one moves its clock back, and
+	// then credits the time between twice (golang/go#65508): under load it admits more than
+	// its rate. So each part decides at the latest instant it has seen, and the waits it
+	// reports are stretched by the lag, to stay exact from the caller's now.
+	at := now
+	if now.Before(p.latest) {
+		at = p.latest
+	} else {
+		p.latest = now
+	}
+	lim, wait := b.bucket(p, key, at)
+	if lim == nil {
+		wait = late(wait, at.Sub(now))
+		if b.quota {
+			// Once a slot frees, the key starts with a full bucket.
+			return Decision{RetryAfter: wait, Limit: b.burst, Reset: wait}, nil
+		}
+		return Decision{RetryAfter: wait}, nil
+	}
+	var d Decision
+	if lim.AllowN(at, cost) {
+		d.Allowed = true
+	} else {
+		r := lim.ReserveN(at, cost)
+		wait := r.DelayFrom(at)
+		if wait <= slack {
+			d.Allowed = true
+		} else {
+			r.CancelAt(at)
+			if wait != rate.InfDuration {
+				wait -= slack
+			}
+			d.RetryAfter = late(wait, at.Sub(now))
+		}
+	}
+	if b.quota {
+		b.fillQuota(&d, lim.TokensAt(at))
+		if d.Reset > 0 {
+			d.Reset = late(d.Reset, at.Sub(now))
+		}
+	}
+	return d, nil
+}
+
+// late returns wait lengthened by lag, keeping rate.InfDuration and saturating below it.
+func late(wait, lag time.Duration) time.Duration {
+	if lag == 0 || wait >= rate.InfDuration {
+		return wait
+	}
+	return min(wait+lag, rate.InfDuration-1)
+}
+
+// fillQuota sets d's Limit, Remaining and Reset from the tokens left in a bucket.
+func (b *TokenBucket) fillQuota(d *Decision, tokens float64) {
+	d.Limit = b.burst
+	// With the tokens the slack lends a request, Remaining is exactly the largest cost that
+	// Decide admits now.
+	lent := tokens
+	if b.limit > 0 {
+		lent += float64(b.limit) * slack.Seconds()
+	}
+	d.Remaining = int(max(0, min(float64(b.burst), math.Floor(lent))))
+	d.Reset = b.refill(float64(b.burst) - tokens)
+	if d.RetryAfter != rate.InfDuration {
+		d.Reset = max(d.Reset, d.RetryAfter)
+	}
+}
+
+// bucket returns key's bucket in p, which the caller has locked, creating it if need be. When
+// the key is new and p is full of keys that have not refilled, it returns nil and how long until
+// the first of them will have.
+func (b *TokenBucket) bucket(p *part, key string, now time.Time) (*rate.Limiter, time.Duration) {
 	if lim, ok := p.keys[key]; ok {
 		return lim, 0
 	}
@@ -153,7 +235,7 @@ func (b *TokenBucket) bucket(key string, now time.Time) (*rate.Limiter, time.Dur
 			p.full = now.Add(soonest)
 			return nil, soonest
 		}
-		p.sweep = min(b.perPart, max(64, 2*len(p.keys)))
+		p.sweep = min(b.perPart, max(sweepFloor, 2*len(p.keys)))
 	}
 	lim := rate.NewLimiter(b.limit, b.burst)
 	p.keys[strings.Clone(key)] = lim
@@ -201,10 +283,13 @@ func (b *TokenBucket) Len() int {
 }
 
 // WithMaxKeys bounds the number of keys a [TokenBucket] holds state for at once; the default is
-// 1,048,576 (about 150 MB at most). Keys whose bucket has refilled are dropped to make room; when
-// none has, a new key is refused with 429 and a Retry-After of when the first one will have, so
-// that no client over its limit is ever admitted to make room for another. It panics if n < 1.
-// It affects [Limit] and [NewTokenBucket].
+// 1,048,576 (about 160 MB at most: a key costs about 150 bytes). Keys whose bucket has refilled
+// are dropped to make room; when none has, a new key is refused with 429 and a Retry-After of
+// when the first one will have, so that no client over its limit is ever admitted to make room
+// for another. The table is split in 64 independently locked parts of n/64 keys each (at least
+// one), so it holds at most max(n, 64) keys, and a new key can meet a full part a little before
+// the whole table holds n. It panics if n < 1. It
+// affects [Limit] and [NewTokenBucket].
 func WithMaxKeys(n int) Option {
 	if n < 1 {
 		panic("retryafter: WithMaxKeys below 1")

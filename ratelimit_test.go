@@ -3,8 +3,13 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	mathrand "math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 )
@@ -42,9 +47,9 @@ func TestTokenBucketReclaimsRefilledKeys(t *testing.T) {
 			t.Fatalf("new key %d refused", i)
 		}
 	}
-	// A bucket refills in 1 s: 1,000 keys are live at any instant, plus what each part of the
-	// table lets grow before it sweeps.
-	if n := b.Len(); n > 1000+shardCount*128 {
+	// A bucket refills in 1 s: 1,000 keys are live at any instant, and a part of the table
+	// sweeps once it holds sweepFloor keys or twice its live ones.
+	if n := b.Len(); n > 2*1000+shardCount*sweepFloor {
 		t.Fatalf("%d keys held after 200,000 clients of which 1,000 are live", n)
 	}
 }
@@ -97,6 +102,202 @@ func TestTokenBucketTinyRateKeepsKeys(t *testing.T) {
 		}
 		if d := decide(t, b, "spender", 1, t0.Add(200*time.Hour)); d.Allowed {
 			t.Fatalf("limit %v: the key that spent its burst was forgotten and admitted", limit)
+		}
+	}
+}
+
+// step is one request of a replayed history: cost tokens at t0 + at.
+type step struct {
+	at   time.Duration
+	cost int
+}
+
+// replay returns a bucket that has decided history on key "k".
+func replay(t *testing.T, limit rate.Limit, burst int, history []step) *TokenBucket {
+	t.Helper()
+	b := NewTokenBucket(limit, burst)
+	for _, s := range history {
+		decide(t, b, "k", s.cost, t0.Add(s.at))
+	}
+	return b
+}
+
+// TestTokenBucketQuota checks the quota fields against the bucket itself over random histories:
+// Remaining is the largest cost admitted at that instant, and Reset the earliest instant at which
+// the whole burst is (within the microsecond of slack), never earlier than RetryAfter.
+func TestTokenBucketQuota(t *testing.T) {
+	rng := mathrand.New(mathrand.NewPCG(1, 2))
+	for _, pol := range []struct {
+		limit rate.Limit
+		burst int
+	}{{10, 5}, {rate.Every(time.Minute), 3}, {0.3, 7}, {1000, 1}, {0, 4}} {
+		b := NewTokenBucket(pol.limit, pol.burst, withQuota())
+		var history []step
+		var at time.Duration
+		for range 60 {
+			at += time.Duration(rng.Int64N(int64(2 * time.Second)))
+			s := step{at, 1 + rng.IntN(pol.burst+1)}
+			d := decide(t, b, "k", s.cost, t0.Add(at))
+			history = append(history, s)
+			if d.Limit != pol.burst || d.Remaining < 0 || d.Remaining > pol.burst {
+				t.Fatalf("%v/%d after %v: Limit %d Remaining %d", pol.limit, pol.burst, history, d.Limit, d.Remaining)
+			}
+			if !d.Allowed && d.RetryAfter != rate.InfDuration && d.Reset < d.RetryAfter {
+				t.Fatalf("%v/%d: Reset %v < RetryAfter %v", pol.limit, pol.burst, d.Reset, d.RetryAfter)
+			}
+			now := t0.Add(at)
+			if d.Remaining > 0 {
+				if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", d.Remaining, now); !got.Allowed {
+					t.Fatalf("%v/%d after %v: Remaining %d, but that cost is refused", pol.limit, pol.burst, history, d.Remaining)
+				}
+			}
+			if d.Remaining < pol.burst {
+				if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", d.Remaining+1, now); got.Allowed {
+					t.Fatalf("%v/%d after %v: Remaining %d, but %d is admitted", pol.limit, pol.burst, history, d.Remaining, d.Remaining+1)
+				}
+			}
+			switch {
+			case d.Reset == rate.InfDuration:
+				if pol.limit != 0 {
+					t.Fatalf("%v/%d: Reset never at a positive rate", pol.limit, pol.burst)
+				}
+			case d.Reset == 0:
+				if d.Remaining != pol.burst {
+					t.Fatalf("%v/%d: Reset 0 with Remaining %d", pol.limit, pol.burst, d.Remaining)
+				}
+			default:
+				if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", pol.burst, now.Add(d.Reset)); !got.Allowed {
+					t.Fatalf("%v/%d after %v: the burst is refused at Reset %v", pol.limit, pol.burst, history, d.Reset)
+				}
+				if early := d.Reset - 3*slack; early > 0 {
+					if got := decide(t, replay(t, pol.limit, pol.burst, history), "k", pol.burst, now.Add(early)); got.Allowed {
+						t.Fatalf("%v/%d after %v: the burst is admitted before Reset %v", pol.limit, pol.burst, history, d.Reset)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTokenBucketQuotaOff checks that without the RateLimit fields the bucket reports no quota.
+func TestTokenBucketQuotaOff(t *testing.T) {
+	b := NewTokenBucket(10, 5)
+	for i := range 10 {
+		if d := decide(t, b, "k", 1, t0); d.Limit != 0 || d.Remaining != 0 || d.Reset != 0 {
+			t.Fatalf("request %d: %+v, want no quota", i, d)
+		}
+	}
+}
+
+// TestTokenBucketConcurrent hammers one key from many goroutines on the real clock for a bounded
+// time: the admissions never exceed what the bucket allows over the elapsed time, burst +
+// rate × elapsed, plus one for the microsecond of slack. The bound holds however the goroutines
+// are scheduled, so the test cannot be flaky; run it with -race. Without the bucket's guard
+// against instants that arrive out of order it fails most runs.
+func TestTokenBucketConcurrent(t *testing.T) {
+	const (
+		limit = 2000
+		burst = 50
+		run   = 200 * time.Millisecond
+	)
+	b := NewTokenBucket(limit, burst, WithMaxKeys(shardCount))
+	var admitted, calls atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		wg.Go(func() {
+			for time.Since(start) < run {
+				calls.Add(1)
+				// As in the middleware, the clock is read before the decision, and a
+				// goroutine may be descheduled between the two.
+				now := time.Now()
+				runtime.Gosched()
+				if d, _ := b.Decide(context.Background(), "one", 1, now); d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	bound := burst + limit*elapsed.Seconds() + 1
+	t.Logf("%d admitted in %v (bound %.0f)", admitted.Load(), elapsed, bound)
+	if n := admitted.Load(); float64(n) > bound {
+		t.Fatalf("%d admitted in %v, more than burst + rate × elapsed + 1 = %.1f", n, elapsed, bound)
+	}
+	if n := admitted.Load(); n < min(calls.Load(), burst) {
+		t.Fatalf("only %d of %d requests admitted, less than the burst %d", n, calls.Load(), burst)
+	}
+}
+
+// TestTokenBucketFlood sends floodClients distinct client addresses, each over its limit after
+// its first request, at a table bounded by WithMaxKeys: the heap the table holds stays under
+// 200 bytes per key of the bound, and no client the table holds is forgotten to make room.
+// floodClients is 1,000,000, or 20,000 under the race detector, which is far slower; the
+// bound is a quarter of it.
+func TestTokenBucketFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods a million clients")
+	}
+	const maxKeys = floodClients / 4
+	before := heapInUse()
+	b := NewTokenBucket(rate.Every(time.Minute), 1, WithMaxKeys(maxKeys))
+	ctx := context.Background()
+	admitted := 0
+	for i := range floodClients {
+		d, _ := b.Decide(ctx, clientAddr(i), 1, t0)
+		switch {
+		case d.Allowed:
+			admitted++
+		case d.RetryAfter <= 0 || d.RetryAfter > time.Minute:
+			t.Fatalf("client %d refused with RetryAfter %v, want (0, 1m]", i, d.RetryAfter)
+		}
+	}
+	held := heapInUse() - before
+	n := b.Len()
+	t.Logf("%d clients, %d held: %d bytes, %.0f B/key", floodClients, n, held, float64(held)/float64(n))
+	if n > maxKeys || n != admitted {
+		t.Fatalf("%d keys held, %d admitted, bound %d", n, admitted, maxKeys)
+	}
+	if held > maxKeys*200 {
+		t.Fatalf("%d clients at WithMaxKeys(%d) hold %d bytes, more than 200 per key of the bound", floodClients, maxKeys, held)
+	}
+	// Half a minute on, every client is still over its limit: none may be admitted, whether its
+	// key was held or refused.
+	for i := range floodClients {
+		if d, _ := b.Decide(ctx, clientAddr(i), 1, t0.Add(30*time.Second)); d.Allowed {
+			t.Fatalf("client %d, over its limit, admitted after the flood", i)
+		}
+	}
+	runtime.KeepAlive(b)
+}
+
+func TestPartSize(t *testing.T) {
+	if s := unsafe.Sizeof(part{}); s%64 != 0 {
+		t.Fatalf("part is %d bytes, not a whole number of cache lines", s)
+	}
+}
+
+// TestTokenBucketOutOfOrder replays what concurrent requests do when they read the clock before
+// the lock and take it in the other order: a request stamped earlier than one already decided
+// must not make the bucket credit the time between twice, and its wait is exact from its own
+// instant.
+func TestTokenBucketOutOfOrder(t *testing.T) {
+	b := NewTokenBucket(1, 1)
+	for _, s := range []struct {
+		at   time.Duration
+		want bool
+		wait time.Duration
+	}{
+		{0, true, 0},
+		{time.Second, true, 0},
+		{500 * time.Millisecond, false, 1500*time.Millisecond - slack}, // stale: the bucket is empty at 1 s
+		{1500 * time.Millisecond, false, 500*time.Millisecond - slack}, // half a token since 1 s, not one
+		{2 * time.Second, true, 0},
+	} {
+		d := decide(t, b, "k", 1, t0.Add(s.at))
+		if d.Allowed != s.want || d.RetryAfter != s.wait {
+			t.Fatalf("at %v: allowed %v, RetryAfter %v; want %v, %v", s.at, d.Allowed, d.RetryAfter, s.want, s.wait)
 		}
 	}
 }
