@@ -266,6 +266,3 @@ func heapInUse() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
-
-// withQuota turns on the Decision's quota fields, as the RateLimit header options do.
-func withQuota() Option { return func(c *config) { c.quota = true } }

@@ -70,3 +70,6 @@ func wantRefusal(t *testing.T, w *httptest.ResponseRecorder, status int, now tim
 	}
 	return wait
 }
+
+// withQuota turns on the Decision's quota fields, as the RateLimit field options do.
+func withQuota() Option { return func(c *config) { c.quota = true } }

@@ -24,9 +24,6 @@ var (
 	slidingLimits  = []int{1, 3, 10, 100}
 )
 
-// withQuota turns on Decision.Limit, Remaining and Reset.
-func withQuota() Option { return func(c *config) { c.quota = true } }
-
 // slidingArrivals returns the gaps between the requests of a random arrival pattern over
 // window w with limit requests per window. It runs in phases: bursts of up to one and a half
 // times the limit; one to two times the limit of gaps half the limit's pace on average;

@@ -516,7 +516,7 @@ func TestAllowedPathAllocs(t *testing.T) {
 	}
 }
 
-func BenchmarkAllowed(b *testing.B) {
+func BenchmarkAllowedOptions(b *testing.B) {
 	constKey := WithKeyFunc(func(*http.Request) (string, error) { return "192.0.2.1", nil })
 	for _, bm := range []struct {
 		name string
@@ -540,7 +540,7 @@ func BenchmarkAllowed(b *testing.B) {
 	}
 }
 
-func BenchmarkRefused(b *testing.B) {
+func BenchmarkRefusedBodies(b *testing.B) {
 	constKey := WithKeyFunc(func(*http.Request) (string, error) { return "192.0.2.1", nil })
 	for _, bm := range []struct {
 		name   string

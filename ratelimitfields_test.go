@@ -278,7 +278,7 @@ func TestRateLimitFieldsTokenBucket(t *testing.T) {
 	h := Limit(rate.Every(400*time.Millisecond), 5, WithClock(clk.Now), WithRateLimitFields(""))(ok)
 	w := serve(h, "GET", "192.0.2.9:1")
 	if w.Header().Get("RateLimit") == "" {
-		t.Skip("TokenBucket does not fill Decision.Limit, Remaining and Reset yet")
+		t.Fatal("no RateLimit field: the token bucket did not report its quota")
 	}
 	if got, want := w.Header().Get("RateLimit-Policy"), `"default";q=5;w=2`; got != want {
 		t.Fatalf("RateLimit-Policy = %q, want %q", got, want)
