@@ -1,7 +1,6 @@
 package retryafter
 
 import (
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -42,21 +41,30 @@ func writeRefusal(w http.ResponseWriter, r *http.Request, status int, _ time.Dur
 	h["X-Content-Type-Options"] = noSniff
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
-		io.WriteString(w, refusalBody(status))
+		w.Write(refusalBody(status))
 	}
 }
 
-// refusalBody returns the default body for status without allocating for the usual ones.
-func refusalBody(status int) string {
+// The default bodies, as bytes so that writing one to a ResponseWriter without a WriteString
+// method does not allocate.
+var (
+	body429 = []byte("Too Many Requests\n")
+	body500 = []byte("Internal Server Error\n")
+	body503 = []byte("Service Unavailable\n")
+)
+
+// refusalBody returns the default body for status without allocating for the usual ones. The
+// caller must not modify it.
+func refusalBody(status int) []byte {
 	switch status {
 	case http.StatusTooManyRequests:
-		return "Too Many Requests\n"
+		return body429
 	case http.StatusServiceUnavailable:
-		return "Service Unavailable\n"
+		return body503
 	case http.StatusInternalServerError:
-		return "Internal Server Error\n"
+		return body500
 	}
-	return http.StatusText(status) + "\n"
+	return []byte(http.StatusText(status) + "\n")
 }
 
 // delaySeconds returns wait rounded UP to whole seconds and at least 1: the delay-seconds a
