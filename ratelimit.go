@@ -111,11 +111,18 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 // Decide implements [Limiter]: it reserves cost tokens from key's bucket at now, and if the
 // reservation is not due within now (plus a microsecond that absorbs the float arithmetic of
 // x/time/rate), cancels it at now, so that the refusal costs nothing, and reports its delay.
+//
+// The decision holds the lock of the key's part of the table throughout: reserving and
+// cancelling are two steps, and a request on the same key between them would see the refused
+// reservation (a wait one token too long) or, cancelled after it, keep that token for good.
 func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
 	if b.limit == rate.Inf {
 		return Decision{Allowed: true}, nil
 	}
-	lim, wait := b.bucket(key, now)
+	p := &b.parts[maphash.String(b.seed, key)%shardCount]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	lim, wait := b.bucket(p, key, now)
 	if lim == nil {
 		return Decision{RetryAfter: wait}, nil
 	}
@@ -134,13 +141,10 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 	return Decision{RetryAfter: d}, nil
 }
 
-// bucket returns key's bucket, creating it if need be. When the key is new and its part of the
-// table is full of keys that have not refilled, it returns nil and how long until the first of
-// them will have.
-func (b *TokenBucket) bucket(key string, now time.Time) (*rate.Limiter, time.Duration) {
-	p := &b.parts[maphash.String(b.seed, key)%shardCount]
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// bucket returns key's bucket from p, its part of the table, creating it if need be; p.mu must
+// be held. When the key is new and p is full of keys that have not refilled, it returns nil and
+// how long until the first of them will have.
+func (b *TokenBucket) bucket(p *part, key string, now time.Time) (*rate.Limiter, time.Duration) {
 	if lim, ok := p.keys[key]; ok {
 		return lim, 0
 	}

@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,6 +98,47 @@ func TestTokenBucketTinyRateKeepsKeys(t *testing.T) {
 		}
 		if d := decide(t, b, "spender", 1, t0.Add(200*time.Hour)); d.Allowed {
 			t.Fatalf("limit %v: the key that spent its burst was forgotten and admitted", limit)
+		}
+	}
+}
+
+// TestTokenBucketConcurrentRefusals refuses many requests on one key at the same instant from
+// many goroutines: each must be told the same exact wait, the time to the next token, and none
+// may cost quota, so that at that instant exactly one request is admitted. Deciding in steps
+// (allow, reserve, cancel) without holding the key makes a refusal see another's reservation
+// (a wait one token too long) or cancel after it (a token lost for good).
+func TestTokenBucketConcurrentRefusals(t *testing.T) {
+	const goroutines = 8
+	for round := range 300 {
+		b := NewTokenBucket(rate.Every(time.Second), 1)
+		now := t0.Add(time.Duration(round) * time.Hour)
+		decide(t, b, "k", 1, now) // spend the burst
+		var wg sync.WaitGroup
+		waits := make([]Decision, goroutines)
+		start := make(chan struct{})
+		for i := range waits {
+			wg.Go(func() {
+				<-start
+				d, err := b.Decide(context.Background(), "k", 1, now)
+				if err != nil {
+					t.Error(err)
+				}
+				waits[i] = d
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, d := range waits {
+			if d.Allowed || d.RetryAfter != time.Second-slack {
+				t.Fatalf("round %d, request %d: %+v, want refused with a wait of 1s", round, i, d)
+			}
+		}
+		next := now.Add(time.Second)
+		if d := decide(t, b, "k", 1, next); !d.Allowed {
+			t.Fatalf("round %d: refused at the next token (%+v): a refusal cost quota", round, d)
+		}
+		if d := decide(t, b, "k", 1, next); d.Allowed {
+			t.Fatalf("round %d: two admitted for one token", round)
 		}
 	}
 }
