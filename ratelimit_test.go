@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +142,33 @@ func TestTokenBucketConcurrentRefusals(t *testing.T) {
 			t.Fatalf("round %d: two admitted for one token", round)
 		}
 	}
+}
+
+// BenchmarkTokenBucketDecide measures a decision from many goroutines, each on keys of its own
+// (the common case) and all on one key that is over its limit (the herd).
+func BenchmarkTokenBucketDecide(b *testing.B) {
+	b.Run("own keys", func(b *testing.B) {
+		tb := NewTokenBucket(1e9, 1<<30)
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			keys := make([]string, 64)
+			for i := range keys {
+				keys[i] = fmt.Sprint(next.Add(1))
+			}
+			for i := 0; pb.Next(); i++ {
+				tb.Decide(context.Background(), keys[i%len(keys)], 1, t0)
+			}
+		})
+	})
+	b.Run("one key refused", func(b *testing.B) {
+		tb := NewTokenBucket(rate.Every(time.Hour), 1)
+		tb.Decide(context.Background(), "k", 1, t0)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				tb.Decide(context.Background(), "k", 1, t0)
+			}
+		})
+	})
 }
