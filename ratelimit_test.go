@@ -301,3 +301,73 @@ func TestTokenBucketOutOfOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenBucketConcurrentRefusals refuses many requests on one key at the same instant from
+// many goroutines: each must be told the same exact wait, the time to the next token, and none
+// may cost quota, so that at that instant exactly one request is admitted. Deciding in steps
+// (allow, reserve, cancel) without holding the key makes a refusal see another's reservation
+// (a wait one token too long) or cancel after it (a token lost for good).
+func TestTokenBucketConcurrentRefusals(t *testing.T) {
+	const goroutines = 8
+	for round := range 300 {
+		b := NewTokenBucket(rate.Every(time.Second), 1)
+		now := t0.Add(time.Duration(round) * time.Hour)
+		decide(t, b, "k", 1, now) // spend the burst
+		var wg sync.WaitGroup
+		waits := make([]Decision, goroutines)
+		start := make(chan struct{})
+		for i := range waits {
+			wg.Go(func() {
+				<-start
+				d, err := b.Decide(context.Background(), "k", 1, now)
+				if err != nil {
+					t.Error(err)
+				}
+				waits[i] = d
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, d := range waits {
+			if d.Allowed || d.RetryAfter != time.Second-slack {
+				t.Fatalf("round %d, request %d: %+v, want refused with a wait of 1s", round, i, d)
+			}
+		}
+		next := now.Add(time.Second)
+		if d := decide(t, b, "k", 1, next); !d.Allowed {
+			t.Fatalf("round %d: refused at the next token (%+v): a refusal cost quota", round, d)
+		}
+		if d := decide(t, b, "k", 1, next); d.Allowed {
+			t.Fatalf("round %d: two admitted for one token", round)
+		}
+	}
+}
+
+// BenchmarkTokenBucketDecide measures a decision from many goroutines, each on keys of its own
+// (the common case) and all on one key that is over its limit (the herd).
+func BenchmarkTokenBucketDecide(b *testing.B) {
+	b.Run("own keys", func(b *testing.B) {
+		tb := NewTokenBucket(1e9, 1<<30)
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			keys := make([]string, 64)
+			for i := range keys {
+				keys[i] = fmt.Sprint(next.Add(1))
+			}
+			for i := 0; pb.Next(); i++ {
+				tb.Decide(context.Background(), keys[i%len(keys)], 1, t0)
+			}
+		})
+	})
+	b.Run("one key refused", func(b *testing.B) {
+		tb := NewTokenBucket(rate.Every(time.Hour), 1)
+		tb.Decide(context.Background(), "k", 1, t0)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				tb.Decide(context.Background(), "k", 1, t0)
+			}
+		})
+	})
+}
