@@ -32,14 +32,14 @@ const (
 // formatted ahead, so that a response with no Access-Control-Expose-Headers yet costs nothing.
 type exposeList struct {
 	names []string
-	line  []string
+	line  string // names joined with ", "
 }
 
 func newExposeList(names ...string) exposeList {
 	if len(names) == 0 {
 		return exposeList{}
 	}
-	return exposeList{names: names, line: []string{strings.Join(names, ", ")}}
+	return exposeList{names: names, line: strings.Join(names, ", ")}
 }
 
 // refusalExposed is what a refusal exposes when no rate-limit field is on: Retry-After, and Date,
@@ -53,13 +53,13 @@ func hasOrigin(r *http.Request) bool {
 }
 
 // expose adds to h's Access-Control-Expose-Headers the names of l that it does not list yet.
-func (l *exposeList) expose(h http.Header) {
+func (l *exposeList) expose(h http.Header, f *fieldLines) {
 	if len(l.names) == 0 {
 		return
 	}
 	have := h[headerExpose]
 	if len(have) == 0 {
-		h[headerExpose] = l.line
+		h[headerExpose] = f.line(l.line)
 		return
 	}
 	if listHas(have, "*") && !credentialed(h) {

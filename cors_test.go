@@ -48,7 +48,7 @@ func TestExpose(t *testing.T) {
 			if tt.creds != "" {
 				h.Set("Access-Control-Allow-Credentials", tt.creds)
 			}
-			refusalExposed.expose(h)
+			refusalExposed.expose(h, nil)
 			got := h["Access-Control-Expose-Headers"]
 			if tt.want == nil {
 				if !slices.Equal(got, tt.have) {
@@ -84,7 +84,7 @@ func TestExposeProperty(t *testing.T) {
 			h["Access-Control-Expose-Headers"] = slices.Clone(have)
 		}
 		before := exposedNames(h)
-		l.expose(h)
+		l.expose(h, nil)
 		after := exposedNames(h)
 		if !slices.Equal(after[:len(before)], before) {
 			t.Fatalf("%d: %q became %q", i, have, after)
@@ -187,26 +187,31 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-// TestExposeSharedLine checks that the value formatted ahead, which every response without CORS
-// headers shares, is not changed by a later merge or by a handler that appends to it.
-func TestExposeSharedLine(t *testing.T) {
+// TestExposeLineIsPerResponse checks that the value formatted ahead is copied into each
+// response: a handler that writes to one response's value changes no other response.
+func TestExposeLineIsPerResponse(t *testing.T) {
 	l := newExposeList("Retry-After", "Date")
-	h1 := http.Header{}
-	l.expose(h1)
-	h1.Add("Access-Control-Expose-Headers", "X-Mine")
-	h2 := http.Header{"Access-Control-Expose-Headers": {"X-A"}}
-	l.expose(h2)
-	if got := l.line; len(got) != 1 || got[0] != "Retry-After, Date" {
-		t.Fatalf("shared line became %q", got)
+	h1, h2 := http.Header{}, http.Header{}
+	l.expose(h1, nil)
+	l.expose(h2, new(fieldLines))
+	h1["Access-Control-Expose-Headers"][0] = "X-Mine"
+	h3 := http.Header{}
+	l.expose(h3, nil)
+	for _, h := range []http.Header{h2, h3} {
+		if got := h.Get("Access-Control-Expose-Headers"); got != "Retry-After, Date" {
+			t.Fatalf("another response's value became %q", got)
+		}
 	}
 }
 
 func TestExposeAllocs(t *testing.T) {
 	h := http.Header{}
+	lines := new(fieldLines)
 	allocs := testing.AllocsPerRun(100, func() {
+		lines.n = 0
 		delete(h, "Access-Control-Expose-Headers")
-		refusalExposed.expose(h)
-		refusalExposed.expose(h) // everything already there
+		refusalExposed.expose(h, lines)
+		refusalExposed.expose(h, lines) // everything already there
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations", allocs)
@@ -229,7 +234,7 @@ func FuzzExpose(f *testing.F) {
 			h.Set("Access-Control-Allow-Credentials", "true")
 		}
 		before := exposedNames(h)
-		refusalExposed.expose(h)
+		refusalExposed.expose(h, nil)
 		after := exposedNames(h)
 		if len(after) < len(before) || !slices.Equal(after[:len(before)], before) {
 			t.Fatalf("%q became %q", before, after)

@@ -28,17 +28,26 @@ const (
 	headerContentType = "Content-Type"
 )
 
-var (
-	plainText = []string{"text/plain; charset=utf-8"}
-	noSniff   = []string{"nosniff"}
+const (
+	plainText = "text/plain; charset=utf-8"
+	noSniff   = "nosniff"
 )
 
 // writeRefusal is the default [Responder].
 func writeRefusal(w http.ResponseWriter, r *http.Request, status int, _ time.Duration) {
+	writePlain(w, r, status, nil)
+}
+
+// writePlain writes the default refusal, taking its header values from f (nil: from a
+// fieldLines of its own).
+func writePlain(w http.ResponseWriter, r *http.Request, status int, f *fieldLines) {
+	if f == nil {
+		f = new(fieldLines)
+	}
 	h := w.Header()
 	delete(h, "Content-Length")
-	h[headerContentType] = plainText
-	h["X-Content-Type-Options"] = noSniff
+	h[headerContentType] = f.line(plainText)
+	h["X-Content-Type-Options"] = f.line(noSniff)
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
 		w.Write(refusalBody(status))
@@ -91,13 +100,30 @@ func retryAfterDate(until time.Time) time.Time {
 	return t.UTC()
 }
 
-// An emitter writes the Retry-After and Date fields. It keeps the last Date line and the last
-// HTTP-date Retry-After line it formatted, since they change at most once a second, and the
-// delay-seconds lines of the first hour, so that refusing a request does not allocate for its
-// headers. It is safe for concurrent use.
-//
-// The header values it sets are shared between responses: they are never written to by this
-// package, and appending to them copies (their capacity is their length).
+// A fieldLines hands out header values from one allocation. Each value is a []string of its
+// own, as a header value set with [http.Header.Set] is, so that a handler or middleware may
+// write to it without touching any other response; taking them from one array lets a refusal
+// set all its fields for a single allocation. A nil *fieldLines allocates each value apart.
+type fieldLines struct {
+	buf [10]string
+	n   int
+}
+
+// line returns the header value []string{v}.
+func (f *fieldLines) line(v string) []string {
+	if f == nil || f.n == len(f.buf) {
+		return []string{v}
+	}
+	f.buf[f.n] = v
+	l := f.buf[f.n : f.n+1 : f.n+1]
+	f.n++
+	return l
+}
+
+// An emitter writes the Retry-After and Date fields. It keeps the last Date and the last
+// HTTP-date Retry-After it formatted, since they change at most once a second, and the
+// delay-seconds of the first hour are formatted ahead, so that refusing a request formats
+// nothing. It is safe for concurrent use.
 type emitter struct {
 	date   atomic.Pointer[dateLine]
 	until  atomic.Pointer[dateLine]
@@ -106,92 +132,117 @@ type emitter struct {
 
 type dateLine struct {
 	unix  int64
-	value []string
+	value string
 }
 
-// cachedSeconds is how many delay-seconds lines are formatted ahead.
+// cachedSeconds is how many delay-seconds values are formatted ahead.
 const cachedSeconds = 3600
 
-// secondsLines[n] is the header value []string{"n"}, for 1 <= n <= cachedSeconds.
-var secondsLines = func() (lines [cachedSeconds + 1][]string) {
-	for n := range lines {
-		lines[n] = []string{strconv.Itoa(n)}
+// secondsText[n] is n in decimal, for 0 <= n <= cachedSeconds. It is never written after
+// initialisation.
+var secondsText = func() (text [cachedSeconds + 1]string) {
+	for n := range text {
+		text[n] = strconv.Itoa(n)
 	}
-	return lines
+	return text
 }()
 
-// setDate sets Date to now, truncated to the second, in IMF-fixdate.
-func (e *emitter) setDate(h http.Header, now time.Time) {
-	unix := now.Unix()
-	if d := e.date.Load(); d != nil && d.unix == unix {
-		h[headerDate] = d.value
-		return
+// decimal returns n >= 0 in decimal, from secondsText when it is there.
+func decimal(n int64) string {
+	if n <= cachedSeconds {
+		return secondsText[n]
 	}
-	d := &dateLine{unix: unix, value: []string{now.UTC().Format(http.TimeFormat)}}
-	e.date.Store(d)
-	h[headerDate] = d.value
+	return strconv.FormatInt(n, 10)
 }
 
-// setDelay sets Retry-After to wait in delay-seconds, rounded up and at least 1. A wait of
-// [rate.InfDuration] or more, which no client can honour, removes Retry-After instead.
-func (e *emitter) setDelay(h http.Header, wait time.Duration) int64 {
+// setDate sets Date to now, truncated to the second, in IMF-fixdate.
+func (e *emitter) setDate(h http.Header, now time.Time, f *fieldLines) {
+	unix := now.Unix()
+	d := e.date.Load()
+	if d == nil || d.unix != unix {
+		d = &dateLine{unix: unix, value: now.UTC().Format(http.TimeFormat)}
+		e.date.Store(d)
+	}
+	h[headerDate] = f.line(d.value)
+}
+
+// setDelay sets Retry-After to wait in delay-seconds, rounded up and at least 1, and returns the
+// seconds. A wait of [rate.InfDuration] or more, which no client can honour, removes
+// Retry-After instead and returns 0.
+func (e *emitter) setDelay(h http.Header, wait time.Duration, f *fieldLines) int64 {
 	if wait >= rate.InfDuration {
 		delete(h, headerRetryAfter)
 		return 0
 	}
 	s := delaySeconds(wait)
-	if s <= cachedSeconds {
-		h[headerRetryAfter] = secondsLines[s]
-	} else {
-		h[headerRetryAfter] = []string{strconv.FormatInt(s, 10)}
-	}
+	h[headerRetryAfter] = f.line(decimal(s))
 	return s
 }
 
 // setUntil sets Retry-After to the HTTP-date until, rounded up to the whole second, and returns
 // that second.
-func (e *emitter) setUntil(h http.Header, until time.Time) time.Time {
+func (e *emitter) setUntil(h http.Header, until time.Time, f *fieldLines) time.Time {
 	t := retryAfterDate(until)
 	unix := t.Unix()
-	if d := e.until.Load(); d != nil && d.unix == unix {
-		h[headerRetryAfter] = d.value
-		return t
+	d := e.until.Load()
+	if d == nil || d.unix != unix {
+		d = &dateLine{unix: unix, value: t.Format(http.TimeFormat)}
+		e.until.Store(d)
 	}
-	d := &dateLine{unix: unix, value: []string{t.Format(http.TimeFormat)}}
-	e.until.Store(d)
-	h[headerRetryAfter] = d.value
+	h[headerRetryAfter] = f.line(d.value)
 	return t
 }
 
-// refuse answers r with status through respond, after setting Date to now and Retry-After to
-// wait (none when wait is 0 or never), and, when r has an Origin, naming them in
-// Access-Control-Expose-Headers.
-func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, status int, now time.Time, wait time.Duration) {
-	h := w.Header()
-	e.setDate(h, now)
-	if hasOrigin(r) {
-		if e.expose.names != nil {
-			e.expose.expose(h)
-		} else {
-			refusalExposed.expose(h)
-		}
+// refuse answers r with status through respond (nil: the default plain text), after setting
+// Date to now and Retry-After to wait (none when wait is 0 or never), and, when r has an Origin,
+// naming them in Access-Control-Expose-Headers. It takes the header values from f, or from a
+// fieldLines of its own when f is nil.
+func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, status int, now time.Time, wait time.Duration, f *fieldLines) {
+	if f == nil {
+		f = new(fieldLines)
 	}
+	h := w.Header()
+	e.setDate(h, now, f)
+	e.exposeRefusal(h, r, f)
 	var secs int64
 	if wait > 0 {
-		secs = e.setDelay(h, wait)
+		secs = e.setDelay(h, wait, f)
 	} else {
 		delete(h, headerRetryAfter)
 	}
-	respond(w, r, status, time.Duration(min(secs, math.MaxInt64/int64(time.Second)))*time.Second)
+	e.respond(w, r, respond, status, time.Duration(min(secs, math.MaxInt64/int64(time.Second)))*time.Second, f)
 }
 
-// refuseUntil answers r with status through respond, after setting Date to now and Retry-After
-// to the HTTP-date until, rounded up to the whole second. The responder is told the wait that a
-// client measuring the date against Date computes: never below until - now, and at least one
-// second when until is after now.
+// refuseUntil answers r with status through respond (nil: the default plain text), after setting
+// Date to now and Retry-After to the HTTP-date until, rounded up to the whole second. The
+// responder is told the wait that a client measuring the date against Date computes: never below
+// until - now, and at least one second when until is after now.
 func (e *emitter) refuseUntil(w http.ResponseWriter, r *http.Request, respond Responder, status int, now, until time.Time) {
+	f := new(fieldLines)
 	h := w.Header()
-	e.setDate(h, now)
-	t := e.setUntil(h, until)
-	respond(w, r, status, t.Sub(now.Truncate(time.Second)))
+	e.setDate(h, now, f)
+	e.exposeRefusal(h, r, f)
+	t := e.setUntil(h, until, f)
+	e.respond(w, r, respond, status, t.Sub(now.Truncate(time.Second)), f)
+}
+
+// exposeRefusal names the refusal's fields in Access-Control-Expose-Headers when r has an Origin.
+func (e *emitter) exposeRefusal(h http.Header, r *http.Request, f *fieldLines) {
+	if !hasOrigin(r) {
+		return
+	}
+	if e.expose.names != nil {
+		e.expose.expose(h, f)
+	} else {
+		refusalExposed.expose(h, f)
+	}
+}
+
+// respond calls respond, or writes the default plain text when it is nil.
+func (e *emitter) respond(w http.ResponseWriter, r *http.Request, respond Responder, status int, retryAfter time.Duration, f *fieldLines) {
+	if respond == nil {
+		writePlain(w, r, status, f)
+		return
+	}
+	respond(w, r, status, retryAfter)
 }

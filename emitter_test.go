@@ -40,14 +40,14 @@ func TestSetDelayProperty(t *testing.T) {
 	var e emitter
 	for wait := time.Duration(1); wait < 2*cachedSeconds*time.Second; wait = wait*3/2 + 7 {
 		h := http.Header{}
-		e.setDelay(h, wait)
+		e.setDelay(h, wait, nil)
 		got, ok := ParseRetryAfter(h, t0)
 		if !ok || got < wait || got-wait >= time.Second {
 			t.Fatalf("wait %v: Retry-After %q parses to %v", wait, h.Get("Retry-After"), got)
 		}
 	}
 	h := http.Header{"Retry-After": {"5"}}
-	e.setDelay(h, rate.InfDuration)
+	e.setDelay(h, rate.InfDuration, nil)
 	if _, ok := h["Retry-After"]; ok {
 		t.Fatal("a wait that never ends left a Retry-After")
 	}
@@ -60,7 +60,7 @@ func TestSetDate(t *testing.T) {
 		t0.Add(-time.Hour).In(time.FixedZone("PST", -8*3600)), t0,
 	} {
 		h := http.Header{}
-		e.setDate(h, now)
+		e.setDate(h, now, nil)
 		if got, want := h.Get("Date"), now.UTC().Truncate(time.Second).Format(http.TimeFormat); got != want {
 			t.Fatalf("Date for %v = %q, want %q", now, got, want)
 		}
@@ -96,7 +96,7 @@ func TestSetUntil(t *testing.T) {
 			until = until.In(cet)
 		}
 		h := http.Header{}
-		got := e.setUntil(h, until)
+		got := e.setUntil(h, until, nil)
 		want := retryAfterDate(until)
 		if !got.Equal(want) {
 			t.Fatalf("setUntil(%v) returned %v, want %v", until, got, want)
@@ -152,8 +152,8 @@ func TestSetUntilNeverEarly(t *testing.T) {
 	for d := time.Duration(1); d < 48*time.Hour; d = d*3/2 + 7 {
 		until := now.Add(d)
 		h := http.Header{}
-		e.setDate(h, now)
-		e.setUntil(h, until)
+		e.setDate(h, now, nil)
+		e.setUntil(h, until, nil)
 		at, err := http.ParseTime(h.Get("Retry-After"))
 		if err != nil || at.Before(until) || !at.Before(until.Add(time.Second)) {
 			t.Fatalf("until %v: Retry-After %q", until, h.Get("Retry-After"))
@@ -162,4 +162,27 @@ func TestSetUntilNeverEarly(t *testing.T) {
 			t.Fatalf("until now+%v: Retry-After %q with Date %q reads as %v", d, h.Get("Retry-After"), h.Get("Date"), wait)
 		}
 	}
+}
+
+// TestRefusalValuesArePerResponse writes to every header value of one refusal, as a handler or
+// middleware may, and checks that later refusals, which reuse the cached Date and delay-seconds,
+// are unaffected.
+func TestRefusalValuesArePerResponse(t *testing.T) {
+	h := Limit(1, 1, WithClock(func() time.Time { return t0 }))(ok)
+	serve(h, "GET", "192.0.2.1:1")
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Origin", "https://app.example")
+	first := httptest.NewRecorder()
+	h.ServeHTTP(first, r)
+	for _, v := range first.Header() {
+		v[0] = "poison"
+	}
+	second := httptest.NewRecorder()
+	h.ServeHTTP(second, r)
+	for k, v := range second.Header() {
+		if v[0] == "poison" {
+			t.Fatalf("%s of a later response was changed through an earlier one", k)
+		}
+	}
+	wantRefusal(t, second, http.StatusTooManyRequests, t0)
 }

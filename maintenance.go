@@ -140,7 +140,7 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 		// emitter takes for "never"; one nanosecond less still rounds to a finite header.
 		wait = min(until.Sub(now), rate.InfDuration-1)
 	}
-	m.emit.refuse(w, r, m.respond, http.StatusServiceUnavailable, now, wait)
+	m.emit.refuse(w, r, m.respond, http.StatusServiceUnavailable, now, wait, nil)
 }
 
 // WithHTTPDate makes a [Maintenance] state Retry-After as an HTTP-date (IMF-fixdate, in GMT):

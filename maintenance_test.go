@@ -510,8 +510,11 @@ func TestMaintenanceAllocs(t *testing.T) {
 		}
 		h := m.Handler(nop)
 		w := &reusedWriter{h: http.Header{}}
-		if n := testing.AllocsPerRun(100, func() { h.ServeHTTP(w, r) }); n != 0 {
-			t.Errorf("%s: %v allocations per request, want 0", tt.name, n)
+		// Off costs nothing; a 503 costs the one allocation that holds its header values,
+		// which are the response's own.
+		want := map[bool]float64{false: 0, true: 1}[tt.on]
+		if n := testing.AllocsPerRun(100, func() { h.ServeHTTP(w, r) }); n > want {
+			t.Errorf("%s: %v allocations per request, want at most %v", tt.name, n, want)
 		}
 		if want := map[bool]int{false: 0, true: 503}[tt.on]; w.code != want {
 			t.Errorf("%s: status %d, want %d", tt.name, w.code, want)

@@ -106,11 +106,13 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, now, http.StatusServiceUnavailable, err)
 		return
 	}
+	var lines *fieldLines
 	if h.fields.set != 0 {
+		lines = new(fieldLines)
 		hdr := w.Header()
-		h.fields.write(hdr, d)
+		h.fields.write(hdr, d, lines)
 		if d.Allowed && hasOrigin(r) {
-			h.exposeAllowed.expose(hdr)
+			h.exposeAllowed.expose(hdr, lines)
 		}
 	}
 	if d.Allowed {
@@ -120,7 +122,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.c.onLimited != nil {
 		h.c.onLimited(r, key, d)
 	}
-	h.emit.refuse(w, r, h.c.respond, http.StatusTooManyRequests, now, d.RetryAfter)
+	h.emit.refuse(w, r, h.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines)
 }
 
 // fail reports err and then admits r or refuses it with status, as configured.
@@ -136,5 +138,5 @@ func (h *limitHandler) fail(w http.ResponseWriter, r *http.Request, now time.Tim
 	if status == http.StatusServiceUnavailable {
 		wait = h.c.errorWait
 	}
-	h.emit.refuse(w, r, h.c.respond, status, now, wait)
+	h.emit.refuse(w, r, h.c.respond, status, now, wait, nil)
 }

@@ -220,10 +220,11 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 		}
 	}
 
-	n.emit.setDate(h, now)
+	lines := new(fieldLines)
+	n.emit.setDate(h, now, lines)
 	var secs int64
 	if wait > 0 {
-		secs = n.emit.setDelay(h, wait)
+		secs = n.emit.setDelay(h, wait, lines)
 	} else {
 		delete(h, headerRetryAfter)
 	}

@@ -45,8 +45,6 @@ func WithProblemDetails(p ProblemDetails) Option {
 
 const mediaProblem = "application/problem+json"
 
-var problemJSON = []string{mediaProblem}
-
 const varyAccept = "Accept"
 
 // problem is the JSON form of an RFC 9457 problem object.
@@ -89,8 +87,8 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, status i
 	}
 	h := w.Header()
 	delete(h, "Content-Length")
-	h[headerContentType] = problemJSON
-	h["X-Content-Type-Options"] = noSniff
+	h[headerContentType] = []string{mediaProblem}
+	h["X-Content-Type-Options"] = []string{noSniff}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
 		w.Write(append(body, '\n'))

@@ -119,10 +119,10 @@ func sfString(s string) string {
 // which does not change for a TokenBucket, is formatted ahead.
 type quotaFields struct {
 	set    fieldSet
-	name   string   // the policy name as an sf-string
-	window int64    // w in seconds; 0 when unknown or never
-	policy []string // the RateLimit-Policy line formatted ahead, for q == policyQ
-	q      int      // the quota policy was formatted for
+	name   string // the policy name as an sf-string
+	window int64  // w in seconds; 0 when unknown or never
+	policy string // the RateLimit-Policy value formatted ahead, for q; "" when none
+	q      int    // the quota policy was formatted for
 }
 
 // newQuotaFields returns the field writer of the configuration c for the limiter l.
@@ -131,7 +131,7 @@ func newQuotaFields(c *config, l Limiter) quotaFields {
 	if b, ok := l.(*TokenBucket); ok && b.limit != rate.Inf {
 		f.window = policyWindow(b.limit, b.burst)
 		f.q = b.burst
-		f.policy = []string{f.policyValue(b.burst)}
+		f.policy = f.policyValue(b.burst)
 	}
 	return f
 }
@@ -183,18 +183,19 @@ func effectiveWindow(d Decision) (int64, bool) {
 	return sfInteger(delaySeconds(d.Reset)), true
 }
 
-// write sets the configured rate-limit fields of d on h. A Decision with no Limit sets none.
-func (f *quotaFields) write(h http.Header, d Decision) {
+// write sets the configured rate-limit fields of d on h, taking the header values from lines.
+// A Decision with no Limit sets none.
+func (f *quotaFields) write(h http.Header, d Decision, lines *fieldLines) {
 	if f.set == 0 || d.Limit <= 0 {
 		return
 	}
 	t, hasT := effectiveWindow(d)
 	r := sfInteger(int64(d.Remaining))
 	if f.set&fieldsDraft != 0 {
-		if f.policy != nil && d.Limit == f.q {
-			h[headerRateLimitPolicy] = f.policy
+		if f.policy != "" && d.Limit == f.q {
+			h[headerRateLimitPolicy] = lines.line(f.policy)
 		} else {
-			h[headerRateLimitPolicy] = []string{f.policyValue(d.Limit)}
+			h[headerRateLimitPolicy] = lines.line(f.policyValue(d.Limit))
 		}
 		var buf [64]byte // on the stack unless the policy name is long
 		b := append(buf[:0], f.name...)
@@ -204,26 +205,17 @@ func (f *quotaFields) write(h http.Header, d Decision) {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, t, 10)
 		}
-		h[headerRateLimit] = []string{string(b)}
+		h[headerRateLimit] = lines.line(string(b))
 	}
 	if f.set&fieldsLegacy != 0 {
-		h[headerXLimit] = intLine(sfInteger(int64(d.Limit)))
-		h[headerXRemaining] = intLine(r)
+		h[headerXLimit] = lines.line(decimal(sfInteger(int64(d.Limit))))
+		h[headerXRemaining] = lines.line(decimal(r))
 		if hasT {
-			h[headerXReset] = intLine(t)
+			h[headerXReset] = lines.line(decimal(t))
 		} else {
 			delete(h, headerXReset)
 		}
 	}
-}
-
-// intLine returns the header value []string{"n"} for n >= 0, from the cache of
-// delay-seconds lines when n is small enough.
-func intLine(n int64) []string {
-	if n >= 0 && n <= cachedSeconds {
-		return secondsLines[n]
-	}
-	return []string{strconv.FormatInt(n, 10)}
 }
 
 // exposed returns the names of the fields f writes, for Access-Control-Expose-Headers.

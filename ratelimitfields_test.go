@@ -111,7 +111,7 @@ func TestQuotaFieldsWrite(t *testing.T) {
 			if tt.d.Limit == 0 {
 				h = http.Header{}
 			}
-			tt.f.write(h, tt.d)
+			tt.f.write(h, tt.d, nil)
 			for k, want := range tt.want {
 				if got := h.Get(k); got != want {
 					t.Errorf("%s = %q, want %q", k, got, want)

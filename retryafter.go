@@ -34,7 +34,7 @@ type Option func(*config)
 type config struct {
 	now       func() time.Time
 	key       func(*http.Request) (string, error)
-	respond   Responder
+	respond   Responder // nil: the default plain text (writePlain)
 	onError   func(*http.Request, error)
 	failOpen  bool
 	errorWait time.Duration
@@ -57,7 +57,6 @@ type config struct {
 func newConfig(opts []Option) config {
 	c := config{
 		now:       time.Now,
-		respond:   writeRefusal,
 		errorWait: time.Second,
 		maxKeys:   defaultMaxKeys,
 		openWait:  defaultMaintenanceWait,
