@@ -44,6 +44,9 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 		panic("retryafter: LimitWith(nil)")
 	}
 	c := newConfig(opts)
+	if q, ok := l.(quotaReporter); ok && c.quota {
+		q.reportQuota()
+	}
 	fields := newQuotaFields(&c, l)
 	names := fields.exposed()
 	allowed := newExposeList(names...)
@@ -79,6 +82,10 @@ func WithCost(cost func(*http.Request) int) Option {
 func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
 	return func(c *config) { c.onLimited = fn }
 }
+
+// A quotaReporter is a limiter of this package that fills Decision.Limit, Remaining and Reset
+// only once asked, since they cost it extra work.
+type quotaReporter interface{ reportQuota() }
 
 // limitHandler is the handler the middleware of [LimitWith] wraps around next.
 type limitHandler struct {

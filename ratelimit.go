@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -75,7 +76,7 @@ const sweepFloor = 256
 type TokenBucket struct {
 	limit   rate.Limit
 	burst   int
-	quota   bool // fill Decision.Limit, Remaining and Reset
+	quota   atomic.Bool // fill Decision.Limit, Remaining and Reset
 	seed    maphash.Seed
 	perPart int
 	parts   [shardCount]part
@@ -94,7 +95,9 @@ type part struct {
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
 // with bursts of up to burst. A limit of [rate.Inf] admits everything; a limit of 0 admits each
 // key's first burst requests and refuses the rest with no Retry-After. It panics if limit is
-// negative or burst is below 1. Of the options it reads [WithMaxKeys].
+// negative or burst is below 1. Of the options it reads [WithMaxKeys], and [WithRateLimitFields] or
+// [WithLegacyRateLimitFields], which make it report its quota in each [Decision] (as it also does
+// once it is given to [LimitWith] with either of them).
 func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 	if limit < 0 {
 		panic("retryafter: negative rate limit")
@@ -106,10 +109,10 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 	b := &TokenBucket{
 		limit:   limit,
 		burst:   burst,
-		quota:   c.quota,
 		seed:    maphash.MakeSeed(),
 		perPart: max(1, c.maxKeys/shardCount),
 	}
+	b.quota.Store(c.quota)
 	for i := range b.parts {
 		b.parts[i].keys = make(map[string]*rate.Limiter)
 		b.parts[i].sweep = min(b.perPart, sweepFloor)
@@ -142,7 +145,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 //   - With a limit of [rate.Inf], Remaining is always the burst and Reset 0.
 func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
 	if b.limit == rate.Inf {
-		if b.quota {
+		if b.quota.Load() {
 			return Decision{Allowed: true, Limit: b.burst, Remaining: b.burst}, nil
 		}
 		return Decision{Allowed: true}, nil
@@ -164,7 +167,7 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 	lim, wait := b.bucket(p, key, at)
 	if lim == nil {
 		wait = late(wait, at.Sub(now))
-		if b.quota {
+		if b.quota.Load() {
 			// Once a slot frees, the key starts with a full bucket.
 			return Decision{RetryAfter: wait, Limit: b.burst, Reset: wait}, nil
 		}
@@ -183,21 +186,25 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 			if wait != rate.InfDuration {
 				wait -= slack
 			}
-			d.RetryAfter = late(wait, at.Sub(now))
+			d.RetryAfter = wait
 		}
 	}
-	if b.quota {
+	if b.quota.Load() {
 		b.fillQuota(&d, lim.TokensAt(at))
-		if d.Reset > 0 {
-			d.Reset = late(d.Reset, at.Sub(now))
-		}
+		d.Reset = late(d.Reset, at.Sub(now))
 	}
+	d.RetryAfter = late(d.RetryAfter, at.Sub(now))
 	return d, nil
 }
 
-// late returns wait lengthened by lag, keeping rate.InfDuration and saturating below it.
+// reportQuota makes b fill Decision.Limit, Remaining and Reset from now on, for middleware
+// that writes the rate-limit fields.
+func (b *TokenBucket) reportQuota() { b.quota.Store(true) }
+
+// late returns wait lengthened by lag, keeping 0 and rate.InfDuration and saturating below the
+// latter.
 func late(wait, lag time.Duration) time.Duration {
-	if lag == 0 || wait >= rate.InfDuration {
+	if lag == 0 || wait <= 0 || wait >= rate.InfDuration {
 		return wait
 	}
 	return min(wait+lag, rate.InfDuration-1)
@@ -286,9 +293,11 @@ func (b *TokenBucket) Len() int {
 // 1,048,576 (about 160 MB at most: a key costs about 150 bytes). Keys whose bucket has refilled
 // are dropped to make room; when none has, a new key is refused with 429 and a Retry-After of
 // when the first one will have, so that no client over its limit is ever admitted to make room
-// for another. The table is split in 64 independently locked parts of n/64 keys each (at least
-// one), so it holds at most max(n, 64) keys, and a new key can meet a full part a little before
-// the whole table holds n. It panics if n < 1. It
+// for another. That Retry-After is the one answer of the package that is an estimate rather
+// than exact: the held key it counts on may spend again meanwhile, or another new key may take
+// the slot first, and the client is then refused again. The table is split in 64 independently
+// locked parts of n/64 keys each (at least one), so it holds at most max(n, 64) keys, and a new
+// key can meet a full part a little before the whole table holds n. It panics if n < 1. It
 // affects [Limit] and [NewTokenBucket].
 func WithMaxKeys(n int) Option {
 	if n < 1 {

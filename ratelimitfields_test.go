@@ -305,3 +305,17 @@ func TestRateLimitFieldsTokenBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitFieldsOnAnyTokenBucket gives the option to LimitWith only, not to the bucket:
+// the fields must still appear.
+func TestRateLimitFieldsOnAnyTokenBucket(t *testing.T) {
+	b := NewTokenBucket(rate.Every(time.Second), 5)
+	h := LimitWith(b, WithRateLimitFields(""))(ok)
+	w := serve(h, "GET", "192.0.2.9:1")
+	if got, want := w.Header().Get("RateLimit"), `"default";r=4;t=1`; got != want {
+		t.Fatalf("RateLimit = %q, want %q", got, want)
+	}
+	if got, want := w.Header().Get("RateLimit-Policy"), `"default";q=5;w=5`; got != want {
+		t.Fatalf("RateLimit-Policy = %q, want %q", got, want)
+	}
+}
