@@ -24,10 +24,10 @@ const (
 //
 // On a 429 Too Many Requests or a 503 Service Unavailable whose Retry-After
 // [ParseRetryAfter] reads, the wait is the server's, plus a random jitter of
-// up to [Backoff.Jitter], which only ever adds; a Retry-After of 0 (or a
-// date equal to the response's Date) is a wait of 0 plus that jitter.
-// Retry-After on other statuses is not honoured. Otherwise (no or unusable
-// Retry-After, a date already past, another status, or no response at all)
+// up to [Backoff.Jitter], which only ever adds. Retry-After on other statuses
+// is not honoured. Otherwise (no or unusable Retry-After, a date already
+// past, a Retry-After of 0 or a date equal to the response's Date, another
+// status, or no response at all)
 // the wait is the client's own exponential backoff with jitter: for attempt
 // n it is drawn uniformly from [c/10, c], where c = min(Base·2^(n−1), Max).
 // That fallback is never zero and never negative. Every wait, the server's
@@ -81,7 +81,10 @@ func (b *Backoff) Wait(resp *http.Response, attempt int) time.Duration {
 		if c.Now != nil {
 			now = c.Now
 		}
-		if d, ok := ParseRetryAfter(resp.Header, now()); ok {
+		// A refusal that says "retry now" is a retry storm waiting to happen
+		// (and what a server that truncates its waits sends): it gets the
+		// fallback, as the gateway's Normalizer gives it.
+		if d, ok := ParseRetryAfter(resp.Header, now()); ok && d > 0 {
 			if c.Jitter > 0 {
 				d = addSaturating(d, scale(c.Jitter, c.random()))
 			}

@@ -48,7 +48,7 @@ func TestBackoffHonoursRetryAfter(t *testing.T) {
 	// The local clock is an hour off: it must not matter.
 	b := &Backoff{Now: func() time.Time { return instant0.Add(time.Hour) }, Rand: constRand(0.99)}
 	for i := 0; i < 2000; i++ {
-		secs := r.IntN(300) // within the default cap of 5 minutes
+		secs := 1 + r.IntN(299) // within the default cap of 5 minutes; 0 gets the fallback
 		want := time.Duration(secs) * time.Second
 		for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
 			attempt := 1 + r.IntN(10)
@@ -70,7 +70,7 @@ func TestBackoffHonoursRetryAfter(t *testing.T) {
 func TestBackoffJitterOnlyAdds(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	for i := 0; i < 5000; i++ {
-		secs := r.IntN(200)
+		secs := 1 + r.IntN(200)
 		jitter := time.Duration(r.Int64N(int64(10 * time.Second)))
 		x := r.Float64()
 		b := &Backoff{Jitter: jitter, Rand: constRand(x)}
@@ -117,6 +117,8 @@ func TestBackoffFallback(t *testing.T) {
 		respWith(429),
 		respWith(503),
 		respWith(429, "Retry-After", "-1"),
+		respWith(429, "Retry-After", "0"),
+		respWith(503, "Retry-After", "Sun, 29 Nov 2026 12:00:00 GMT", "Date", "Sun, 29 Nov 2026 12:00:00 GMT"), // equal to Date
 		respWith(429, "Retry-After", "1.5"),
 		respWith(429, "Retry-After", "Sun, 06 Nov 1994 08:49:37 UTC"),
 		respWith(429, "Retry-After", "Sun, 29 Nov 2026 11:59:59 GMT"), // in the past

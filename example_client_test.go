@@ -52,7 +52,10 @@ func ExampleTransport() {
 	defer srv.Close()
 
 	client := &http.Client{Transport: &retryafter.Transport{
-		Backoff:     &retryafter.Backoff{Cap: time.Minute},
+		// A Retry-After of 0 says "now", which is how retry storms start: it gets the
+		// client's own backoff instead, here 1 ms doubling per try (Rand fixed at its
+		// top so that the output is stable).
+		Backoff:     &retryafter.Backoff{Base: time.Millisecond, Rand: func() float64 { return 1 }},
 		MaxAttempts: 5,
 		OnRetry: func(resp *http.Response, attempt int, wait time.Duration) {
 			fmt.Printf("try %d: %d, Retry-After %q, waiting %v\n", attempt, resp.StatusCode, resp.Header.Get("Retry-After"), wait)
@@ -67,7 +70,7 @@ func ExampleTransport() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Printf("try %d: %d %s", tries, resp.StatusCode, body)
 	// Output:
-	// try 1: 429, Retry-After "0", waiting 0s
-	// try 2: 429, Retry-After "0", waiting 0s
+	// try 1: 429, Retry-After "0", waiting 1ms
+	// try 2: 429, Retry-After "0", waiting 2ms
 	// try 3: 200 done
 }
