@@ -44,23 +44,41 @@ const maxWindow = time.Duration(1 << 60)
 // request, where httprate reads it twice; the limit and the cost are the SlidingWindow's and
 // Decide's, not httprate.WithRequestLimit's and httprate.WithIncrement's.
 //
+// Instants may arrive out of order: concurrent requests read the clock before Decide takes
+// its lock, so a reading from one window can reach Decide after another key has been counted
+// in the next. httprate's in-memory counter keeps one current window for all keys: it reads
+// zero counts for an older window, and an increment for a window that is neither its current
+// one nor the one after clears every key's counts, after which keys that had spent their
+// limit are admitted again. So a SlidingWindow decides each request at the latest instant it
+// has seen for that part of the key space, and never in a window before the latest one it has
+// counted in (the present is at least that late); it moves to a new window only once the
+// requests in flight in the old one are counted; and it lengthens the waits it reports by the
+// lag, so that they stay exact from the caller's now. The guard covers the calls of one
+// SlidingWindow: two that share an in-memory counter can still clear it for each other.
+//
 // A SlidingWindow is safe for concurrent use. It serialises the read and the increment of a
 // key within the process, with one lock per part of the key space where httprate holds one
-// lock over all keys; a counter shared between processes is read and incremented in two calls,
-// as httprate does too, so concurrent replicas may together overshoot the limit slightly.
+// lock over all keys; it takes them all once per window, to move to the next. A counter
+// shared between processes is read and incremented in two calls, as httprate does too, so
+// concurrent replicas may together overshoot the limit slightly.
 type SlidingWindow struct {
 	limit   int
 	window  time.Duration
 	counter httprate.LimitCounter
 	quota   bool // fill Decision.Limit, Remaining and Reset
 	seed    maphash.Seed
-	locks   [shardCount]paddedMutex
+	// curr is the start of the latest window Decide has counted in. It changes only with
+	// every part locked, so it holds still for as long as any one part is locked.
+	curr  time.Time
+	parts [shardCount]slidingPart
 }
 
-// paddedMutex is a mutex alone on its cache line.
-type paddedMutex struct {
-	sync.Mutex
-	_ [56]byte
+// slidingPart is one independently locked part of a SlidingWindow's key space, alone on its
+// cache line.
+type slidingPart struct {
+	mu     sync.Mutex
+	latest time.Time // the latest instant a Decide in this part was made at
+	_      [64 - 32]byte
 }
 
 // NewSlidingWindow returns a [SlidingWindow] that admits up to requestLimit requests per key
@@ -101,6 +119,8 @@ func NewSlidingWindow(requestLimit int, windowLength time.Duration, counter http
 // before, admits the request if httprate would, and then adds cost to the current window's
 // count. A refused request is not counted; its RetryAfter is the exact wait until a request of
 // the same cost would be admitted, or rate.InfDuration when cost exceeds the request limit.
+// A now earlier than an instant already decided at (see [SlidingWindow]) is decided at that
+// later instant, and RetryAfter and Reset are still measured from now.
 //
 // When quota reporting is on, Limit is the request limit, Remaining the largest cost that
 // would be admitted at now after this request (a request of cost n ≥ 1 is admitted exactly
@@ -112,35 +132,74 @@ func NewSlidingWindow(requestLimit int, windowLength time.Duration, counter http
 // bounds its own calls.
 func (s *SlidingWindow) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
 	now = now.UTC()
-	curr := now.Truncate(s.window)
+	p := &s.parts[maphash.String(s.seed, key)%shardCount]
+	p.mu.Lock()
+	// Concurrent requests read the clock before they take the lock, so they can arrive out
+	// of order. httprate's in-memory counter keeps one window for all keys and clears them
+	// all when given an older one, so a request is decided at the latest instant its part
+	// has seen and never in a window before the latest one counted in. Moving to a later
+	// window waits for the requests in flight in the current one (it locks every part), so
+	// that no call for an older window reaches the counter after one for a newer window.
+	at := now
+	var curr time.Time
+	for {
+		if at.Before(p.latest) {
+			at = p.latest
+		}
+		curr = at.Truncate(s.window)
+		c := curr.Compare(s.curr)
+		if c < 0 {
+			at, curr = s.curr, s.curr
+		}
+		if c <= 0 {
+			break
+		}
+		p.mu.Unlock()
+		s.advance(curr)
+		p.mu.Lock()
+	}
+	p.latest = at
 	prev := curr.Add(-s.window)
-	elapsed := now.Sub(curr)
+	elapsed := at.Sub(curr)
 
-	mu := &s.locks[maphash.String(s.seed, key)%shardCount]
-	mu.Lock()
 	currCount, prevCount, err := s.counter.Get(key, curr, prev)
 	if err != nil {
-		mu.Unlock()
+		p.mu.Unlock()
 		return Decision{}, err
 	}
 	if !s.admits(prevCount, currCount, cost, elapsed) {
-		mu.Unlock()
-		d := Decision{RetryAfter: s.wait(prevCount, currCount, cost, elapsed)}
+		p.mu.Unlock()
+		lag := at.Sub(now)
+		d := Decision{RetryAfter: late(s.wait(prevCount, currCount, cost, elapsed), lag)}
 		if s.quota {
-			s.fill(&d, prevCount, currCount, elapsed)
+			s.fill(&d, prevCount, currCount, elapsed, lag)
 		}
 		return d, nil
 	}
 	if err := s.counter.IncrementBy(key, curr, cost); err != nil {
-		mu.Unlock()
+		p.mu.Unlock()
 		return Decision{}, err
 	}
-	mu.Unlock()
+	p.mu.Unlock()
 	d := Decision{Allowed: true}
 	if s.quota {
-		s.fill(&d, prevCount, currCount+cost, elapsed)
+		s.fill(&d, prevCount, currCount+cost, elapsed, at.Sub(now))
 	}
 	return d, nil
+}
+
+// advance makes window the current one, if it is later than the current one, once no Decide
+// is between its read and its increment: it locks every part, in order.
+func (s *SlidingWindow) advance(window time.Time) {
+	for i := range s.parts {
+		s.parts[i].mu.Lock()
+	}
+	if window.After(s.curr) {
+		s.curr = window
+	}
+	for i := range s.parts {
+		s.parts[i].mu.Unlock()
+	}
 }
 
 // estimate returns httprate's sliding-window rate, rounded as httprate rounds it, for counts
@@ -241,11 +300,11 @@ func (s *SlidingWindow) wait(prev, curr, cost int, elapsed time.Duration) time.D
 }
 
 // fill sets d's Limit, Remaining and Reset for counts prev and curr at elapsed into the
-// current window.
-func (s *SlidingWindow) fill(d *Decision, prev, curr int, elapsed time.Duration) {
+// current window, for a caller whose clock reading is lag before that instant.
+func (s *SlidingWindow) fill(d *Decision, prev, curr int, elapsed, lag time.Duration) {
 	d.Limit = s.limit
 	d.Remaining = max(0, s.limit-s.estimate(prev, curr, elapsed))
 	if d.Remaining < s.limit {
-		d.Reset = s.wait(prev, curr, s.limit, elapsed)
+		d.Reset = late(s.wait(prev, curr, s.limit, elapsed), lag)
 	}
 }

@@ -468,6 +468,242 @@ func TestSlidingWindowConcurrent(t *testing.T) {
 	}
 }
 
+// TestSlidingWindowStaleInstant replays a request whose clock reading is older than the
+// window other keys are already counted in, as when a goroutine reads the clock and is
+// preempted before Decide. httprate's in-memory counter rotates its windows for all keys at
+// once and clears every count when it is given a window that is neither its current one nor
+// the one after, so deciding such a request in its own window would give every key its limit
+// again. It must instead be decided at the latest instant, and its waits stretched by the lag.
+func TestSlidingWindowStaleInstant(t *testing.T) {
+	ctx := context.Background()
+	s := NewSlidingWindow(3, time.Minute, nil, withQuota())
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, d := range []time.Duration{60 * time.Second, 61 * time.Second, 62 * time.Second} {
+		if got, _ := s.Decide(ctx, "a", 1, at(d)); !got.Allowed {
+			t.Fatalf("a at %v refused: %+v", d, got)
+		}
+	}
+	// 3 in the window from 60 s: refused until the next window, where 3 × (60 s − x)/60 s
+	// < 2.5 once x > 10 s, at 130 s and a nanosecond.
+	if got, _ := s.Decide(ctx, "a", 1, at(65*time.Second)); got.Allowed || got.RetryAfter != 65*time.Second+1 {
+		t.Fatalf("a at 65s: %+v, want refused for 65.000000001s", got)
+	}
+	// A reading from the window before, taken before the requests above were decided.
+	if got, _ := s.Decide(ctx, "b", 1, at(60*time.Second-1)); !got.Allowed {
+		t.Fatalf("b at 60s-1ns refused: %+v", got)
+	}
+	for i := range 3 {
+		if got, _ := s.Decide(ctx, "a", 1, at(66*time.Second)); got.Allowed || got.RetryAfter != 64*time.Second+1 {
+			t.Fatalf("a at 66s, try %d, after a stale request for b: %+v, want refused for 64.000000001s", i, got)
+		}
+	}
+	// A stale reading for a itself, 7 s behind the latest: decided at 66 s, with the waits
+	// from 59 s. The whole limit needs 3 × (60 s − x)/60 s < 0.5: x > 50 s, at 170 s.
+	got, _ := s.Decide(ctx, "a", 1, at(59*time.Second))
+	if want := (Decision{RetryAfter: 71*time.Second + 1, Limit: 3, Remaining: 0, Reset: 111*time.Second + 1}); got != want {
+		t.Fatalf("a at 59s after 66s: %+v, want %+v", got, want)
+	}
+	if got, _ := s.Decide(ctx, "a", 1, at(130*time.Second)); got.Allowed {
+		t.Fatalf("a admitted 1ns before 59s + RetryAfter: %+v", got)
+	}
+	if got, _ := s.Decide(ctx, "a", 1, at(130*time.Second+1)); !got.Allowed {
+		t.Fatalf("a refused at 59s + RetryAfter: %+v", got)
+	}
+}
+
+// TestSlidingWindowStaleInstantDecidedLater checks the instant a stale reading is decided at:
+// the request reached Decide after the later reading was taken, so the present is at least
+// that late. A reading from a window before the latest one is decided at the latest window's
+// start, if its part has seen nothing later, and not extrapolated back from it; a reading
+// before the latest instant its part has seen is decided at that instant.
+func TestSlidingWindowStaleInstantDecidedLater(t *testing.T) {
+	ctx := context.Background()
+	s := NewSlidingWindow(3, time.Minute, nil, withQuota())
+	// Keys b0…b9 count 2 each in the window from t0; a opens the window from 60 s. At 60 s
+	// each b has 2 × 60 s/60 s = 2, and one more fits; weighted as at 30 s into the window
+	// from 60 s they would have 2 × 90 s/60 s = 3, and none. Some b is in another part than a.
+	for i := range 10 {
+		for range 2 {
+			if d, _ := s.Decide(ctx, fmt.Sprint("b", i), 1, t0); !d.Allowed {
+				t.Fatalf("b%d at 0s refused: %+v", i, d)
+			}
+		}
+	}
+	if d, _ := s.Decide(ctx, "a", 1, t0.Add(60*time.Second)); !d.Allowed {
+		t.Fatalf("a at 60s refused: %+v", d)
+	}
+	for i := range 10 {
+		d, _ := s.Decide(ctx, fmt.Sprint("b", i), 1, t0.Add(30*time.Second))
+		// Reset: the whole limit needs the estimate under 0.5, in the window from 120 s,
+		// where this request weighs (60 s − x)/60 s: x > 30 s, at 150 s, 120 s after 30 s.
+		if want := (Decision{Allowed: true, Limit: 3, Remaining: 0, Reset: 120*time.Second + 1}); d != want {
+			t.Fatalf("b%d at 30s after a at 60s: %+v, want %+v", i, d, want)
+		}
+	}
+
+	// a counts 3 at 0 s, then 1 at 100 s, where 3 × 20 s/60 s + 1 = 2 leaves room for one
+	// more; at 85 s, 3 × 35 s/60 s + 1 = 2.75 would leave none.
+	s = NewSlidingWindow(3, time.Minute, nil)
+	for range 3 {
+		s.Decide(ctx, "a", 1, t0)
+	}
+	if d, _ := s.Decide(ctx, "a", 1, t0.Add(100*time.Second)); !d.Allowed {
+		t.Fatalf("a at 100s refused: %+v", d)
+	}
+	if d, _ := s.Decide(ctx, "a", 1, t0.Add(85*time.Second)); !d.Allowed {
+		t.Fatalf("a at 85s after 100s refused, as if decided at 85s: %+v", d)
+	}
+}
+
+// TestSlidingWindowStaleInstants decides requests for a few busy keys and a stream of new
+// ones at readings up to two windows stale, one after another, and checks on a ledger of the
+// counter's calls that the windows it is given never go back and that no key is counted past
+// the limit in any window. Without the guard, some of these readings reset httprate's
+// in-memory counter for every key.
+func TestSlidingWindowStaleInstants(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { staleInstants(t, seed) })
+	}
+}
+
+func staleInstants(t *testing.T, seed uint64) {
+	const w, limit = time.Second, 5
+	ledger := newWindowLedger(w)
+	s := NewSlidingWindow(limit, w, ledger)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	clock := t0
+	var refused int
+	for i := range 2000 {
+		clock = clock.Add(time.Duration(rng.Int64N(int64(w / 20))))
+		now := clock
+		if rng.IntN(4) == 0 {
+			now = now.Add(-time.Duration(rng.Int64N(int64(2 * w))))
+		}
+		key := []string{"a", "b", "c"}[rng.IntN(3)]
+		if rng.IntN(3) == 0 {
+			key = fmt.Sprint("new", i)
+		}
+		d, err := s.Decide(context.Background(), key, 1, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			refused++
+			if d.RetryAfter <= 0 {
+				t.Fatalf("refused %s at %v with RetryAfter %v", key, now.Sub(t0), d.RetryAfter)
+			}
+		}
+	}
+	ledger.check(t, limit)
+	if refused == 0 {
+		t.Fatalf("nothing refused: the pattern does not test anything")
+	}
+}
+
+// TestSlidingWindowConcurrentWindows runs goroutines on the real clock over many short
+// windows, each reading the clock and then yielding before Decide, so that readings often
+// reach Decide after later ones. Whatever the scheduling, the counter's ledger must show
+// windows that never go back and no key counted past the limit in a window (the window
+// being the one the limiter decided in, which it hands the counter). It is one-sided: a
+// loaded machine interleaves less, which can hide the fault but not invent one.
+func TestSlidingWindowConcurrentWindows(t *testing.T) {
+	const w, limit = 20 * time.Millisecond, 5
+	ledger := newWindowLedger(w)
+	s := NewSlidingWindow(limit, w, yieldingCounter{ledger})
+	deadline := time.Now().Add(200 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				key := []string{"a", "b"}[(g+i)%2]
+				if i%3 == 0 {
+					key = fmt.Sprint("new", g, "-", i)
+				}
+				now := time.Now()
+				runtime.Gosched()
+				if _, err := s.Decide(context.Background(), key, 1, now); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ledger.check(t, limit)
+}
+
+// windowLedger is a LimitCounter, httprate's in-memory one, that also records what was added
+// per key and window, and every call that named a window older than one named before.
+type windowLedger struct {
+	counter httprate.LimitCounter
+	mu      sync.Mutex
+	latest  time.Time
+	added   map[ledgerEntry]int
+	back    []string
+}
+
+type ledgerEntry struct {
+	key    string
+	window time.Time
+}
+
+func newWindowLedger(w time.Duration) *windowLedger {
+	return &windowLedger{counter: httprate.NewLocalLimitCounter(w), added: make(map[ledgerEntry]int)}
+}
+
+func (l *windowLedger) Config(limit int, w time.Duration) { l.counter.Config(limit, w) }
+
+func (l *windowLedger) Increment(key string, curr time.Time) error {
+	return l.IncrementBy(key, curr, 1)
+}
+
+func (l *windowLedger) Get(key string, curr, prev time.Time) (int, int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.see("Get", key, curr)
+	return l.counter.Get(key, curr, prev)
+}
+
+func (l *windowLedger) IncrementBy(key string, curr time.Time, n int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.see("IncrementBy", key, curr)
+	l.added[ledgerEntry{key, curr}] += n
+	return l.counter.IncrementBy(key, curr, n)
+}
+
+// see records a call for window curr; l.mu is held.
+func (l *windowLedger) see(call, key string, curr time.Time) {
+	if curr.Before(l.latest) {
+		if len(l.back) < 5 {
+			l.back = append(l.back, fmt.Sprintf("%s(%q) for the window at %v after one at %v", call, key, curr.Sub(t0), l.latest.Sub(t0)))
+		}
+		return
+	}
+	l.latest = curr
+}
+
+// check fails t if a call went back a window or a key was counted past limit in a window.
+func (l *windowLedger) check(t *testing.T, limit int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range l.back {
+		t.Errorf("counter called back in time: %s", b)
+	}
+	over := 0
+	for e, n := range l.added {
+		if n > limit {
+			if over++; over <= 5 {
+				t.Errorf("%q counted %d times in the window at %v, over the limit of %d", e.key, n, e.window.Sub(t0), limit)
+			}
+		}
+	}
+	if over > 5 {
+		t.Errorf("and %d more windows over the limit", over-5)
+	}
+}
+
 // yieldingCounter is a LimitCounter that lets other goroutines run after every read, as a
 // counter across a network would, so that a read and an increment not made one step interleave.
 type yieldingCounter struct{ httprate.LimitCounter }
