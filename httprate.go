@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/httprate"
@@ -65,7 +66,7 @@ type SlidingWindow struct {
 	limit   int
 	window  time.Duration
 	counter httprate.LimitCounter
-	quota   bool // fill Decision.Limit, Remaining and Reset
+	quota   atomic.Bool // fill Decision.Limit, Remaining and Reset
 	seed    maphash.Seed
 	// curr is the start of the latest window Decide has counted in. It changes only with
 	// every part locked, so it holds still for as long as any one part is locked.
@@ -88,9 +89,9 @@ type slidingPart struct {
 // counter.Config(requestLimit, windowLength), as httprate does for the counters it is given.
 //
 // It panics if requestLimit is below 1 or windowLength is not positive or longer than 2^60 ns
-// (about 36 years). Of the options it reads only the one that turns on the quota fields (for
-// the RateLimit header fields): with it, Decide fills [Decision].Limit, Remaining and Reset;
-// without it they are zero.
+// (about 36 years). Of the options it reads only [WithRateLimitFields] and
+// [WithLegacyRateLimitFields]: with either, Decide fills [Decision].Limit, Remaining and Reset
+// (as it also does once it is given to [LimitWith] with either); without, they are zero.
 func NewSlidingWindow(requestLimit int, windowLength time.Duration, counter httprate.LimitCounter, opts ...Option) *SlidingWindow {
 	if requestLimit < 1 {
 		panic("retryafter: request limit below 1")
@@ -106,14 +107,19 @@ func NewSlidingWindow(requestLimit int, windowLength time.Duration, counter http
 	}
 	counter.Config(requestLimit, windowLength)
 	c := newConfig(opts)
-	return &SlidingWindow{
+	s := &SlidingWindow{
 		limit:   requestLimit,
 		window:  windowLength,
 		counter: counter,
-		quota:   c.quota,
 		seed:    maphash.MakeSeed(),
 	}
+	s.quota.Store(c.quota)
+	return s
 }
+
+// reportQuota makes s fill Decision.Limit, Remaining and Reset from now on, for middleware that
+// writes the rate-limit fields.
+func (s *SlidingWindow) reportQuota() { s.quota.Store(true) }
 
 // Decide implements [Limiter]. It reads key's counts for the window containing now and the one
 // before, admits the request if httprate would, and then adds cost to the current window's
@@ -171,7 +177,7 @@ func (s *SlidingWindow) Decide(_ context.Context, key string, cost int, now time
 		p.mu.Unlock()
 		lag := at.Sub(now)
 		d := Decision{RetryAfter: late(s.wait(prevCount, currCount, cost, elapsed), lag)}
-		if s.quota {
+		if s.quota.Load() {
 			s.fill(&d, prevCount, currCount, elapsed, lag)
 		}
 		return d, nil
@@ -182,7 +188,7 @@ func (s *SlidingWindow) Decide(_ context.Context, key string, cost int, now time
 	}
 	p.mu.Unlock()
 	d := Decision{Allowed: true}
-	if s.quota {
+	if s.quota.Load() {
 		s.fill(&d, prevCount, currCount+cost, elapsed, at.Sub(now))
 	}
 	return d, nil

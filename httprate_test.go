@@ -817,3 +817,17 @@ func BenchmarkSlidingWindow(b *testing.B) {
 		}
 	})
 }
+
+// TestSlidingWindowFieldsThroughLimitWith gives the rate-limit options to LimitWith only: the
+// window must still report its quota, so the fields appear.
+func TestSlidingWindowFieldsThroughLimitWith(t *testing.T) {
+	clk := newClock(t0)
+	h := LimitWith(NewSlidingWindow(3, time.Minute, nil), WithClock(clk.Now), WithLegacyRateLimitFields(true))(ok)
+	w := serve(h, "GET", "192.0.2.9:1")
+	if got := w.Header().Get("X-RateLimit-Limit"); got != "3" {
+		t.Fatalf("X-RateLimit-Limit = %q, want 3", got)
+	}
+	if got := w.Header().Get("X-RateLimit-Remaining"); got != "2" {
+		t.Fatalf("X-RateLimit-Remaining = %q, want 2", got)
+	}
+}
