@@ -58,6 +58,90 @@ func newClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
+// keepFor is how long, by Redis's own clock, a store on an injected clock keeps each key.
+const keepFor = 10 * time.Minute
+
+// withInjectedClock is withCallerClock for the tests whose injected clock is not Redis's:
+// every key is also kept for keepFor by Redis's clock.
+//
+// A store on the caller's clock sets a key to expire when its bucket is full by that clock,
+// but Redis expires it by its own, which on a loaded machine runs far ahead of a clock that a
+// test advances by microseconds a request, and drops a bucket the test still counts on. The
+// decision does not depend on the key expiring (a key whose bucket is full by the clock it is
+// given answers as a key never seen, see TestExpiresWhenFresh), so these tests keep it.
+func withInjectedClock() Option {
+	return func(s *Store) {
+		withCallerClock()(s)
+		s.client = keptKeys{s.client.(redis.Cmdable)}
+	}
+}
+
+// keptKeys runs each script in a transaction, MULTI/EXEC, with a PEXPIRE that keeps its key
+// for keepFor: no instant of Redis's clock falls between the two, so the key the script wrote
+// cannot expire before it is kept.
+type keptKeys struct{ redis.Cmdable }
+
+func (k keptKeys) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return k.keep(ctx, keys, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, script, keys, args...) })
+}
+
+func (k keptKeys) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return k.keep(ctx, keys, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha1, keys, args...) })
+}
+
+func (k keptKeys) keep(ctx context.Context, keys []string, run func(redis.Pipeliner) *redis.Cmd) *redis.Cmd {
+	var cmd *redis.Cmd
+	_, err := k.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = run(p)
+		p.PExpire(ctx, keys[0], keepFor)
+		return nil
+	})
+	if err != nil && cmd.Err() == nil {
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+// redisNow returns Redis's clock (TIME), to the microsecond.
+func redisNow(t testing.TB, client *redis.Client) time.Time {
+	t.Helper()
+	now, err := client.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// redisMillis returns Redis's clock in Unix milliseconds, truncated as Redis's expiry does.
+func redisMillis(t testing.TB, client *redis.Client) int64 {
+	t.Helper()
+	return redisNow(t, client).UnixMilli()
+}
+
+// wantExpiry checks that key is set to expire px milliseconds after a write that Redis's clock
+// put within [before, after] (Unix milliseconds), or, if it is gone already, that Redis's clock
+// has passed the earliest instant at which it could expire. A loaded machine can delay the
+// check past the expiry, so a key that is gone is no failure unless it went too early.
+func wantExpiry(t *testing.T, client *redis.Client, key string, before, after, px int64) {
+	t.Helper()
+	at, err := client.PExpireTime(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case at == -2: // no such key
+		if now := redisMillis(t, client); now <= before+px {
+			t.Fatalf("the key is gone at %d ms, before its earliest expiry at %d ms (%d ms after a write in [%d, %d])", now, before+px, px, before, after)
+		}
+	case at < 0:
+		t.Fatalf("PEXPIRETIME %d: the key never expires, want %d ms after the write", at, px)
+	default:
+		if ms := at.Milliseconds(); ms < before+px || ms > after+px {
+			t.Fatalf("expires at %d ms, want within [%d, %d] (%d ms after a write in [%d, %d])", ms, before+px, after+px, px, before, after)
+		}
+	}
+}
+
 var prefixes atomic.Int64
 
 // testPrefix returns a key prefix no other test, and no earlier run, uses.
@@ -96,7 +180,8 @@ func startServer(t testing.TB) *server {
 
 func (s *server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// start runs the server and waits, at most 5 s, until it answers PING.
+// start runs the server and waits, at most 20 s (a loaded machine is slow to start one), until
+// it answers PING.
 func (s *server) start() {
 	s.t.Helper()
 	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
@@ -106,9 +191,9 @@ func (s *server) start() {
 	}
 	c := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
