@@ -432,18 +432,11 @@ func TestClientIPPanics(t *testing.T) {
 		{"v6Bits 129", func() { ClientIPPrefix(32, 129) }},
 		{"v6Bits negative", func() { ClientIPPrefix(32, -1) }},
 	}
+	panics := map[string]func(){}
 	for _, tt := range tests {
-		func() {
-			defer func() {
-				v := recover()
-				msg, _ := v.(string)
-				if !strings.HasPrefix(msg, "retryafter: ") {
-					t.Errorf("%s: recovered %#v, want a panic with a %q message", tt.name, v, "retryafter: ")
-				}
-			}()
-			tt.f()
-		}()
+		panics[tt.name] = tt.f
 	}
+	wantPanics(t, panics)
 	// The edges of the valid ranges do not panic.
 	ClientIPPrefix(1, 1)
 	ClientIPPrefix(32, 128)

@@ -3,6 +3,7 @@ package retryafter
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,3 +74,20 @@ func wantRefusal(t *testing.T, w *httptest.ResponseRecorder, status int, now tim
 
 // withQuota turns on the Decision's quota fields, as the RateLimit field options do.
 func withQuota() Option { return func(c *config) { c.quota = true } }
+
+// wantPanics runs each function and checks that it panics with a message that starts with the
+// package's prefix, as every construction-time misuse must.
+func wantPanics(t *testing.T, tests map[string]func()) {
+	t.Helper()
+	for name, f := range tests {
+		func() {
+			defer func() {
+				v := recover()
+				if msg, _ := v.(string); !strings.HasPrefix(msg, "retryafter: ") {
+					t.Errorf("%s: recovered %#v, want a panic starting %q", name, v, "retryafter: ")
+				}
+			}()
+			f()
+		}()
+	}
+}

@@ -463,17 +463,7 @@ func TestMaintenancePanics(t *testing.T) {
 		"nil responder":     func() { NewMaintenance(WithResponder(nil)) },
 		"nil exempt, later": func() { NewMaintenance(WithExempt(func(*http.Request) bool { return false }), WithExempt(nil)) },
 	}
-	for name, f := range tests {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, "retryafter: ") {
-					t.Fatalf("panic %q, want one starting %q", msg, "retryafter: ")
-				}
-			}()
-			f()
-		})
-	}
+	wantPanics(t, tests)
 }
 
 // reusedWriter is a ResponseWriter that keeps its header map between requests, so that

@@ -327,17 +327,7 @@ func TestConstructionPanics(t *testing.T) {
 		"nil cost":       func() { WithCost(nil) },
 		"policy name":    func() { WithRateLimitFields("r\u00e9sum\u00e9") },
 	}
-	for name, f := range tests {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, "retryafter: ") {
-					t.Fatalf("panic %q, want one starting %q", msg, "retryafter: ")
-				}
-			}()
-			f()
-		})
-	}
+	wantPanics(t, tests)
 }
 
 // TestOnTheWire runs the middleware behind a real server on loopback: Date and Retry-After are

@@ -420,22 +420,12 @@ func TestNormalizerEndToEnd(t *testing.T) {
 }
 
 func TestNormalizerOptionsPanic(t *testing.T) {
-	for name, f := range map[string]func(){
+	wantPanics(t, map[string]func(){
 		"WithFallback(0)":          func() { WithFallback(0) },
 		"WithFallback(-1s)":        func() { WithFallback(-time.Second) },
 		"WithMaxRetryAfter(999ms)": func() { WithMaxRetryAfter(999 * time.Millisecond) },
 		"WithMaxRetryAfter(0)":     func() { WithMaxRetryAfter(0) },
-	} {
-		func() {
-			defer func() {
-				r := recover()
-				if s, _ := r.(string); !strings.HasPrefix(s, "retryafter: ") {
-					t.Errorf("%s: recovered %v, want a retryafter: panic", name, r)
-				}
-			}()
-			f()
-		}()
-	}
+	})
 	// The smallest values allowed construct.
 	NewNormalizer(WithFallback(1), WithMaxRetryAfter(time.Second))
 }

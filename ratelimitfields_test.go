@@ -2,6 +2,7 @@ package retryafter
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -179,16 +180,11 @@ func TestSFString(t *testing.T) {
 			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
 		}
 	}
-	for _, bad := range []string{"caf\u00e9", "tab\there", "nl\n"} {
-		func() {
-			defer func() {
-				if msg, _ := recover().(string); !strings.HasPrefix(msg, "retryafter: ") {
-					t.Errorf("WithRateLimitFields(%q) did not panic with the package prefix: %v", bad, msg)
-				}
-			}()
-			WithRateLimitFields(bad)
-		}()
+	bad := map[string]func(){}
+	for _, name := range []string{"caf\u00e9", "tab\there", "nl\n"} {
+		bad[fmt.Sprintf("WithRateLimitFields(%q)", name)] = func() { WithRateLimitFields(name) }
 	}
+	wantPanics(t, bad)
 }
 
 // TestRateLimitFieldsMiddleware checks over many Decisions, through the middleware, that the
