@@ -131,14 +131,7 @@ func cors(next http.Handler) http.Handler {
 }
 
 func serveFrom(h http.Handler, origin string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = "192.0.2.1:1"
-	if origin != "" {
-		r.Header.Set("Origin", origin)
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
+	return serveWith(h, "GET", "192.0.2.1:1", "Origin", origin)
 }
 
 // TestExposeMiddleware checks, for each response the package writes, what a browser script may

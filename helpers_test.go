@@ -45,8 +45,16 @@ var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 
 // serve sends one request from remote (host:port) through h and returns what h answered.
 func serve(h http.Handler, method, remote string) *httptest.ResponseRecorder {
+	return serveWith(h, method, remote, "", "")
+}
+
+// serveWith is serve with one request header field, name: value, unless value is empty.
+func serveWith(h http.Handler, method, remote, name, value string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, "/", nil)
 	r.RemoteAddr = remote
+	if value != "" {
+		r.Header.Set(name, value)
+	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w

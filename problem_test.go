@@ -108,14 +108,7 @@ func decodeProblem(t *testing.T, w *httptest.ResponseRecorder) problemBody {
 }
 
 func serveAccept(h http.Handler, method, accept string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, "/", nil)
-	r.RemoteAddr = "192.0.2.1:1"
-	if accept != "" {
-		r.Header.Set("Accept", accept)
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
+	return serveWith(h, method, "192.0.2.1:1", "Accept", accept)
 }
 
 // TestProblemDetailsMiddleware checks each refusal the middleware writes as a problem object:
