@@ -62,6 +62,22 @@ type roundTripClient struct {
 }
 
 // newRoundTripClient returns a client of h, from remote, with backoff b and maxAttempts.
+// runClients starts client i's request at i·gap from now (all at once when gap is 0), each on
+// its own goroutine, and waits until every one is done.
+func runClients(clients []*roundTripClient, gap time.Duration) {
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		arrive := time.Duration(i) * gap
+		wg.Go(func() {
+			if arrive > 0 {
+				time.Sleep(arrive)
+			}
+			c.get()
+		})
+	}
+	wg.Wait()
+}
+
 func newRoundTripClient(h http.Handler, remote string, b *Backoff, maxAttempts int) *roundTripClient {
 	c := &roundTripClient{}
 	srv := roundTripServer{h: h, remote: remote}
@@ -179,11 +195,7 @@ func TestRoundTripHerdOverOneKey(t *testing.T) {
 					// Enough tries for the last of the herd to be admitted.
 					clients[i] = newRoundTripClient(h, fmt.Sprintf("192.0.2.1:%d", 40000+i), b, n+1)
 				}
-				var wg sync.WaitGroup
-				for _, c := range clients {
-					wg.Go(c.get)
-				}
-				wg.Wait()
+				runClients(clients, 0)
 
 				total := 0
 				for i, c := range clients {
@@ -260,17 +272,11 @@ func TestRoundTripMaintenance(t *testing.T) {
 		h := m.Handler(ok)
 
 		clients := make([]*roundTripClient, n)
-		var wg sync.WaitGroup
 		for i := range clients {
 			clients[i] = newRoundTripClient(h, "192.0.2.1:1234", nil, 3)
-			// Arrive 1.3 s apart, so that each is told a different number of seconds.
-			arrive := time.Duration(i) * 1300 * time.Millisecond
-			wg.Go(func() {
-				time.Sleep(arrive)
-				clients[i].get()
-			})
 		}
-		wg.Wait()
+		// Arrive 1.3 s apart, so that each is told a different number of seconds.
+		runClients(clients, 1300*time.Millisecond)
 
 		for i, c := range clients {
 			name := fmt.Sprintf("client %d", i)
@@ -307,17 +313,11 @@ func TestRoundTripMaintenanceHTTPDate(t *testing.T) {
 
 		skews := []time.Duration{-time.Hour, -time.Minute, -1500 * time.Millisecond, 0, 700 * time.Millisecond, time.Minute, time.Hour}
 		clients := make([]*roundTripClient, len(skews))
-		var wg sync.WaitGroup
 		for i, skew := range skews {
 			b := &Backoff{Now: func() time.Time { return time.Now().Add(skew) }}
 			clients[i] = newRoundTripClient(h, "192.0.2.1:1234", b, 3)
-			arrive := time.Duration(i) * 2300 * time.Millisecond
-			wg.Go(func() {
-				time.Sleep(arrive)
-				clients[i].get()
-			})
 		}
-		wg.Wait()
+		runClients(clients, 2300*time.Millisecond)
 
 		for i, c := range clients {
 			name := fmt.Sprintf("client with clock %+v", skews[i])
@@ -366,12 +366,10 @@ func TestRoundTripMaintenanceThenLimit(t *testing.T) {
 			})))
 
 		clients := make([]*roundTripClient, n)
-		var wg sync.WaitGroup
 		for i := range clients {
 			clients[i] = newRoundTripClient(h, "192.0.2.1:1234", nil, n+2)
-			wg.Go(clients[i].get)
 		}
-		wg.Wait()
+		runClients(clients, 0)
 
 		total429 := 0
 		for i, c := range clients {
