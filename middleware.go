@@ -132,6 +132,10 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.emit.refuse(w, r, h.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines)
 }
 
+// failClosedWait is the Retry-After of the 503 that answers a limiter error when failing
+// closed: short, since a store that is down is usually back soon.
+const failClosedWait = time.Second
+
 // fail reports err and then admits r or refuses it with status, as configured.
 func (h *limitHandler) fail(w http.ResponseWriter, r *http.Request, now time.Time, status int, err error) {
 	if h.c.onError != nil {
@@ -143,7 +147,7 @@ func (h *limitHandler) fail(w http.ResponseWriter, r *http.Request, now time.Tim
 	}
 	var wait time.Duration
 	if status == http.StatusServiceUnavailable {
-		wait = h.c.errorWait
+		wait = failClosedWait
 	}
 	h.emit.refuse(w, r, h.c.respond, status, now, wait, nil)
 }

@@ -37,7 +37,6 @@ type config struct {
 	respond   Responder // nil: the default plain text (writePlain)
 	onError   func(*http.Request, error)
 	failOpen  bool
-	errorWait time.Duration
 	maxKeys   int
 	quota     bool                                  // limiters report Decision.Limit, Remaining and Reset
 	fields    fieldSet                              // which rate-limit fields the middleware writes (ratelimitfields.go)
@@ -56,10 +55,9 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{
-		now:       time.Now,
-		errorWait: time.Second,
-		maxKeys:   defaultMaxKeys,
-		openWait:  defaultMaintenanceWait,
+		now:      time.Now,
+		maxKeys:  defaultMaxKeys,
+		openWait: defaultMaintenanceWait,
 	}
 	for _, o := range opts {
 		if o == nil {
