@@ -33,7 +33,8 @@ const (
 	noSniff   = "nosniff"
 )
 
-// writeRefusal is the default [Responder].
+// writeRefusal is the default plain text as a [Responder], for responders that fall back to it
+// (the middleware itself writes it through writePlain, sharing the refusal's header array).
 func writeRefusal(w http.ResponseWriter, r *http.Request, status int, _ time.Duration) {
 	writePlain(w, r, status, nil)
 }
