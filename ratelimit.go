@@ -144,11 +144,21 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 //     Reset equal to its RetryAfter, after which it starts with a full bucket.
 //   - With a limit of [rate.Inf], Remaining is always the burst and Reset 0.
 func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+	var d Decision
+	b.decide(key, cost, now, &d)
+	return d, nil
+}
+
+// decide is Decide, writing its Decision to the zero d. The middleware calls it directly: the
+// call through the Limiter interface, with the Decision copied out of it, costs an allowed
+// request about a tenth of its time.
+func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 	if b.limit == rate.Inf {
+		d.Allowed = true
 		if b.quota.Load() {
-			return Decision{Allowed: true, Limit: b.burst, Remaining: b.burst}, nil
+			d.Limit, d.Remaining = b.burst, b.burst
 		}
-		return Decision{Allowed: true}, nil
+		return
 	}
 	p := &b.parts[maphash.String(b.seed, key)%shardCount]
 	p.mu.Lock()
@@ -166,14 +176,13 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 	}
 	lim, wait := b.bucket(p, key, at)
 	if lim == nil {
-		wait = late(wait, at.Sub(now))
+		d.RetryAfter = late(wait, at.Sub(now))
 		if b.quota.Load() {
 			// Once a slot frees, the key starts with a full bucket.
-			return Decision{RetryAfter: wait, Limit: b.burst, Reset: wait}, nil
+			d.Limit, d.Reset = b.burst, d.RetryAfter
 		}
-		return Decision{RetryAfter: wait}, nil
+		return
 	}
-	var d Decision
 	if lim.AllowN(at, cost) {
 		d.Allowed = true
 	} else {
@@ -190,11 +199,10 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 		}
 	}
 	if b.quota.Load() {
-		b.fillQuota(&d, lim.TokensAt(at))
+		b.fillQuota(d, lim.TokensAt(at))
 		d.Reset = late(d.Reset, at.Sub(now))
 	}
 	d.RetryAfter = late(d.RetryAfter, at.Sub(now))
-	return d, nil
 }
 
 // reportQuota makes b fill Decision.Limit, Remaining and Reset from now on, for middleware
