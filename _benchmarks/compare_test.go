@@ -74,7 +74,10 @@ func none() {}
 var subjects = []subject{
 	{"bare", func(*testing.B, policy) (http.Handler, func()) { return ok, none }},
 	{"baseline", func(_ *testing.B, p policy) (http.Handler, func()) {
-		return newBaseline(p.limit(), p.burst, ok), none
+		return newBaseline(p.limit(), p.burst, hostKey, ok), none
+	}},
+	{"baseline-defaultkey", func(_ *testing.B, p policy) (http.Handler, func()) {
+		return newBaseline(p.limit(), p.burst, retryafter.ClientIP(), ok), none
 	}},
 	{"retryafter", func(_ *testing.B, p policy) (http.Handler, func()) {
 		return retryafter.Limit(p.limit(), p.burst, retryafter.WithKeyFunc(hostKey))(ok), none
@@ -127,15 +130,16 @@ type baseline struct {
 	keys  map[string]*rate.Limiter
 	limit rate.Limit
 	burst int
+	key   func(*http.Request) (string, error)
 	next  http.Handler
 }
 
-func newBaseline(limit rate.Limit, burst int, next http.Handler) *baseline {
-	return &baseline{keys: make(map[string]*rate.Limiter), limit: limit, burst: burst, next: next}
+func newBaseline(limit rate.Limit, burst int, key func(*http.Request) (string, error), next http.Handler) *baseline {
+	return &baseline{keys: make(map[string]*rate.Limiter), limit: limit, burst: burst, key: key, next: next}
 }
 
 func (b *baseline) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key, err := hostKey(r)
+	key, err := b.key(r)
 	if err != nil {
 		http.Error(w, "no key", http.StatusInternalServerError)
 		return

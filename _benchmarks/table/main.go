@@ -31,7 +31,8 @@ var libs = []struct{ name, title string }{
 	{"bare", "bare handler (no limiter)"},
 	{"baseline", "**baseline**: `map[string]*rate.Limiter` + `sync.Mutex` + `Allow()`"},
 	{"retryafter", "**retryafter** `Limit`"},
-	{"retryafter-defaultkey", "retryafter `Limit`, default key function"},
+	{"baseline-defaultkey", "baseline keyed by `retryafter.ClientIP()`"},
+	{"retryafter-defaultkey", "retryafter `Limit`, default key function (`ClientIP()`)"},
 	{"httprate", "go-chi/httprate v0.16.1"},
 	{"tollbooth", "didip/tollbooth v7.0.2"},
 	{"ulule", "ulule/limiter v3.11.2 (memory)"},
@@ -126,6 +127,12 @@ func main() {
 			fmt.Printf("%s %s", s.title, ns(values[t.unit][s.name]["baseline"]))
 		}
 		fmt.Print(".\n\n")
+		if ra, base := values[t.unit]["Allowed"]["retryafter-defaultkey"], values[t.unit]["Allowed"]["baseline-defaultkey"]; ra > 0 && base > 0 {
+			fmt.Printf("With the default key function on both sides, an allowed request costs %.2f× the baseline (%s against %s).\n\n", ra/base, ns(ra), ns(base))
+		}
+		if one, many := values[t.unit]["Allowed"]["retryafter"], values[t.unit]["Keys10k"]["retryafter"]; one > 0 && many > 0 {
+			fmt.Printf("retryafter with 10k keys against one key: %.2f× (%s against %s).\n\n", many/one, ns(many), ns(one))
+		}
 	}
 }
 
