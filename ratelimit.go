@@ -202,7 +202,9 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 		b.fillQuota(d, lim.TokensAt(at))
 		d.Reset = late(d.Reset, at.Sub(now))
 	}
-	d.RetryAfter = late(d.RetryAfter, at.Sub(now))
+	if d.RetryAfter != 0 {
+		d.RetryAfter = late(d.RetryAfter, at.Sub(now))
+	}
 }
 
 // reportQuota makes b fill Decision.Limit, Remaining and Reset from now on, for middleware
