@@ -161,8 +161,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 		return
 	}
 	p := &b.parts[maphash.String(b.seed, key)%shardCount]
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.Lock() // unlocked by hand, not deferred: a defer costs the hot path, and nothing here panics
 	// Concurrent requests read the clock before they take the lock, so they can arrive out of
 	// order. A rate.Limiter given an instant before its last one moves its clock back, and
 	// then credits the time between twice (golang/go#65508): under load it admits more than
@@ -174,14 +173,18 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 	} else {
 		p.latest = now
 	}
-	lim, wait := b.bucket(p, key, at)
-	if lim == nil {
-		d.RetryAfter = late(wait, at.Sub(now))
-		if b.quota.Load() {
-			// Once a slot frees, the key starts with a full bucket.
-			d.Limit, d.Reset = b.burst, d.RetryAfter
+	lim, ok := p.keys[key]
+	if !ok {
+		var wait time.Duration
+		if lim, wait = b.add(p, key, at); lim == nil {
+			p.mu.Unlock()
+			d.RetryAfter = late(wait, at.Sub(now))
+			if b.quota.Load() {
+				// Once a slot frees, the key starts with a full bucket.
+				d.Limit, d.Reset = b.burst, d.RetryAfter
+			}
+			return
 		}
-		return
 	}
 	if lim.AllowN(at, cost) {
 		d.Allowed = true
@@ -202,6 +205,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 		b.fillQuota(d, lim.TokensAt(at))
 		d.Reset = late(d.Reset, at.Sub(now))
 	}
+	p.mu.Unlock()
 	if d.RetryAfter != 0 {
 		d.RetryAfter = late(d.RetryAfter, at.Sub(now))
 	}
@@ -236,13 +240,9 @@ func (b *TokenBucket) fillQuota(d *Decision, tokens float64) {
 	}
 }
 
-// bucket returns key's bucket in p, which the caller has locked, creating it if need be. When
-// the key is new and p is full of keys that have not refilled, it returns nil and how long until
-// the first of them will have.
-func (b *TokenBucket) bucket(p *part, key string, now time.Time) (*rate.Limiter, time.Duration) {
-	if lim, ok := p.keys[key]; ok {
-		return lim, 0
-	}
+// add creates the bucket of key, a key new to p, which the caller has locked. When p is full of
+// keys that have not refilled, it returns nil and how long until the first of them will have.
+func (b *TokenBucket) add(p *part, key string, now time.Time) (*rate.Limiter, time.Duration) {
 	if len(p.keys) >= p.sweep {
 		if now.Before(p.full) {
 			return nil, p.full.Sub(now)
