@@ -1,7 +1,8 @@
 // Package benchmarks compares retryafter with other Go rate limiters on one policy: the same
 // requests, key function (where a library takes one) and ResponseWriter through go-chi/httprate,
 // didip/tollbooth, ulule/limiter, sethvargo/go-limiter, throttled/throttled, retryafter, a
-// hand-written map[string]*rate.Limiter behind one mutex (the baseline) and a bare handler.
+// hand-written map[string]*rate.Limiter behind one mutex (the baseline, also keyed by
+// retryafter.ClientIP to match retryafter's default key function) and a bare handler.
 //
 // It is a module of its own so that the library's go.mod does not require the peers. Run
 // ./run.sh to produce the README's table.
