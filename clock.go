@@ -16,14 +16,20 @@ const clockResync = 100 * time.Millisecond
 // cost of an admitted request: about 100 ns of 250 on a 2-core virtual machine, where reading
 // the monotonic clock alone and adding it to a time takes 65. A clock reads the monotonic clock
 // on each call and adds what has elapsed to its last time.Now reading, which it renews once
-// that is clockResync old. Its readings carry the monotonic reading time.Now would have given,
-// and the limiter measures with that alone, so it decides exactly as with time.Now. Their wall
-// time is the wall clock's as well, since the kernel slews both clocks alike: the two part only
-// when the wall clock is set (a step) or the machine resumes from suspend, and then for at most
-// clockResync, which only the Date field sees, written to the second.
+// that is clockResync old.
 //
-// Each constructor has a clock of its own, so that one built in a testing/synctest bubble keeps
-// to the bubble's time (there, time.Since reads it).
+// Its readings carry the monotonic reading time.Now would have given, so whatever measures with
+// that alone (the TokenBucket, a maintenance end set from time.Now) sees no difference. Their
+// wall time is what is written in Date and HTTP-dates, and what a SlidingWindow's windows and a
+// Limiter of another package may go by. It follows the wall clock, which on Linux the kernel
+// slews as it slews the monotonic one, to within the few microseconds between time.Now's two
+// reads (a base read across a preemption carries that gap, up to about a millisecond under load,
+// for its 100 ms); it departs further only when the wall clock is set (a step) or the machine
+// resumes from suspend, and then for at most clockResync.
+//
+// Each constructor has a clock of its own, so that a testing/synctest bubble and the real
+// clock do not keep renewing each other's base. (In a bubble, time.Since reads the bubble's
+// time, so a base from outside is renewed rather than used.)
 type clock struct {
 	base atomic.Pointer[time.Time]
 }

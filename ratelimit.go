@@ -161,7 +161,9 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 		return
 	}
 	p := &b.parts[maphash.String(b.seed, key)%shardCount]
-	p.mu.Lock() // unlocked by hand, not deferred: a defer costs the hot path, and nothing here panics
+	// Unlocked by hand rather than deferred, which costs the hot path: what runs under the lock is
+	// map operations and methods of rate.Limiter that do not panic.
+	p.mu.Lock()
 	// Concurrent requests read the clock before they take the lock, so they can arrive out of
 	// order. A rate.Limiter given an instant before its last one moves its clock back, and
 	// then credits the time between twice (golang/go#65508): under load it admits more than

@@ -75,8 +75,10 @@ func newConfig(opts []Option) config {
 // for the limiter, the Retry-After it computes and the Date header it writes. The default is
 // the system clock: [time.Now], but for the wall clock, which it reads at most every 100 ms and
 // advances by the monotonic clock in between, since reading both is the largest single cost of
-// an admitted request. Its readings differ from time.Now's only for up to 100 ms after the wall
-// clock is set or the machine resumes from suspend. It affects every constructor.
+// an admitted request. Its monotonic readings are time.Now's; its wall time, which Date and the
+// windows of [NewSlidingWindow] go by, can trail a change of the wall clock (a step, a resume
+// from suspend) by up to 100 ms. WithClock(time.Now) restores the plain one. It affects every
+// constructor.
 func WithClock(now func() time.Time) Option {
 	if now == nil {
 		panic("retryafter: WithClock(nil)")

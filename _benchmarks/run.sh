@@ -3,8 +3,8 @@
 # COUNT and BENCHTIME override the defaults; the raw results stay in bench.txt.
 #
 # The test binary runs COUNT rounds of every benchmark, rather than every benchmark COUNT times
-# in a row, so that a slow spell on the machine falls on all the subjects of a round alike
-# instead of on whichever one was running.
+# in a row, so that a slow spell on the machine is spread over the subjects instead of falling
+# on whichever one it caught.
 set -euo pipefail
 cd "$(dirname "$0")"
 benchstat=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
