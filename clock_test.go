@@ -95,32 +95,39 @@ func TestClockInBubble(t *testing.T) {
 
 // TestDefaultClockRoundTrip runs the round trip on the middleware's default clock, in a synctest
 // bubble: a refusal's Date is the bubble's time, and a client that sleeps the Retry-After it
-// parses is admitted, at a rate whose waits are not whole seconds.
+// parses is admitted, at a rate whose waits are not whole seconds. Requests come in pairs, 30 ms
+// before a second turns and 30 ms after, so that a clock that lagged behind by less than its
+// renewal period would write the wrong second.
 func TestDefaultClockRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := Limit(rate.Every(1300*time.Millisecond), 2)(ok)
 		refused := 0
-		for i := range 50 {
+		try := func(i int) {
 			w := serve(h, http.MethodGet, "192.0.2.1:1234")
 			if w.Code == http.StatusOK {
-				continue
+				return
 			}
 			refused++
 			if got, want := w.Header().Get("Date"), time.Now().UTC().Format(http.TimeFormat); got != want {
-				t.Fatalf("request %d: Date %q, want the bubble's %q", i, got, want)
+				t.Fatalf("pair %d: Date %q, want the bubble's %q", i, got, want)
 			}
 			wait, ok := ParseRetryAfter(w.Header(), time.Now())
 			if !ok {
-				t.Fatalf("request %d: Retry-After %q", i, w.Header().Get("Retry-After"))
+				t.Fatalf("pair %d: Retry-After %q", i, w.Header().Get("Retry-After"))
 			}
 			time.Sleep(wait)
 			if w := serve(h, http.MethodGet, "192.0.2.1:1234"); w.Code != http.StatusOK {
-				t.Fatalf("request %d: refused again after waiting the Retry-After %v", i, wait)
+				t.Fatalf("pair %d: refused again after waiting the Retry-After %v", i, wait)
 			}
-			time.Sleep(time.Duration(i%13) * 100 * time.Millisecond) // shift the next arrival
 		}
-		if refused < 20 {
-			t.Fatalf("%d refusals checked, want at least 20", refused)
+		for i := range 40 {
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second - 30*time.Millisecond)))
+			try(i)
+			time.Sleep(60 * time.Millisecond)
+			try(i)
+		}
+		if refused < 40 {
+			t.Fatalf("%d refusals checked, want at least 40", refused)
 		}
 	})
 }
