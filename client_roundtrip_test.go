@@ -263,12 +263,7 @@ func TestRoundTripMaintenance(t *testing.T) {
 		const n = 20
 		start := time.Now()
 		until := start.Add(90*time.Second + 250*time.Millisecond)
-		m := NewMaintenance(WithClock(time.Now))
-		m.Start(until)
-		go func() {
-			time.Sleep(time.Until(until))
-			m.Stop()
-		}()
+		m := maintenanceUntil(until, WithClock(time.Now))
 		h := m.Handler(ok)
 
 		clients := make([]*roundTripClient, n)
@@ -303,12 +298,7 @@ func TestRoundTripMaintenanceHTTPDate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		until := start.Add(90*time.Second + 500*time.Millisecond)
-		m := NewMaintenance(WithClock(time.Now), WithHTTPDate())
-		m.Start(until)
-		go func() {
-			time.Sleep(time.Until(until))
-			m.Stop()
-		}()
+		m := maintenanceUntil(until, WithClock(time.Now), WithHTTPDate())
 		h := m.Handler(ok)
 
 		skews := []time.Duration{-time.Hour, -time.Minute, -1500 * time.Millisecond, 0, 700 * time.Millisecond, time.Minute, time.Hour}
@@ -350,12 +340,7 @@ func TestRoundTripMaintenanceThenLimit(t *testing.T) {
 		start := time.Now()
 		// Not a whole second, so that the clients, told 31 s, come back after Stop.
 		until := start.Add(30*time.Second + 500*time.Millisecond)
-		m := NewMaintenance(WithClock(time.Now))
-		m.Start(until)
-		go func() {
-			time.Sleep(time.Until(until))
-			m.Stop()
-		}()
+		m := maintenanceUntil(until, WithClock(time.Now))
 		var served atomic.Int64
 		h := m.Handler(Limit(rate.Every(time.Second), burst, WithClock(time.Now))(http.HandlerFunc(
 			func(w http.ResponseWriter, r *http.Request) {
@@ -388,4 +373,16 @@ func TestRoundTripMaintenanceThenLimit(t *testing.T) {
 			t.Errorf("%d 429s after maintenance, want %d", total429, w*(w+1)/2)
 		}
 	})
+}
+
+// maintenanceUntil returns a Maintenance, on the bubble's clock with opts, that is in maintenance
+// now and stops at until, as an operator's Stop would.
+func maintenanceUntil(until time.Time, opts ...Option) *Maintenance {
+	m := NewMaintenance(opts...)
+	m.Start(until)
+	go func() {
+		time.Sleep(time.Until(until))
+		m.Stop()
+	}()
+	return m
 }
