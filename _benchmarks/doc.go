@@ -5,5 +5,5 @@
 // retryafter.ClientIP to match retryafter's default key function) and a bare handler.
 //
 // It is a module of its own so that the library's go.mod does not require the peers. Run
-// ./run.sh to produce the README's table.
+// ./run.sh to produce the table of README.md in this folder.
 package benchmarks
