@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,9 +13,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// The benchmarks compare the middleware with the hand-written limiter it must stay close to: a
-// map[string]*rate.Limiter behind one sync.Mutex, calling Allow. Both use the same key function
-// (hostKey) and the same reusable ResponseWriter, so what differs is the limiter.
+// The package's own benchmarks. The comparison with the hand-written baseline and with other
+// libraries, measured in CPU time, lives in the _benchmarks module.
 //
 //	go test -run '^$' -bench . -benchmem
 
@@ -29,71 +27,6 @@ func hostKey(r *http.Request) (string, error) {
 	return host, nil
 }
 
-// benchWriter is a ResponseWriter that a benchmark reuses across requests.
-type benchWriter struct {
-	h    http.Header
-	code int
-}
-
-func newBenchWriter() *benchWriter { return &benchWriter{h: make(http.Header)} }
-
-func (w *benchWriter) Header() http.Header { return w.h }
-
-func (w *benchWriter) Write(p []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return len(p), nil
-}
-
-// WriteString is there because net/http's own ResponseWriter has it: io.WriteString then
-// writes a string without converting it to a []byte.
-func (w *benchWriter) WriteString(s string) (int, error) { return w.Write(nil) }
-
-func (w *benchWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-}
-
-func (w *benchWriter) reset() {
-	clear(w.h)
-	w.code = 0
-}
-
-// baseline is the hand-written limiter the targets are stated against.
-type baseline struct {
-	mu    sync.Mutex
-	keys  map[string]*rate.Limiter
-	limit rate.Limit
-	burst int
-	next  http.Handler
-}
-
-func newBaseline(limit rate.Limit, burst int, next http.Handler) *baseline {
-	return &baseline{keys: make(map[string]*rate.Limiter), limit: limit, burst: burst, next: next}
-}
-
-func (b *baseline) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key, err := hostKey(r)
-	if err != nil {
-		http.Error(w, "no key", http.StatusInternalServerError)
-		return
-	}
-	b.mu.Lock()
-	lim, ok := b.keys[key]
-	if !ok {
-		lim = rate.NewLimiter(b.limit, b.burst)
-		b.keys[key] = lim
-	}
-	b.mu.Unlock()
-	if !lim.Allow() {
-		w.WriteHeader(http.StatusTooManyRequests)
-		return
-	}
-	b.next.ServeHTTP(w, r)
-}
-
 // Policies: plenty of tokens for the allowed path (a burst no benchmark spends, refilling at 100
 // a second so that a key in use never looks idle), an empty bucket for the rejected one.
 const (
@@ -103,24 +36,10 @@ const (
 
 var emptyRate = rate.Every(time.Minute)
 
-// okBench is the handler behind the limiters: it writes a status and nothing else.
+// okBench is the handler behind the middleware: it writes a status and nothing else.
 var okBench = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 })
-
-// subjects returns the handlers under test, each over okBench.
-func subjects(limit rate.Limit, burst int) []struct {
-	name string
-	h    http.Handler
-} {
-	return []struct {
-		name string
-		h    http.Handler
-	}{
-		{"baseline", newBaseline(limit, burst, okBench)},
-		{"retryafter", Limit(limit, burst, WithKeyFunc(hostKey))(okBench)},
-	}
-}
 
 // requests returns n requests from n distinct client addresses.
 func requests(n int) []*http.Request {
@@ -140,16 +59,14 @@ func clientAddr(i int) string {
 
 // run serves rs round-robin through h, b.N times, and fails if one gets a status other than want.
 func run(b *testing.B, h http.Handler, rs []*http.Request, want int) {
-	w := newBenchWriter()
+	w := newTestWriter()
 	h.ServeHTTP(w, rs[0]) // create the key, spend the burst of an empty policy
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
 	for i := range b.N {
 		w.reset()
 		h.ServeHTTP(w, rs[i%len(rs)])
 	}
-	reportCPU(b, cpu)
 	b.StopTimer()
 	if w.code != want {
 		b.Fatalf("status %d, want %d", w.code, want)
@@ -157,75 +74,63 @@ func run(b *testing.B, h http.Handler, rs []*http.Request, want int) {
 }
 
 func BenchmarkAllowed(b *testing.B) {
-	for _, s := range subjects(plentyRate, plentyBurst) {
-		b.Run(s.name, func(b *testing.B) { run(b, s.h, requests(1), http.StatusOK) })
-	}
+	b.Run("hostkey", func(b *testing.B) {
+		run(b, Limit(plentyRate, plentyBurst, WithKeyFunc(hostKey))(okBench), requests(1), http.StatusOK)
+	})
+	b.Run("default", func(b *testing.B) {
+		run(b, Limit(plentyRate, plentyBurst)(okBench), requests(1), http.StatusOK)
+	})
 }
 
 func BenchmarkRejected(b *testing.B) {
-	for _, s := range subjects(emptyRate, 1) {
-		b.Run(s.name, func(b *testing.B) { run(b, s.h, requests(1), http.StatusTooManyRequests) })
-	}
+	run(b, Limit(emptyRate, 1, WithKeyFunc(hostKey))(okBench), requests(1), http.StatusTooManyRequests)
 }
 
 func BenchmarkKeys10k(b *testing.B) {
 	rs := requests(10_000)
-	for _, s := range subjects(plentyRate, plentyBurst) {
-		b.Run(s.name, func(b *testing.B) {
-			for _, r := range rs {
-				s.h.ServeHTTP(newBenchWriter(), r)
-			}
-			run(b, s.h, rs, http.StatusOK)
-		})
+	h := Limit(plentyRate, plentyBurst, WithKeyFunc(hostKey))(okBench)
+	for _, r := range rs {
+		h.ServeHTTP(newTestWriter(), r)
 	}
+	run(b, h, rs, http.StatusOK)
 }
 
 func BenchmarkParallel1k(b *testing.B) {
 	rs := requests(1000)
-	for _, s := range subjects(plentyRate, plentyBurst) {
-		b.Run(s.name, func(b *testing.B) {
-			var next atomic.Uint32
-			b.ReportAllocs()
-			cpu := cpuTime()
-			defer reportCPU(b, cpu)
-			b.RunParallel(func(pb *testing.PB) {
-				w := newBenchWriter()
-				i := int(next.Add(7919))
-				for pb.Next() {
-					w.reset()
-					s.h.ServeHTTP(w, rs[i%len(rs)])
-					i++
-				}
-			})
-		})
-	}
+	h := Limit(plentyRate, plentyBurst, WithKeyFunc(hostKey))(okBench)
+	var next atomic.Uint32
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		w := newTestWriter()
+		i := int(next.Add(7919))
+		for pb.Next() {
+			w.reset()
+			h.ServeHTTP(w, rs[i%len(rs)])
+			i++
+		}
+	})
 }
 
-// BenchmarkDecide measures the TokenBucket alone, without HTTP.
+// BenchmarkDecide measures the TokenBucket alone, without HTTP, through the Limiter interface.
 func BenchmarkDecide(b *testing.B) {
 	ctx := context.Background()
-	for _, tc := range []struct {
-		name string
-		opts []Option
-	}{{"plain", nil}, {"quota", []Option{withQuota()}}} {
-		b.Run("allowed/"+tc.name, func(b *testing.B) {
-			tb := NewTokenBucket(plentyRate, plentyBurst, tc.opts...)
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				tb.Decide(ctx, "192.0.2.1", 1, t0.Add(time.Duration(i)))
+	b.Run("allowed", func(b *testing.B) {
+		tb := NewTokenBucket(plentyRate, plentyBurst)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			tb.Decide(ctx, "192.0.2.1", 1, t0.Add(time.Duration(i)))
+		}
+	})
+	b.Run("rejected", func(b *testing.B) {
+		tb := NewTokenBucket(emptyRate, 1)
+		tb.Decide(ctx, "192.0.2.1", 1, t0)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if d, _ := tb.Decide(ctx, "192.0.2.1", 1, t0.Add(time.Duration(i))); d.Allowed {
+				b.Fatal("admitted")
 			}
-		})
-		b.Run("rejected/"+tc.name, func(b *testing.B) {
-			tb := NewTokenBucket(emptyRate, 1, tc.opts...)
-			tb.Decide(ctx, "192.0.2.1", 1, t0)
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				if d, _ := tb.Decide(ctx, "192.0.2.1", 1, t0.Add(time.Duration(i))); d.Allowed {
-					b.Fatal("admitted")
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkBytesPerKey reports the heap a TokenBucket holds per key, after 100,000 distinct
@@ -247,16 +152,6 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		b.ReportMetric(float64(after-before)/n, "B/key")
 		runtime.KeepAlive(tb)
 	}
-}
-
-// reportCPU reports the CPU time per operation since cpuTime returned start, as cpu-ns/op. In
-// a RunParallel benchmark it is the CPU of all goroutines per operation, so it shows the cost,
-// and ns/op the scaling.
-func reportCPU(b *testing.B, start int64) {
-	if start == 0 || b.N == 0 {
-		return
-	}
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
 // heapInUse returns the bytes of live heap objects after a full collection.

@@ -18,7 +18,11 @@ var ErrNoClientIP = errors.New("retryafter: no client IP in request")
 // clientIPForwardedFor is pre-canonicalised so that reading it is a plain map lookup.
 const clientIPForwardedFor = "X-Forwarded-For"
 
-// ClientIP returns a key function for WithKeyFunc. With no trusted proxies it uses only
+// A KeyFunc names the client a request is counted against, for [WithKeyFunc]. An error means
+// the request carries no usable key; it is not counted (see [WithFailOpen]).
+type KeyFunc func(*http.Request) (string, error)
+
+// ClientIP returns a key function for [WithKeyFunc]. With no trusted proxies it uses only
 // RemoteAddr; forwarding headers are believed only from addresses inside trusted.
 //
 // ClientIP(trusted...) is shorthand for ClientIPPrefix(32, 64, trusted...): an IPv4
@@ -29,7 +33,7 @@ const clientIPForwardedFor = "X-Forwarded-For"
 //
 // See [ClientIPPrefix] for what is trusted, how X-Forwarded-For is walked, and the
 // handling of ports, zones, IPv4-mapped addresses and malformed entries.
-func ClientIP(trusted ...netip.Prefix) func(*http.Request) (string, error) {
+func ClientIP(trusted ...netip.Prefix) KeyFunc {
 	return ClientIPPrefix(32, 64, trusted...)
 }
 
@@ -84,7 +88,7 @@ func ClientIP(trusted ...netip.Prefix) func(*http.Request) (string, error) {
 // key is the host part of RemoteAddr itself, used only after it has been parsed and
 // found equal to its canonical form. A key found in X-Forwarded-For is always a fresh
 // string, so that it does not keep the rest of a long header alive in the limiter.
-func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) func(*http.Request) (string, error) {
+func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
 	if v4Bits < 1 || v4Bits > 32 {
 		panic(fmt.Sprintf("retryafter: ClientIPPrefix: v4Bits %d is outside 1..32", v4Bits))
 	}

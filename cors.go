@@ -3,6 +3,8 @@ package retryafter
 import (
 	"net/http"
 	"strings"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // Browsers let a cross-origin script read only the CORS-safelisted response headers (Fetch
@@ -44,7 +46,7 @@ func newExposeList(names ...string) exposeList {
 
 // refusalExposed is what a refusal exposes when no rate-limit field is on: Retry-After, and Date,
 // which a client needs to read a Retry-After in the HTTP-date form against the server's clock.
-var refusalExposed = newExposeList(headerRetryAfter, headerDate)
+var refusalExposed = exposeList{names: []string{header.RetryAfter, header.Date}, line: "Retry-After, Date"}
 
 // hasOrigin reports whether r is a cross-origin request as a browser sends it.
 func hasOrigin(r *http.Request) bool {
@@ -53,13 +55,13 @@ func hasOrigin(r *http.Request) bool {
 }
 
 // expose adds to h's Access-Control-Expose-Headers the names of l that it does not list yet.
-func (l *exposeList) expose(h http.Header, f *fieldLines) {
+func (l *exposeList) expose(h http.Header, lines *header.Lines) {
 	if len(l.names) == 0 {
 		return
 	}
 	have := h[headerExpose]
 	if len(have) == 0 {
-		h[headerExpose] = f.line(l.line)
+		h[headerExpose] = lines.Line(l.line)
 		return
 	}
 	if listHas(have, "*") && !credentialed(h) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // exposedNames returns the names listed in h's Access-Control-Expose-Headers, in order.
@@ -186,7 +188,7 @@ func TestExposeLineIsPerResponse(t *testing.T) {
 	l := newExposeList("Retry-After", "Date")
 	h1, h2 := http.Header{}, http.Header{}
 	l.expose(h1, nil)
-	l.expose(h2, new(fieldLines))
+	l.expose(h2, new(header.Lines))
 	h1["Access-Control-Expose-Headers"][0] = "X-Mine"
 	h3 := http.Header{}
 	l.expose(h3, nil)
@@ -199,9 +201,9 @@ func TestExposeLineIsPerResponse(t *testing.T) {
 
 func TestExposeAllocs(t *testing.T) {
 	h := http.Header{}
-	lines := new(fieldLines)
+	lines := new(header.Lines)
 	allocs := testing.AllocsPerRun(100, func() {
-		lines.n = 0
+		*lines = header.Lines{}
 		delete(h, "Access-Control-Expose-Headers")
 		refusalExposed.expose(h, lines)
 		refusalExposed.expose(h, lines) // everything already there

@@ -16,10 +16,10 @@ func ExampleMaintenance() {
 	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
 
-	m := retryafter.NewMaintenance(
-		retryafter.WithClock(now),
-		retryafter.WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
-	)
+	m := &retryafter.Maintenance{
+		Now:    now,
+		Exempt: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+	}
 	r := chi.NewRouter()
 	r.Use(m.Handler) // before any rate limiter, so that a 503 costs no quota
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
@@ -49,11 +49,11 @@ func ExampleMaintenance() {
 }
 
 // Maintenance until 14:00 UTC, announced as an HTTP-date.
-func ExampleWithHTTPDate() {
+func ExampleMaintenance_httpDate() {
 	clock := time.Date(2026, 11, 29, 12, 0, 0, 500_000_000, time.UTC)
 	now := func() time.Time { return clock }
 
-	m := retryafter.NewMaintenance(retryafter.WithClock(now), retryafter.WithHTTPDate())
+	m := &retryafter.Maintenance{Now: now, HTTPDate: true}
 	m.Start(time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC))
 
 	mux := http.NewServeMux()

@@ -65,3 +65,49 @@ func ExampleParseRetryAfter() {
 	// Output:
 	// 1m30s true
 }
+
+// The RateLimit fields of draft-ietf-httpapi-ratelimit-headers on every response the limiter
+// decides: a bucket of 10 refilling one token every 200 ms, from which a client spends 10 at once.
+func ExampleWithRateLimitFields() {
+	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	h := retryafter.Limit(rate.Every(200*time.Millisecond), 10,
+		retryafter.WithClock(func() time.Time { return clock }),
+		retryafter.WithRateLimitFields(""),
+	)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
+
+	for i := range 11 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if i == 2 || i >= 9 {
+			fmt.Println(w.Code, "RateLimit-Policy:", w.Header().Get("RateLimit-Policy"),
+				"RateLimit:", w.Header().Get("RateLimit"), w.Header().Values("Retry-After"))
+		}
+	}
+	// Output:
+	// 200 RateLimit-Policy: "default";q=10;w=2 RateLimit: "default";r=7;t=1 []
+	// 200 RateLimit-Policy: "default";q=10;w=2 RateLimit: "default";r=0;t=2 []
+	// 429 RateLimit-Policy: "default";q=10;w=2 RateLimit: "default";r=0;t=1 [1]
+}
+
+// RFC 9457 problem details for the clients that ask for them, plain text for the others.
+func ExampleWithProblemDetails() {
+	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	h := retryafter.Limit(rate.Every(8*time.Second), 1,
+		retryafter.WithClock(func() time.Time { return clock }),
+		retryafter.WithProblemDetails(retryafter.ProblemDetails{}),
+	)(http.NotFoundHandler())
+
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // spends the burst
+	for _, accept := range []string{"application/problem+json", "text/html, */*;q=0.8"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Accept", accept)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Print(w.Code, " ", w.Header().Get("Content-Type"), " Retry-After: ", w.Header().Get("Retry-After"), "\n", w.Body)
+	}
+	// Output:
+	// 429 application/problem+json Retry-After: 8
+	// {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests from this client; retry in 8 seconds.","retry-after":8}
+	// 429 text/plain; charset=utf-8 Retry-After: 8
+	// Too Many Requests
+}

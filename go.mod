@@ -4,16 +4,4 @@ go 1.26.0
 
 require golang.org/x/time v0.16.0
 
-require (
-	github.com/go-chi/chi/v5 v5.5.0
-	github.com/go-chi/httprate v0.16.1
-	github.com/redis/go-redis/v9 v9.23.0
-)
-
-require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
-	github.com/zeebo/xxh3 v1.1.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-)
+require github.com/go-chi/chi/v5 v5.5.0 // the examples mount the middleware in chi; tests only

@@ -4,39 +4,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
-	"time"
+
+	"github.com/retryafter/retryafter/internal/testkit"
 )
 
-// t0 is the instant the tests start their clocks at.
-var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+// The clock and the round trip are shared with the other packages' tests.
+var (
+	t0             = testkit.T0
+	newClock       = testkit.NewClock
+	wantRefusal    = testkit.WantRefusal
+	checkRoundTrip = testkit.RoundTrip
+)
 
-// fakeClock is a clock the test moves by hand. It is safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+type fakeClock = testkit.Clock
 
 // ok is a handler that answers 200 "ok".
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,29 +41,6 @@ func serveWith(h http.Handler, method, remote, name, value string) *httptest.Res
 	return w
 }
 
-// wantRefusal checks that w is a refusal with status, a Date of now and a Retry-After that
-// ParseRetryAfter reads, and returns the wait it states.
-func wantRefusal(t *testing.T, w *httptest.ResponseRecorder, status int, now time.Time) time.Duration {
-	t.Helper()
-	if w.Code != status {
-		t.Fatalf("status = %d, want %d", w.Code, status)
-	}
-	if got, want := w.Header().Get("Date"), now.UTC().Format(http.TimeFormat); got != want {
-		t.Fatalf("Date = %q, want %q", got, want)
-	}
-	wait, ok := ParseRetryAfter(w.Header(), now)
-	if !ok {
-		t.Fatalf("Retry-After %q does not parse", w.Header().Get("Retry-After"))
-	}
-	if wait < time.Second || wait%time.Second != 0 {
-		t.Fatalf("Retry-After %q is not a whole number of seconds >= 1", w.Header().Get("Retry-After"))
-	}
-	return wait
-}
-
-// withQuota turns on the Decision's quota fields, as the RateLimit field options do.
-func withQuota() Option { return func(c *config) { c.quota = true } }
-
 // wantPanics runs each function and checks that it panics with a message that starts with the
 // package's prefix, as every construction-time misuse must.
 func wantPanics(t *testing.T, tests map[string]func()) {
@@ -98,4 +56,37 @@ func wantPanics(t *testing.T, tests map[string]func()) {
 			f()
 		}()
 	}
+}
+
+// testWriter is the one ResponseWriter double of the tests and benchmarks: it records the
+// status, discards the body, and keeps its header map between requests unless reset, so that a
+// benchmark measures the middleware and not the writer.
+type testWriter struct {
+	h    http.Header
+	code int
+}
+
+func newTestWriter() *testWriter { return &testWriter{h: make(http.Header)} }
+
+func (w *testWriter) Header() http.Header { return w.h }
+
+func (w *testWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
+
+// WriteString is there because net/http's own ResponseWriter has it: io.WriteString then
+// writes a string without converting it to a []byte.
+func (w *testWriter) WriteString(s string) (int, error) { return w.Write(nil) }
+
+// reset forgets the last response's header and status.
+func (w *testWriter) reset() {
+	clear(w.h)
+	w.code = 0
 }

@@ -43,7 +43,7 @@ func want503(t *testing.T, w *httptest.ResponseRecorder, method string, now time
 
 func TestMaintenanceOff(t *testing.T) {
 	clk := newClock(t0)
-	m := NewMaintenance(WithClock(clk.Now))
+	m := &Maintenance{Now: clk.Now}
 	h := m.Handler(ok)
 	check := func(when string) {
 		t.Helper()
@@ -75,39 +75,39 @@ func TestMaintenanceFixedInstants(t *testing.T) {
 	far := time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name    string
-		opts    []Option
+		wait    time.Duration // the Maintenance's Wait
 		until   time.Time
 		now     time.Time
 		seconds string // Retry-After by default
-		date    string // Retry-After with WithHTTPDate
+		date    string // Retry-After with HTTPDate
 	}{
-		{"countdown", nil, end, t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"half second in", nil, end, t0.Add(500 * ms), "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"1 ns in", nil, end, t0.Add(1), "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"1 s in", nil, end, t0.Add(time.Second), "899", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"1 ms left", nil, end, end.Add(-ms), "1", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"1 ns left", nil, end, end.Add(-1), "1", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"end with a fraction", nil, end.Add(ms), t0.Add(999 * ms), "900", "Sun, 29 Nov 2026 12:15:01 GMT"},
-		{"end in another zone", nil, end.In(time.FixedZone("EST", -5*3600)), t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"unknown end", nil, time.Time{}, t0.Add(250 * ms), "60", "Sun, 29 Nov 2026 12:01:01 GMT"},
-		{"at the end", nil, end, end, "60", "Sun, 29 Nov 2026 12:16:00 GMT"},
-		{"overrun", nil, end, end.Add(time.Hour + 500*ms), "60", "Sun, 29 Nov 2026 13:16:01 GMT"},
-		{"started in the past", nil, t0.Add(-time.Hour), t0, "60", "Sun, 29 Nov 2026 12:01:00 GMT"},
-		{"custom wait", []Option{WithMaintenanceWait(90*time.Second + ms)}, time.Time{}, t0, "91", "Sun, 29 Nov 2026 12:01:31 GMT"},
-		{"custom wait, overrun", []Option{WithMaintenanceWait(5 * time.Second)}, end, end.Add(time.Minute), "5", "Sun, 29 Nov 2026 12:16:05 GMT"},
-		{"custom wait, countdown", []Option{WithMaintenanceWait(5 * time.Second)}, end, t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
-		{"end past a Duration", nil, far, t0, "9223372037", "Fri, 01 Jan 2500 00:00:00 GMT"},
+		{"countdown", 0, end, t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"half second in", 0, end, t0.Add(500 * ms), "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 ns in", 0, end, t0.Add(1), "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 s in", 0, end, t0.Add(time.Second), "899", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 ms left", 0, end, end.Add(-ms), "1", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"1 ns left", 0, end, end.Add(-1), "1", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"end with a fraction", 0, end.Add(ms), t0.Add(999 * ms), "900", "Sun, 29 Nov 2026 12:15:01 GMT"},
+		{"end in another zone", 0, end.In(time.FixedZone("EST", -5*3600)), t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"unknown end", 0, time.Time{}, t0.Add(250 * ms), "60", "Sun, 29 Nov 2026 12:01:01 GMT"},
+		{"at the end", 0, end, end, "60", "Sun, 29 Nov 2026 12:16:00 GMT"},
+		{"overrun", 0, end, end.Add(time.Hour + 500*ms), "60", "Sun, 29 Nov 2026 13:16:01 GMT"},
+		{"started in the past", 0, t0.Add(-time.Hour), t0, "60", "Sun, 29 Nov 2026 12:01:00 GMT"},
+		{"custom wait", 90*time.Second + ms, time.Time{}, t0, "91", "Sun, 29 Nov 2026 12:01:31 GMT"},
+		{"custom wait, overrun", 5 * time.Second, end, end.Add(time.Minute), "5", "Sun, 29 Nov 2026 12:16:05 GMT"},
+		{"custom wait, countdown", 5 * time.Second, end, t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
+		{"negative wait", -time.Second, time.Time{}, t0, "60", "Sun, 29 Nov 2026 12:01:00 GMT"},
+		{"endless wait", rate.InfDuration, time.Time{}, t0, "9223372037", "Tue, 11 Mar 2319 11:47:17 GMT"},
+		{"end past a Duration", 0, far, t0, "9223372037", "Fri, 01 Jan 2500 00:00:00 GMT"},
 	}
 	for _, tt := range tests {
 		for _, date := range []bool{false, true} {
 			clk := newClock(tt.now)
-			opts := append([]Option{WithClock(clk.Now)}, tt.opts...)
+			m := &Maintenance{Now: clk.Now, Wait: tt.wait, HTTPDate: date}
 			want := tt.seconds
 			if date {
-				opts = append(opts, WithHTTPDate())
 				want = tt.date
 			}
-			m := NewMaintenance(opts...)
 			m.Start(tt.until)
 			for _, method := range []string{"GET", "HEAD", "POST"} {
 				w := serve(m.Handler(ok), method, client)
@@ -138,11 +138,7 @@ func TestMaintenanceRoundTrip(t *testing.T) {
 	for _, date := range []bool{false, true} {
 		for _, wait := range []time.Duration{time.Second, time.Minute, 2500 * time.Millisecond} {
 			clk := newClock(t0)
-			opts := []Option{WithClock(clk.Now), WithMaintenanceWait(wait)}
-			if date {
-				opts = append(opts, WithHTTPDate())
-			}
-			m := NewMaintenance(opts...)
+			m := &Maintenance{Now: clk.Now, Wait: wait, HTTPDate: date}
 			h := m.Handler(ok)
 			var counted, open int
 			for range 3000 {
@@ -238,11 +234,7 @@ func TestMaintenanceResponder(t *testing.T) {
 			w.WriteHeader(status)
 			fmt.Fprintf(w, `{"status":%d,"retry_after":%d}`, status, retryAfter/time.Second)
 		}
-		opts := []Option{WithClock(clk.Now), WithResponder(json)}
-		if date {
-			opts = append(opts, WithHTTPDate())
-		}
-		m := NewMaintenance(opts...)
+		m := &Maintenance{Now: clk.Now, Respond: json, HTTPDate: date}
 		m.Start(t0.Add(10*time.Minute + 500*time.Millisecond))
 		w := serve(m.Handler(ok), "GET", client)
 		wait := wantRefusal(t, w, http.StatusServiceUnavailable, clk.Now())
@@ -256,7 +248,7 @@ func TestMaintenanceResponder(t *testing.T) {
 }
 
 func TestMaintenanceHeadAndContentType(t *testing.T) {
-	m := NewMaintenance(WithClock(newClock(t0).Now))
+	m := &Maintenance{Now: newClock(t0).Now}
 	m.Start(time.Time{})
 	for _, method := range []string{"GET", "HEAD"} {
 		w := serve(m.Handler(ok), method, client)
@@ -271,7 +263,7 @@ func TestMaintenanceExempt(t *testing.T) {
 	var calls atomic.Int64
 	health := func(r *http.Request) bool { calls.Add(1); return r.URL.Path == "/healthz" }
 	admin := func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/admin/") }
-	m := NewMaintenance(WithClock(newClock(t0).Now), WithExempt(health), WithExempt(admin))
+	m := &Maintenance{Now: newClock(t0).Now, Exempt: func(r *http.Request) bool { return health(r) || admin(r) }}
 	h := m.Handler(ok)
 	get := func(path string) int {
 		w := httptest.NewRecorder()
@@ -300,7 +292,7 @@ func TestMaintenanceWithLimit(t *testing.T) {
 	type mw = func(http.Handler) http.Handler
 	setup := func(maintenanceFirst bool) (*Maintenance, http.Handler) {
 		clk := newClock(t0)
-		m := NewMaintenance(WithClock(clk.Now))
+		m := &Maintenance{Now: clk.Now}
 		limit := Limit(rate.Every(time.Minute), burst, WithClock(clk.Now))
 		r := chi.NewRouter()
 		order := []mw{limit, m.Handler}
@@ -348,11 +340,7 @@ func TestMaintenanceWithLimit(t *testing.T) {
 func TestMaintenanceConcurrent(t *testing.T) {
 	clk := newClock(t0)
 	for _, date := range []bool{false, true} {
-		opts := []Option{WithClock(clk.Now), WithExempt(func(r *http.Request) bool { return r.Method == "OPTIONS" })}
-		if date {
-			opts = append(opts, WithHTTPDate())
-		}
-		m := NewMaintenance(opts...)
+		m := &Maintenance{Now: clk.Now, HTTPDate: date, Exempt: func(r *http.Request) bool { return r.Method == "OPTIONS" }}
 		h := m.Handler(ok)
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
@@ -416,7 +404,7 @@ func TestMaintenanceConcurrent(t *testing.T) {
 // HEAD response has no body, and a Go client reads the wait with ParseRetryAfter.
 func TestMaintenanceOnTheWire(t *testing.T) {
 	clk := newClock(t0.Add(250 * time.Millisecond))
-	m := NewMaintenance(WithClock(clk.Now))
+	m := &Maintenance{Now: clk.Now}
 	m.Start(t0.Add(90 * time.Second))
 	srv := httptest.NewServer(m.Handler(ok))
 	defer srv.Close()
@@ -452,31 +440,10 @@ func TestMaintenanceOnTheWire(t *testing.T) {
 }
 
 func TestMaintenancePanics(t *testing.T) {
-	tests := map[string]func(){
-		"nil exempt":        func() { WithExempt(nil) },
-		"zero wait":         func() { WithMaintenanceWait(0) },
-		"negative wait":     func() { WithMaintenanceWait(-time.Second) },
-		"infinite wait":     func() { WithMaintenanceWait(rate.InfDuration) },
-		"nil next":          func() { NewMaintenance().Handler(nil) },
-		"nil option":        func() { NewMaintenance(nil) },
-		"nil clock":         func() { NewMaintenance(WithClock(nil)) },
-		"nil responder":     func() { NewMaintenance(WithResponder(nil)) },
-		"nil exempt, later": func() { NewMaintenance(WithExempt(func(*http.Request) bool { return false }), WithExempt(nil)) },
-	}
-	wantPanics(t, tests)
+	wantPanics(t, map[string]func(){
+		"nil next": func() { new(Maintenance).Handler(nil) },
+	})
 }
-
-// reusedWriter is a ResponseWriter that keeps its header map between requests, so that
-// allocation counts show the middleware's own.
-type reusedWriter struct {
-	h    http.Header
-	code int
-}
-
-func (w *reusedWriter) Header() http.Header               { return w.h }
-func (w *reusedWriter) WriteHeader(code int)              { w.code = code }
-func (w *reusedWriter) Write(b []byte) (int, error)       { return len(b), nil }
-func (w *reusedWriter) WriteString(s string) (int, error) { return len(s), nil }
 
 var nop = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
@@ -485,21 +452,21 @@ func TestMaintenanceAllocs(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
 	for _, tt := range []struct {
 		name  string
-		opts  []Option
+		date  bool
 		until time.Time
 		on    bool
 	}{
-		{"off", nil, time.Time{}, false},
-		{"on, seconds", nil, t0.Add(15 * time.Minute), true},
-		{"on, date", []Option{WithHTTPDate()}, t0.Add(15 * time.Minute), true},
-		{"on, unknown end, date", []Option{WithHTTPDate()}, time.Time{}, true},
+		{"off", false, time.Time{}, false},
+		{"on, seconds", false, t0.Add(15 * time.Minute), true},
+		{"on, date", true, t0.Add(15 * time.Minute), true},
+		{"on, unknown end, date", true, time.Time{}, true},
 	} {
-		m := NewMaintenance(append(tt.opts, WithClock(clk.Now))...)
+		m := &Maintenance{Now: clk.Now, HTTPDate: tt.date}
 		if tt.on {
 			m.Start(tt.until)
 		}
 		h := m.Handler(nop)
-		w := &reusedWriter{h: http.Header{}}
+		w := newTestWriter()
 		// Off costs nothing; a 503 costs the one allocation that holds its header values,
 		// which are the response's own.
 		want := map[bool]float64{false: 0, true: 1}[tt.on]
@@ -513,10 +480,10 @@ func TestMaintenanceAllocs(t *testing.T) {
 }
 
 func BenchmarkMaintenanceOff(b *testing.B) {
-	m := NewMaintenance()
+	var m Maintenance
 	h := m.Handler(nop)
 	r := httptest.NewRequest("GET", "/", nil)
-	w := &reusedWriter{h: http.Header{}}
+	w := newTestWriter()
 	b.ReportAllocs()
 	for b.Loop() {
 		h.ServeHTTP(w, r)
@@ -526,14 +493,14 @@ func BenchmarkMaintenanceOff(b *testing.B) {
 func BenchmarkMaintenanceOn(b *testing.B) {
 	for _, form := range []struct {
 		name string
-		opts []Option
-	}{{"seconds", nil}, {"date", []Option{WithHTTPDate()}}} {
+		date bool
+	}{{"seconds", false}, {"date", true}} {
 		b.Run(form.name, func(b *testing.B) {
-			m := NewMaintenance(form.opts...)
+			m := &Maintenance{HTTPDate: form.date}
 			m.Start(time.Now().Add(15 * time.Minute))
 			h := m.Handler(nop)
 			r := httptest.NewRequest("GET", "/", nil)
-			w := &reusedWriter{h: http.Header{}}
+			w := newTestWriter()
 			b.ReportAllocs()
 			for b.Loop() {
 				h.ServeHTTP(w, r)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // Limit returns middleware that lets each client make requests at limit per second with bursts
@@ -22,19 +24,18 @@ import (
 // [WithLegacyRateLimitFields] is on, it adds no header to them, and net/http's server adds Date
 // to each when it writes it, as it does without the middleware.
 //
-// Limit panics if limit is negative or burst is below 1. It reads every option that
-// [NewTokenBucket] and [LimitWith] read. The returned middleware is safe for concurrent use.
+// Limit(limit, burst, opts...) is shorthand for LimitWith(NewTokenBucket(limit, burst), opts...).
+// It panics if limit is negative or burst is below 1. The returned middleware is safe for
+// concurrent use.
 func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.Handler {
-	return LimitWith(NewTokenBucket(limit, burst, opts...), opts...)
+	return LimitWith(NewTokenBucket(limit, burst), opts...)
 }
 
 // LimitWith returns middleware that asks l about each request, passes the admitted ones to next
 // and answers the others with 429 Too Many Requests, Retry-After and Date, as [Limit] does.
 //
-// When the key function or l fails, the request is answered as [WithFailOpen] says. It reads
-// [WithClock], [WithKeyFunc], [WithResponder] (or [WithProblemDetails]), [WithErrorHook],
-// [WithFailOpen], [WithCost], [WithLimitedHook], [WithRateLimitFields] and
-// [WithLegacyRateLimitFields].
+// When the key function or l fails, the request is answered as [WithFailOpen] says. LimitWith
+// does not change l, which may serve other middleware at the same time.
 //
 // On a request with an Origin field, a refusal names Retry-After, Date and the rate-limit fields
 // in Access-Control-Expose-Headers, and so does an admitted response when rate-limit fields are
@@ -44,13 +45,10 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 		panic("retryafter: LimitWith(nil)")
 	}
 	c := newConfig(opts)
-	if q, ok := l.(quotaReporter); ok && c.quota {
-		q.reportQuota()
-	}
 	fields := newQuotaFields(&c, l)
 	names := fields.exposed()
 	allowed := newExposeList(names...)
-	refused := newExposeList(append([]string{headerRetryAfter, headerDate}, names...)...)
+	refused := newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
 	return func(next http.Handler) http.Handler {
 		h := &limitHandler{next: next, limiter: l, c: c, fields: fields, exposeAllowed: allowed}
 		h.bucket, _ = l.(*TokenBucket)
@@ -58,35 +56,6 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 		return h
 	}
 }
-
-// WithCost sets the function that says how many tokens a request costs, so that an expensive
-// endpoint can count for several requests. The default is 1 for every request. A cost below 1
-// counts as 1, so that no request is free by mistake: to exempt a route, mount the middleware
-// only on the routes it limits. A cost above the limiter's burst can never be admitted: it is
-// answered 429 with no Retry-After (there is no honest value to send) and, with
-// [WithProblemDetails], a detail that says not to retry it unchanged. The function runs on the
-// request's goroutine and must be safe for concurrent use. It affects [Limit] and [LimitWith].
-func WithCost(cost func(*http.Request) int) Option {
-	if cost == nil {
-		panic("retryafter: WithCost(nil)")
-	}
-	return func(c *config) { c.cost = cost }
-}
-
-// WithLimitedHook sets a function that is told of every request the limiter refuses, with the
-// key it was counted against and the limiter's [Decision], for logging or metrics:
-// d.RetryAfter is the exact wait before rounding, and rate.InfDuration for a request that can
-// never be admitted. Count by something bounded (the route, the status), not by key. It runs on
-// the request's goroutine before the 429 is written and must be safe for concurrent use. Errors
-// go to the hook of [WithErrorHook] instead. The default is none. It affects [Limit] and
-// [LimitWith].
-func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
-	return func(c *config) { c.onLimited = fn }
-}
-
-// A quotaReporter is a limiter of this package that fills Decision.Limit, Remaining and Reset
-// only once asked, since they cost it extra work.
-type quotaReporter interface{ reportQuota() }
 
 // limitHandler is the handler the middleware of [LimitWith] wraps around next.
 type limitHandler struct {
@@ -112,14 +81,14 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var d Decision
 	if h.bucket != nil {
-		h.bucket.decide(key, cost, now, &d)
+		h.bucket.decide(key, cost, now, &d, h.fields.set != 0)
 	} else if d, err = h.limiter.Decide(r.Context(), key, cost, now); err != nil {
 		h.fail(w, r, now, http.StatusServiceUnavailable, err)
 		return
 	}
-	var lines *fieldLines
+	var lines *header.Lines
 	if h.fields.set != 0 {
-		lines = new(fieldLines)
+		lines = new(header.Lines)
 		hdr := w.Header()
 		h.fields.write(hdr, d, lines)
 		if d.Allowed && hasOrigin(r) {

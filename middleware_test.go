@@ -46,38 +46,6 @@ var patterns = map[string]func(rng *rand.Rand, limit rate.Limit) time.Duration{
 	},
 }
 
-// checkRoundTrip drives one client through h on clk with the arrival pattern next and checks the
-// promise on every 429: Date is the clock reading, Retry-After parses to whole seconds, a retry
-// exactly that much later is admitted, and one a second earlier is not. It returns how many
-// refusals it checked.
-func checkRoundTrip(t *testing.T, h http.Handler, clk *fakeClock, requests int, next func() time.Duration) int {
-	t.Helper()
-	const client = "192.0.2.1:1234"
-	refusals := 0
-	for range requests {
-		clk.Advance(next())
-		w := serve(h, "GET", client)
-		if w.Code == http.StatusOK {
-			continue
-		}
-		now := clk.Now()
-		wait := wantRefusal(t, w, http.StatusTooManyRequests, now)
-		refusals++
-
-		clk.Set(now.Add(wait - time.Second))
-		if w := serve(h, "GET", client); w.Code != http.StatusTooManyRequests {
-			t.Fatalf("refused at %v with Retry-After %v, but admitted %v later: the header is padded",
-				now.Sub(t0), wait, wait-time.Second)
-		}
-		clk.Set(now.Add(wait))
-		if w := serve(h, "GET", client); w.Code != http.StatusOK {
-			t.Fatalf("refused at %v with Retry-After %v, and refused again (%d, Retry-After %q) after waiting exactly that",
-				now.Sub(t0), wait, w.Code, w.Header().Get("Retry-After"))
-		}
-	}
-	return refusals
-}
-
 func TestRoundTripProperty(t *testing.T) {
 	limits := []rate.Limit{0.3, 1, 2.5, 7, rate.Every(time.Minute), rate.Every(200 * time.Millisecond), rate.Every(3 * time.Second)}
 	bursts := []int{1, 3, 10}
@@ -496,7 +464,7 @@ func TestAllowedPathAllocs(t *testing.T) {
 	h := Limit(1e9, 1e9, WithKeyFunc(func(*http.Request) (string, error) { return "k", nil }))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("Origin", "https://app.example")
-	w := &discard{h: http.Header{}}
+	w := newTestWriter()
 	h.ServeHTTP(w, r)
 	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); n != 0 {
 		t.Fatalf("%v allocations per admitted request", n)
@@ -521,7 +489,7 @@ func BenchmarkAllowedOptions(b *testing.B) {
 			h := Limit(1e9, 1e9, bm.opts...)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			r := httptest.NewRequest("GET", "/", nil)
 			r.RemoteAddr = "192.0.2.1:1234"
-			w := &discard{h: http.Header{}}
+			w := newTestWriter()
 			b.ReportAllocs()
 			for b.Loop() {
 				h.ServeHTTP(w, r)
@@ -548,7 +516,7 @@ func BenchmarkRefusedBodies(b *testing.B) {
 			if bm.accept != "" {
 				r.Header.Set("Accept", bm.accept)
 			}
-			w := &discard{h: http.Header{}}
+			w := newTestWriter()
 			h.ServeHTTP(w, r)
 			b.ReportAllocs()
 			for b.Loop() {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // ProblemDetails configures a [Responder] that answers with an RFC 9457 problem object
@@ -36,9 +38,9 @@ type ProblemDetails struct {
 	Type func(status int) (uri, title string)
 }
 
-// WithProblemDetails makes every constructor that refuses requests answer with the problem
-// objects of p, as WithResponder(p.Respond) does; it replaces any [WithResponder] before it and
-// is replaced by any after it. The default is plain text.
+// WithProblemDetails makes the middleware answer with the problem objects of p: it is
+// WithResponder(p.Respond), and like it replaces any responder set before it. For a
+// [Maintenance], set its Respond field to p.Respond.
 func WithProblemDetails(p ProblemDetails) Option {
 	return WithResponder(p.Respond)
 }
@@ -87,7 +89,7 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, status i
 	}
 	h := w.Header()
 	delete(h, "Content-Length")
-	h[headerContentType] = []string{mediaProblem}
+	h[header.ContentType] = []string{mediaProblem}
 	h["X-Content-Type-Options"] = []string{noSniff}
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {

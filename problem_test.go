@@ -219,21 +219,11 @@ func TestProblemDetailsJSONEscaping(t *testing.T) {
 	}
 }
 
-// discard is a ResponseWriter that keeps nothing, for counting allocations.
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(int)             {}
-
-// WriteString is there as net/http's own ResponseWriter has it, so io.WriteString does not copy.
-func (d *discard) WriteString(s string) (int, error) { return len(s), nil }
-
 // TestPlainTextAllocs checks that the default Responder, and ProblemDetails falling back to it
 // for a client that does not ask for problem details, allocate only the one array that holds
 // the response's own header values.
 func TestPlainTextAllocs(t *testing.T) {
-	w := &discard{h: http.Header{}}
+	w := newTestWriter()
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("Accept", "text/html, */*;q=0.8")
 	pd := ProblemDetails{}

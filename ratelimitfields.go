@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // The RateLimit and RateLimit-Policy fields follow draft-ietf-httpapi-ratelimit-headers-11
@@ -83,7 +85,6 @@ func WithRateLimitFields(policy string) Option {
 	return func(c *config) {
 		c.fields |= fieldsDraft
 		c.policy = name
-		c.quota = true
 	}
 }
 
@@ -95,7 +96,6 @@ func WithLegacyRateLimitFields(on bool) Option {
 	return func(c *config) {
 		if on {
 			c.fields |= fieldsLegacy
-			c.quota = true
 		} else {
 			c.fields &^= fieldsLegacy
 		}
@@ -172,7 +172,7 @@ func sfInteger(n int64) int64 {
 // delay-seconds; otherwise Reset rounded up to whole seconds.
 func effectiveWindow(d Decision) (int64, bool) {
 	if !d.Allowed && d.RetryAfter > 0 && d.RetryAfter < rate.InfDuration {
-		return sfInteger(delaySeconds(d.RetryAfter)), true
+		return sfInteger(header.DelaySeconds(d.RetryAfter)), true
 	}
 	if d.Reset >= rate.InfDuration {
 		return 0, false
@@ -180,12 +180,12 @@ func effectiveWindow(d Decision) (int64, bool) {
 	if d.Reset <= 0 {
 		return 0, true
 	}
-	return sfInteger(delaySeconds(d.Reset)), true
+	return sfInteger(header.DelaySeconds(d.Reset)), true
 }
 
 // write sets the configured rate-limit fields of d on h, taking the header values from lines.
 // A Decision with no Limit sets none.
-func (f *quotaFields) write(h http.Header, d Decision, lines *fieldLines) {
+func (f *quotaFields) write(h http.Header, d Decision, lines *header.Lines) {
 	if f.set == 0 || d.Limit <= 0 {
 		return
 	}
@@ -193,9 +193,9 @@ func (f *quotaFields) write(h http.Header, d Decision, lines *fieldLines) {
 	r := sfInteger(int64(d.Remaining))
 	if f.set&fieldsDraft != 0 {
 		if f.policy != "" && d.Limit == f.q {
-			h[headerRateLimitPolicy] = lines.line(f.policy)
+			h[headerRateLimitPolicy] = lines.Line(f.policy)
 		} else {
-			h[headerRateLimitPolicy] = lines.line(f.policyValue(d.Limit))
+			h[headerRateLimitPolicy] = lines.Line(f.policyValue(d.Limit))
 		}
 		var buf [64]byte // on the stack unless the policy name is long
 		b := append(buf[:0], f.name...)
@@ -205,13 +205,13 @@ func (f *quotaFields) write(h http.Header, d Decision, lines *fieldLines) {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, t, 10)
 		}
-		h[headerRateLimit] = lines.line(string(b))
+		h[headerRateLimit] = lines.Bytes(b)
 	}
 	if f.set&fieldsLegacy != 0 {
-		h[headerXLimit] = lines.line(decimal(sfInteger(int64(d.Limit))))
-		h[headerXRemaining] = lines.line(decimal(r))
+		h[headerXLimit] = lines.Int(sfInteger(int64(d.Limit)))
+		h[headerXRemaining] = lines.Int(r)
 		if hasT {
-			h[headerXReset] = lines.line(decimal(t))
+			h[headerXReset] = lines.Int(t)
 		} else {
 			delete(h, headerXReset)
 		}

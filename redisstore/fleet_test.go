@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/testkit"
 )
 
 // replicas starts n httptest servers, each a replica with its own client and Store over the
@@ -103,30 +104,12 @@ func TestFleetSharesOneLimit(t *testing.T) {
 	}
 }
 
-// sharedClock is an injected clock that the replicas' handlers read from their own goroutines.
-type sharedClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *sharedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *sharedClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // TestFleetBouncedClient sends one client's requests to two replicas in turn, on an injected
 // clock that both replicas and Redis read: whenever one replica refuses it, the other refuses it
 // a second short of the Retry-After and admits it once the Retry-After has passed.
 func TestFleetBouncedClient(t *testing.T) {
 	addr := sharedAddr(t)
-	clock := &sharedClock{t: t0}
+	clock := testkit.NewClock(t0) // the replicas read it from their own goroutines
 	srvs := replicas(t, addr, 2, rate.Every(2*time.Second), 3,
 		[]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock()},
 		retryafter.WithClock(clock.Now))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,10 +15,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/testkit"
 )
 
 // t0 is the instant the injected clocks start at.
-var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+var t0 = testkit.T0
 
 // inCI reports whether a missing Redis is a failure rather than a reason to skip.
 func inCI() bool { return os.Getenv("CI") == "true" }
@@ -222,4 +227,31 @@ func (s *server) signal(sig syscall.Signal) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		s.t.Fatal(err)
 	}
+}
+
+// get sends GET / from remote through h.
+func get(h http.Handler, remote string) *httptest.ResponseRecorder {
+	return testkit.Serve(h, http.MethodGet, remote)
+}
+
+// wantRefusal checks that w is a 429 with a Date of now and a whole-second Retry-After, and
+// returns that wait.
+func wantRefusal(t *testing.T, w *httptest.ResponseRecorder, now time.Time) time.Duration {
+	t.Helper()
+	return wantStatus(t, w.Code, w.Header(), http.StatusTooManyRequests, now)
+}
+
+func wantStatus(t *testing.T, code int, h http.Header, status int, now time.Time) time.Duration {
+	t.Helper()
+	if code != status {
+		t.Fatalf("status %d, want %d", code, status)
+	}
+	if got, want := h.Get("Date"), now.UTC().Format(http.TimeFormat); got != want {
+		t.Fatalf("Date %q, want %q", got, want)
+	}
+	wait, ok := retryafter.ParseRetryAfter(h, now)
+	if !ok || wait < time.Second || wait%time.Second != 0 {
+		t.Fatalf("Retry-After %q is not whole seconds >= 1", h.Get("Retry-After"))
+	}
+	return wait
 }

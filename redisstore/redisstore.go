@@ -14,7 +14,6 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -43,9 +42,6 @@ const DefaultPrefix = "retryafter:"
 
 // DefaultTimeout is how long a [Store] waits for Redis when no [WithTimeout] is given.
 const DefaultTimeout = 100 * time.Millisecond
-
-// errNegativeCost is returned for a request whose cost is below 0.
-var errNegativeCost = errors.New("redisstore: negative cost")
 
 // A Store is a [retryafter.Limiter] that gives every key a token bucket of the same rate and
 // burst, kept in Redis under the key's name with a prefix. Its decisions use Redis's clock
@@ -86,7 +82,7 @@ func WithPrefix(prefix string) Option {
 // It panics if d is not positive.
 func WithTimeout(d time.Duration) Option {
 	if d <= 0 {
-		panic("retryafter: redisstore.WithTimeout not positive")
+		panic("redisstore: WithTimeout not positive")
 	}
 	return func(s *Store) { s.timeout = d }
 }
@@ -100,8 +96,8 @@ func withCallerClock() Option {
 
 // New returns a [Store] that lets each key make requests at limit per second with bursts of up
 // to burst, kept in Redis through client (a *redis.Client, *redis.ClusterClient, *redis.Ring
-// or any [redis.UniversalClient]). A limit of [rate.Inf] admits everything without asking
-// Redis.
+// or any [redis.UniversalClient]). A limit of [rate.Inf] admits every cost of 0 or more
+// without asking Redis, with Remaining always the burst.
 //
 // The store counts in whole nanoseconds per token: the rate it enforces is 1e9 / limit
 // nanoseconds per token, rounded to the nearest nanosecond (exact for any rate.Every(d)).
@@ -111,13 +107,13 @@ func withCallerClock() Option {
 // 1, or if refilling a whole burst would take more than 2^52 ns (about 52 days).
 func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *Store {
 	if client == nil {
-		panic("retryafter: redisstore.New with a nil client")
+		panic("redisstore: New with a nil client")
 	}
 	if burst < 1 {
-		panic("retryafter: redisstore: burst below 1")
+		panic("redisstore: burst below 1")
 	}
 	if !(limit > 0) {
-		panic("retryafter: redisstore: rate limit not positive")
+		panic("redisstore: rate limit not positive")
 	}
 	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout}
 	if limit == rate.Inf {
@@ -125,17 +121,17 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	} else {
 		interval := math.Round(float64(time.Second) / float64(limit))
 		if interval < 1 {
-			panic("retryafter: redisstore: rate limit above 1e9 per second")
+			panic("redisstore: rate limit above 1e9 per second")
 		}
 		if interval*float64(burst) > maxHorizon {
-			panic("retryafter: redisstore: refilling the burst takes longer than 2^52 ns")
+			panic("redisstore: refilling the burst takes longer than 2^52 ns")
 		}
 		s.interval = int64(interval)
 		s.args = [2]any{s.interval, burst}
 	}
 	for _, o := range opts {
 		if o == nil {
-			panic("retryafter: redisstore: nil Option")
+			panic("redisstore: nil Option")
 		}
 		o(s)
 	}
@@ -150,16 +146,20 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 // requests spent the key's tokens meanwhile, and one a microsecond earlier would not be. It is
 // rate.InfDuration for a cost above the burst. Limit, Remaining and Reset are always filled.
 //
+// A cost of 0 spends nothing and writes nothing to Redis: it reports the key's quota, and is
+// admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
+// [retryafter.ErrNegativeCost], decided without asking Redis.
+//
 // now is not used for the decision (see [Store]). Decide returns an error, never a partial
 // Decision, when Redis does not answer within the timeout (see [WithTimeout]), answers with an
 // error, or cost is negative. A request whose answer was lost to the timeout may still have been
 // counted, as with any store reached over a network.
 func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
-	if s.inf {
-		return retryafter.Decision{Allowed: true}, nil
-	}
 	if cost < 0 {
-		return retryafter.Decision{}, errNegativeCost
+		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
+	}
+	if s.inf {
+		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

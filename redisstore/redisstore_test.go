@@ -2,11 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -180,37 +180,6 @@ func TestRoundTrip(t *testing.T) {
 
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 
-// get sends GET / from remote through h.
-func get(h http.Handler, remote string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.RemoteAddr = remote
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-// wantRefusal checks that w is a 429 with a Date of now and a whole-second Retry-After, and
-// returns that wait.
-func wantRefusal(t *testing.T, w *httptest.ResponseRecorder, now time.Time) time.Duration {
-	t.Helper()
-	return wantStatus(t, w.Code, w.Header(), http.StatusTooManyRequests, now)
-}
-
-func wantStatus(t *testing.T, code int, h http.Header, status int, now time.Time) time.Duration {
-	t.Helper()
-	if code != status {
-		t.Fatalf("status %d, want %d", code, status)
-	}
-	if got, want := h.Get("Date"), now.UTC().Format(http.TimeFormat); got != want {
-		t.Fatalf("Date %q, want %q", got, want)
-	}
-	wait, ok := retryafter.ParseRetryAfter(h, now)
-	if !ok || wait < time.Second || wait%time.Second != 0 {
-		t.Fatalf("Retry-After %q is not whole seconds >= 1", h.Get("Retry-After"))
-	}
-	return wait
-}
-
 // TestRedisClockDecides checks that the decision ignores the replica's clock: requests that
 // claim instants hours apart still share one bucket, refilled by Redis's clock only. Redis's
 // clock is read before the first request and after each refusal, which bounds how much of it
@@ -366,30 +335,91 @@ func TestExpiresWhenFresh(t *testing.T) {
 	}
 }
 
-// TestZeroCost checks that a request of cost 0 is admitted and spends nothing, and that a
-// negative cost is an error.
+// TestZeroCost checks that a request of cost 0 is a peek: it writes nothing to Redis, neither
+// the state nor its expiry, reports the key's quota, and is admitted unless the key owes more
+// than its bucket holds; and that a negative cost is an error wrapping
+// retryafter.ErrNegativeCost that spends nothing.
 func TestZeroCost(t *testing.T) {
 	client := newClient(t, sharedAddr(t))
-	s := New(client, rate.Every(time.Minute), 1, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
-	decide(t, s, "k", 1, t0)
-	for range 3 {
-		if d := decide(t, s, "k", 0, t0); !d.Allowed || d.Remaining != 0 {
-			t.Fatalf("cost 0: %+v, want admitted with nothing left", d)
+	ctx := context.Background()
+
+	t.Run("redis clock", func(t *testing.T) {
+		prefix := testPrefix(t)
+		s := New(client, rate.Every(time.Minute), 1, WithPrefix(prefix), WithTimeout(testTimeout))
+		for range 3 {
+			if d := decide(t, s, "k", 0, time.Time{}); !d.Allowed || d.RetryAfter != 0 || d.Limit != 1 || d.Remaining != 1 || d.Reset != 0 {
+				t.Fatalf("cost 0 on a new key: %+v, want admitted with a full bucket", d)
+			}
 		}
-	}
-	if d := decide(t, s, "k", 1, t0.Add(time.Minute)); !d.Allowed {
-		t.Fatalf("after a minute: %+v, want admitted", d)
-	}
-	if _, err := s.Decide(context.Background(), "k", -1, t0); err == nil {
-		t.Fatal("negative cost: no error")
-	}
+		if n := client.Exists(ctx, prefix+"k").Val(); n != 0 {
+			t.Fatal("cost 0 on a new key created it")
+		}
+		decide(t, s, "k", 1, time.Time{})
+		before := client.Get(ctx, prefix+"k").Val()
+		expiry := client.PExpireTime(ctx, prefix+"k").Val()
+		for range 3 {
+			if d := decide(t, s, "k", 0, time.Time{}); !d.Allowed || d.RetryAfter != 0 || d.Remaining != 0 || d.Reset <= 0 || d.Reset > time.Minute {
+				t.Fatalf("cost 0 on an empty bucket: %+v, want admitted with nothing left and Reset within (0, 1m]", d)
+			}
+		}
+		if _, err := s.Decide(ctx, "k", -1, time.Time{}); !errors.Is(err, retryafter.ErrNegativeCost) {
+			t.Fatalf("negative cost: error %v, want one wrapping retryafter.ErrNegativeCost", err)
+		}
+		if after := client.Get(ctx, prefix+"k").Val(); after != before || before == "" {
+			t.Fatalf("state %q after cost 0 and a negative cost, was %q", after, before)
+		}
+		if after := client.PExpireTime(ctx, prefix+"k").Val(); after != expiry || expiry <= 0 {
+			t.Fatalf("expiry %v after cost 0 and a negative cost, was %v", after, expiry)
+		}
+	})
+
+	t.Run("injected clock", func(t *testing.T) {
+		prefix := testPrefix(t)
+		s := New(client, rate.Every(time.Minute), 1, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock())
+		decide(t, s, "k", 1, t0)
+		state := client.Get(ctx, prefix+"k").Val()
+		for range 3 {
+			if d := decide(t, s, "k", 0, t0); !d.Allowed || d.RetryAfter != 0 || d.Limit != 1 || d.Remaining != 0 || d.Reset != time.Minute {
+				t.Fatalf("cost 0: %+v, want admitted with nothing left and Reset 1m", d)
+			}
+		}
+		// A second before the token was spent the bucket owes a sixtieth of a token: a peek then
+		// is refused, for exactly as long as the debt takes to repay, and spends nothing either.
+		if d := decide(t, s, "k", 0, t0.Add(-time.Second)); d.Allowed || d.RetryAfter != time.Second || d.Remaining != 0 || d.Reset != time.Minute+time.Second {
+			t.Fatalf("cost 0 while the key owes: %+v, want refused for 1s with Reset 1m1s", d)
+		}
+		if d := decide(t, s, "k", 0, t0.Add(-time.Microsecond)); d.Allowed || d.RetryAfter != time.Microsecond {
+			t.Fatalf("cost 0 a microsecond before the debt is repaid: %+v, want refused for 1µs", d)
+		}
+		if d := decide(t, s, "k", 0, t0); !d.Allowed {
+			t.Fatalf("cost 0 once the debt is repaid: %+v, want admitted", d)
+		}
+		if after := client.Get(ctx, prefix+"k").Val(); after != state || state == "" {
+			t.Fatalf("state %q after requests of cost 0, was %q", after, state)
+		}
+		if d := decide(t, s, "k", 1, t0.Add(time.Minute)); !d.Allowed {
+			t.Fatalf("after a minute: %+v, want admitted", d)
+		}
+		_, err := s.Decide(ctx, "k", -1, t0)
+		if !errors.Is(err, retryafter.ErrNegativeCost) || !strings.HasPrefix(err.Error(), "redisstore: ") {
+			t.Fatalf("negative cost: error %v, want one starting \"redisstore: \" and wrapping retryafter.ErrNegativeCost", err)
+		}
+	})
 }
 
-// TestInf checks that rate.Inf admits without asking Redis (the client here has no server).
+// TestInf checks that rate.Inf admits without asking Redis (the client here has no server),
+// with a full bucket, and that a negative cost is an error wrapping retryafter.ErrNegativeCost
+// whatever the rate, also decided without asking Redis.
 func TestInf(t *testing.T) {
 	client := newClient(t, "127.0.0.1:1")
-	if d := decide(t, New(client, rate.Inf, 1), "k", 1000, t0); !d.Allowed {
-		t.Fatalf("rate.Inf: %+v", d)
+	if d := decide(t, New(client, rate.Inf, 5), "k", 1000, t0); !d.Allowed || d.Limit != 5 || d.Remaining != 5 || d.Reset != 0 {
+		t.Fatalf("rate.Inf: %+v, want admitted with Limit and Remaining 5", d)
+	}
+	for _, limit := range []rate.Limit{rate.Inf, 1} {
+		d, err := New(client, limit, 5).Decide(context.Background(), "k", -1, t0)
+		if !errors.Is(err, retryafter.ErrNegativeCost) || d != (retryafter.Decision{}) {
+			t.Fatalf("rate %v, negative cost: %+v, %v, want an error wrapping retryafter.ErrNegativeCost", limit, d, err)
+		}
 	}
 }
 
@@ -409,8 +439,8 @@ func TestNewPanics(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
 				r := recover()
-				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "retryafter: ") {
-					t.Fatalf("recovered %v, want a panic starting with \"retryafter: \"", r)
+				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "redisstore: ") {
+					t.Fatalf("recovered %v, want a panic starting with \"redisstore: \"", r)
 				}
 			}()
 			fn()

@@ -39,9 +39,9 @@ func main() {
 	redisAddr := flag.String("redis", "", "count requests in the Redis at this `ADDR` (host:port), shared by every replica, instead of in memory")
 	flag.Parse()
 
-	maintenance := retryafter.NewMaintenance(
-		retryafter.WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
-	)
+	maintenance := &retryafter.Maintenance{
+		Exempt: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+	}
 
 	r := chi.NewRouter()
 	r.Use(middleware.Logger)

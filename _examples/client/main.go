@@ -10,7 +10,23 @@
 //
 // The server allows 1 request per second per client with bursts of 5, so requests beyond the
 // fifth are answered 429 with Retry-After: 1 and wait their turn. Put the server into
-// maintenance (see its doc) to see 503s and longer waits.
+// maintenance (see its doc) to see 503s and longer waits. Ten requests at once:
+//
+//	$ go run ./_examples/client
+//	  0.002s  req  4  done: 200 OK after 1ms
+//	  0.002s  req  3  try 1: 429 Too Many Requests  Retry-After: 1      -> waiting 1s
+//	  0.002s  req  2  try 1: 429 Too Many Requests  Retry-After: 1      -> waiting 1s
+//	  ...
+//	  1.003s  req  7  done: 200 OK after 1.002s
+//	  1.003s  req  8  try 2: 429 Too Many Requests  Retry-After: 1      -> waiting 1s
+//	  ...
+//	  5.007s  req  2  done: 200 OK after 5.007s
+//
+//	10 requests: 10 succeeded, 0 failed; 25 tries, 15 answered 429, 0 answered 503; 5.007s in all
+//
+// The burst of 5 goes through at once; each of the other 5 is told 1 (the next token), comes
+// back exactly then, and one of them gets it each second: 5 + 4 + 3 + 2 + 1 = 15 429s, all done
+// in 5 s. With -jitter 2s the same clients spread out and collect fewer 429s (10 in one run).
 package main
 
 import (
@@ -25,7 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/retryclient"
 )
 
 // reqID is the context key under which each request carries its number, so that OnRetry, which
@@ -67,8 +83,8 @@ func main() {
 
 	client := &http.Client{
 		Timeout: *timeout,
-		Transport: &retryafter.Transport{
-			Backoff:     &retryafter.Backoff{Jitter: *jitter, Cap: *maxWait},
+		Transport: &retryclient.Transport{
+			Backoff:     &retryclient.Backoff{Jitter: *jitter, Cap: *maxWait},
 			MaxAttempts: *attempts,
 			OnRetry: func(resp *http.Response, attempt int, wait time.Duration) {
 				count(resp.StatusCode)

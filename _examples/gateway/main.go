@@ -25,7 +25,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/gateway"
 )
 
 func main() {
@@ -52,14 +52,14 @@ func main() {
 	if *raw {
 		mode = "passing the upstream's headers on as they are (-raw)"
 	} else {
-		proxy.ModifyResponse = retryafter.NewNormalizer(
-			retryafter.WithMissingFallback(true), // a 503 without Retry-After gets the fallback too
-			retryafter.WithRepairHook(func(r retryafter.Repair) {
+		proxy.ModifyResponse = (&gateway.Normalizer{
+			FillMissing: true, // a 503 without Retry-After gets the fallback too
+			OnRepair: func(r gateway.Repair) {
 				log.Printf("repaired (%s) %d from %s: upstream sent Retry-After %q, Date %q; client got Retry-After %d",
 					r.Kind, r.Status, r.Request.URL, r.UpstreamRetryAfter, r.UpstreamDate,
 					int64(r.ClientRetryAfter/time.Second))
-			}),
-		).ModifyResponse
+			},
+		}).ModifyResponse
 	}
 
 	fmt.Printf(`gateway on http://%[1]s, %[3]s, in front of the upstream on http://%[2]s. Try:

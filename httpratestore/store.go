@@ -1,23 +1,52 @@
-package retryafter
+// Package httpratestore is a [retryafter.Limiter] that counts requests the way
+// github.com/go-chi/httprate does, on any of its counters, and answers a refusal with the exact
+// wait where httprate sends the whole window, truncated:
+//
+//	// before: Retry-After is always the window (60), or 0 for a window under a second
+//	r.Use(httprate.LimitByIP(100, time.Minute))
+//
+//	// after: the same counting; Retry-After is when httprate's own check next admits, rounded up
+//	r.Use(retryafter.LimitWith(httpratestore.New(100, time.Minute, nil)))
+//
+// Every request is admitted or refused exactly as httprate's middleware would (the tests run
+// both side by side), and a refusal costs nothing. With 3 requests per 10 s spent at once, the
+// next is told 11 a second later, where httprate says 10 and a client that obeys is refused
+// again: the previous window still weighs on the next one.
+//
+// What else changes, against httprate's middleware: the key is [retryafter.ClientIP] (an IPv6
+// client's /64 too, forwarding headers only from proxies you trust); the in-memory counter's
+// windows are aligned to the wall clock, as httprate aligns every counter you pass it; a counter
+// error is a 503 with Retry-After: 1 (or admission, with retryafter.WithFailOpen) and never the
+// error text; the X-RateLimit fields come with retryafter.WithLegacyRateLimitFields and the IETF
+// ones with retryafter.WithRateLimitFields; httprate.WithIncrement and WithRequestLimit are not
+// read (use retryafter.WithCost).
+//
+// It is a module of its own, so that the users of package retryafter do not carry httprate.
+package httpratestore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/httprate"
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
 )
 
-// maxWindow is the longest window a [SlidingWindow] accepts (about 36 years): the waits it
+// shardCount is the number of independently locked parts of a Store's key space.
+const shardCount = 64
+
+// maxWindow is the longest window a [Store] accepts (about 36 years): the waits it
 // computes reach two windows ahead and must fit a Duration.
 const maxWindow = time.Duration(1 << 60)
 
-// A SlidingWindow is a [Limiter] that counts requests the way github.com/go-chi/httprate does,
-// on any [httprate.LimitCounter], and answers a refusal with the exact wait.
+// A Store is a [retryafter.Limiter] that counts requests the way github.com/go-chi/httprate
+// does, on any [httprate.LimitCounter], and answers a refusal with the exact wait.
 //
 // Time is cut into windows of the window length, aligned to the wall clock
 // (now.UTC().Truncate(windowLength)). A key's rate at an instant is httprate's sliding-window
@@ -29,10 +58,10 @@ const maxWindow = time.Duration(1 << 60)
 // computed in float64 exactly as httprate computes it. A request of cost n is admitted when
 // round(rate) + n ≤ requestLimit, rounding half away from zero ([math.Round]), and its cost is
 // then added to the current window's count with IncrementBy; a refused request is not counted.
-// These are httprate's own rules, so a SlidingWindow and httprate's middleware on the same
+// These are httprate's own rules, so a Store and httprate's middleware on the same
 // counter admit the same requests.
 //
-// Where httprate answers every refusal with the window length, a SlidingWindow reports the
+// Where httprate answers every refusal with the window length, a Store reports the
 // earliest instant at which that estimate lets the request in, found over the integer
 // nanoseconds of the current window, the next, and the one after (when both counts are zero):
 // a request of the same cost at now + RetryAfter is admitted unless the key's counts changed
@@ -42,7 +71,7 @@ const maxWindow = time.Duration(1 << 60)
 // Differences from httprate's own middleware: windows are aligned to the wall clock even with
 // httprate's in-memory counter, which httprate aligns instead to the instant its limiter was
 // built (it aligns shared counters to the wall clock, as here); the clock is read once per
-// request, where httprate reads it twice; the limit and the cost are the SlidingWindow's and
+// request, where httprate reads it twice; the limit and the cost are the Store's and
 // Decide's, not httprate.WithRequestLimit's and httprate.WithIncrement's.
 //
 // Instants may arrive out of order: concurrent requests read the clock before Decide takes
@@ -50,85 +79,75 @@ const maxWindow = time.Duration(1 << 60)
 // in the next. httprate's in-memory counter keeps one current window for all keys: it reads
 // zero counts for an older window, and an increment for a window that is neither its current
 // one nor the one after clears every key's counts, after which keys that had spent their
-// limit are admitted again. So a SlidingWindow decides each request at the latest instant it
+// limit are admitted again. So a Store decides each request at the latest instant it
 // has seen for that part of the key space, and never in a window before the latest one it has
 // counted in (the present is at least that late); it moves to a new window only once the
 // requests in flight in the old one are counted; and it lengthens the waits it reports by the
 // lag, so that they stay exact from the caller's now. The guard covers the calls of one
-// SlidingWindow: two that share an in-memory counter can still clear it for each other.
+// Store: two that share an in-memory counter can still clear it for each other.
 //
-// A SlidingWindow is safe for concurrent use. It serialises the read and the increment of a
+// A Store is safe for concurrent use. It serialises the read and the increment of a
 // key within the process, with one lock per part of the key space where httprate holds one
 // lock over all keys; it takes them all once per window, to move to the next. A counter
 // shared between processes is read and incremented in two calls, as httprate does too, so
 // concurrent replicas may together overshoot the limit slightly.
-type SlidingWindow struct {
+type Store struct {
 	limit   int
 	window  time.Duration
 	counter httprate.LimitCounter
-	quota   atomic.Bool // fill Decision.Limit, Remaining and Reset
 	seed    maphash.Seed
 	// curr is the start of the latest window Decide has counted in. It changes only with
 	// every part locked, so it holds still for as long as any one part is locked.
 	curr  time.Time
-	parts [shardCount]slidingPart
+	parts [shardCount]part
 }
 
-// slidingPart is one independently locked part of a SlidingWindow's key space, alone on its
+// part is one independently locked part of a Store's key space, alone on its
 // cache line.
-type slidingPart struct {
+type part struct {
 	mu     sync.Mutex
 	latest time.Time // the latest instant a Decide in this part was made at
 	_      [64 - 32]byte
 }
 
-// NewSlidingWindow returns a [SlidingWindow] that admits up to requestLimit requests per key
+// New returns a [Store] that admits up to requestLimit requests per key
 // in any window of windowLength, as httprate's sliding window estimates them, counting on
 // counter: httprate's in-memory counter (httprate.NewLocalLimitCounter) when counter is nil,
 // or any other [httprate.LimitCounter], such as one shared by several processes. It calls
 // counter.Config(requestLimit, windowLength), as httprate does for the counters it is given.
 //
 // It panics if requestLimit is below 1 or windowLength is not positive or longer than 2^60 ns
-// (about 36 years). Of the options it reads only [WithRateLimitFields] and
-// [WithLegacyRateLimitFields]: with either, Decide fills [Decision].Limit, Remaining and Reset
-// (as it also does once it is given to [LimitWith] with either); without, they are zero.
-func NewSlidingWindow(requestLimit int, windowLength time.Duration, counter httprate.LimitCounter, opts ...Option) *SlidingWindow {
+// (about 36 years).
+func New(requestLimit int, windowLength time.Duration, counter httprate.LimitCounter) *Store {
 	if requestLimit < 1 {
-		panic("retryafter: request limit below 1")
+		panic("httpratestore: request limit below 1")
 	}
 	if windowLength <= 0 {
-		panic("retryafter: window length not positive")
+		panic("httpratestore: window length not positive")
 	}
 	if windowLength > maxWindow {
-		panic("retryafter: window length longer than 2^60 ns")
+		panic("httpratestore: window length longer than 2^60 ns")
 	}
 	if counter == nil {
 		counter = httprate.NewLocalLimitCounter(windowLength)
 	}
 	counter.Config(requestLimit, windowLength)
-	c := newConfig(opts)
-	s := &SlidingWindow{
+	return &Store{
 		limit:   requestLimit,
 		window:  windowLength,
 		counter: counter,
 		seed:    maphash.MakeSeed(),
 	}
-	s.quota.Store(c.quota)
-	return s
 }
 
-// reportQuota makes s fill Decision.Limit, Remaining and Reset from now on, for middleware that
-// writes the rate-limit fields.
-func (s *SlidingWindow) reportQuota() { s.quota.Store(true) }
-
-// Decide implements [Limiter]. It reads key's counts for the window containing now and the one
+// Decide implements [retryafter.Limiter]. It reads key's counts for the window containing now and the one
 // before, admits the request if httprate would, and then adds cost to the current window's
 // count. A refused request is not counted; its RetryAfter is the exact wait until a request of
 // the same cost would be admitted, or rate.InfDuration when cost exceeds the request limit.
-// A now earlier than an instant already decided at (see [SlidingWindow]) is decided at that
+// A now earlier than an instant already decided at (see [Store]) is decided at that
 // later instant, and RetryAfter and Reset are still measured from now.
 //
-// When quota reporting is on, Limit is the request limit, Remaining the largest cost that
+// Limit is the request limit, Remaining the largest cost that
 // would be admitted at now after this request (a request of cost n ≥ 1 is admitted exactly
 // when n ≤ Remaining), and Reset the wait until Remaining is back to Limit if nothing more is
 // counted.
@@ -136,7 +155,10 @@ func (s *SlidingWindow) reportQuota() { s.quota.Store(true) }
 // An error from the counter is returned as is, with a zero Decision; the request has then not
 // been counted. ctx is not used: [httprate.LimitCounter] takes none, so a shared counter
 // bounds its own calls.
-func (s *SlidingWindow) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+func (s *Store) Decide(_ context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
+	if cost < 0 {
+		return retryafter.Decision{}, fmt.Errorf("%w: %d", retryafter.ErrNegativeCost, cost)
+	}
 	now = now.UTC()
 	p := &s.parts[maphash.String(s.seed, key)%shardCount]
 	p.mu.Lock()
@@ -171,32 +193,30 @@ func (s *SlidingWindow) Decide(_ context.Context, key string, cost int, now time
 	currCount, prevCount, err := s.counter.Get(key, curr, prev)
 	if err != nil {
 		p.mu.Unlock()
-		return Decision{}, err
+		return retryafter.Decision{}, err
 	}
 	if !s.admits(prevCount, currCount, cost, elapsed) {
 		p.mu.Unlock()
 		lag := at.Sub(now)
-		d := Decision{RetryAfter: late(s.wait(prevCount, currCount, cost, elapsed), lag)}
-		if s.quota.Load() {
-			s.fill(&d, prevCount, currCount, elapsed, lag)
-		}
+		d := retryafter.Decision{RetryAfter: late(s.wait(prevCount, currCount, cost, elapsed), lag)}
+		s.fill(&d, prevCount, currCount, elapsed, lag)
 		return d, nil
 	}
-	if err := s.counter.IncrementBy(key, curr, cost); err != nil {
+	if cost == 0 {
+		// A peek: nothing to count.
+	} else if err := s.counter.IncrementBy(key, curr, cost); err != nil {
 		p.mu.Unlock()
-		return Decision{}, err
+		return retryafter.Decision{}, err
 	}
 	p.mu.Unlock()
-	d := Decision{Allowed: true}
-	if s.quota.Load() {
-		s.fill(&d, prevCount, currCount+cost, elapsed, at.Sub(now))
-	}
+	d := retryafter.Decision{Allowed: true}
+	s.fill(&d, prevCount, currCount+cost, elapsed, at.Sub(now))
 	return d, nil
 }
 
 // advance makes window the current one, if it is later than the current one, once no Decide
 // is between its read and its increment: it locks every part, in order.
-func (s *SlidingWindow) advance(window time.Time) {
+func (s *Store) advance(window time.Time) {
 	for i := range s.parts {
 		s.parts[i].mu.Lock()
 	}
@@ -212,14 +232,14 @@ func (s *SlidingWindow) advance(window time.Time) {
 // prev and curr at elapsed into the current window. The expression is httprate's own, term for
 // term, so that it rounds the same way; the conversion to float64 keeps any compiler from
 // fusing its operations.
-func (s *SlidingWindow) estimate(prev, curr int, elapsed time.Duration) int {
+func (s *Store) estimate(prev, curr int, elapsed time.Duration) int {
 	rate := float64(float64(prev)*(float64(s.window)-float64(elapsed))/float64(s.window)) + float64(curr)
 	return int(math.Round(rate))
 }
 
 // admits reports whether httprate admits a request of cost at elapsed into the current window
 // of counts prev and curr.
-func (s *SlidingWindow) admits(prev, curr, cost int, elapsed time.Duration) bool {
+func (s *Store) admits(prev, curr, cost int, elapsed time.Duration) bool {
 	return s.estimate(prev, curr, elapsed)+cost <= s.limit
 }
 
@@ -231,7 +251,7 @@ func (s *SlidingWindow) admits(prev, curr, cost int, elapsed time.Duration) bool
 // first exactly. The search starts where the estimate, taken as a real number, crosses the
 // threshold: float64 rounding moves the crossing by a few nanoseconds at most, so it takes a
 // handful of evaluations, not the forty or so of a plain bisection of a minute.
-func (s *SlidingWindow) firstAdmit(prev, curr, cost int, from time.Duration) time.Duration {
+func (s *Store) firstAdmit(prev, curr, cost int, from time.Duration) time.Duration {
 	lo, hi := from, s.window-1
 	if !s.admits(prev, curr, cost, hi) {
 		return s.window
@@ -256,7 +276,7 @@ func (s *SlidingWindow) firstAdmit(prev, curr, cost int, from time.Duration) tim
 // counts prev and curr, given that it is not at lo and is at hi. It gallops from guess, in
 // (lo, hi], to a bracket that it then halves; the answer does not depend on the guess, only
 // the number of steps does.
-func (s *SlidingWindow) search(prev, curr, cost int, lo, hi, guess time.Duration) time.Duration {
+func (s *Store) search(prev, curr, cost int, lo, hi, guess time.Duration) time.Duration {
 	g := guess
 	if s.admits(prev, curr, cost, g) {
 		hi = g
@@ -292,7 +312,7 @@ func (s *SlidingWindow) search(prev, curr, cost int, lo, hi, guess time.Duration
 // request of cost is first admitted, if nothing more is counted: within this window as the
 // previous one's weight decays, in the next window (where curr becomes the previous count), or
 // at the start of the one after (where both counts are zero); rate.InfDuration if never.
-func (s *SlidingWindow) wait(prev, curr, cost int, elapsed time.Duration) time.Duration {
+func (s *Store) wait(prev, curr, cost int, elapsed time.Duration) time.Duration {
 	if x := s.firstAdmit(prev, curr, cost, elapsed); x < s.window {
 		return x - elapsed
 	}
@@ -307,10 +327,19 @@ func (s *SlidingWindow) wait(prev, curr, cost int, elapsed time.Duration) time.D
 
 // fill sets d's Limit, Remaining and Reset for counts prev and curr at elapsed into the
 // current window, for a caller whose clock reading is lag before that instant.
-func (s *SlidingWindow) fill(d *Decision, prev, curr int, elapsed, lag time.Duration) {
+func (s *Store) fill(d *retryafter.Decision, prev, curr int, elapsed, lag time.Duration) {
 	d.Limit = s.limit
 	d.Remaining = max(0, s.limit-s.estimate(prev, curr, elapsed))
 	if d.Remaining < s.limit {
 		d.Reset = late(s.wait(prev, curr, s.limit, elapsed), lag)
 	}
+}
+
+// late returns wait lengthened by lag, keeping 0 and rate.InfDuration and saturating below the
+// latter.
+func late(wait, lag time.Duration) time.Duration {
+	if lag == 0 || wait <= 0 || wait >= rate.InfDuration {
+		return wait
+	}
+	return min(wait+lag, rate.InfDuration-1)
 }

@@ -1,4 +1,4 @@
-package retryafter
+package header
 
 import (
 	"math"
@@ -238,13 +238,13 @@ func TestParseHTTPDate(t *testing.T) {
 		{"Sun, 06 Nov 1994 08:49:37 GMT,", instant0, time.Time{}},
 	}
 	for _, tt := range tests {
-		got, ok := parseHTTPDate(tt.in, tt.ref)
+		got, ok := ParseHTTPDate(tt.in, tt.ref)
 		wantOK := !tt.want.IsZero()
 		if ok != wantOK || !got.Equal(tt.want) {
-			t.Errorf("parseHTTPDate(%q, %v) = %v, %v; want %v, %v", tt.in, tt.ref, got, ok, tt.want, wantOK)
+			t.Errorf("ParseHTTPDate(%q, %v) = %v, %v; want %v, %v", tt.in, tt.ref, got, ok, tt.want, wantOK)
 		}
 		if ok && got.Location() != time.UTC {
-			t.Errorf("parseHTTPDate(%q) is in %v, want UTC", tt.in, got.Location())
+			t.Errorf("ParseHTTPDate(%q) is in %v, want UTC", tt.in, got.Location())
 		}
 	}
 }
@@ -268,9 +268,9 @@ func TestParseHTTPDateFormatsAgree(t *testing.T) {
 		ref := want.Add(time.Duration(r.Int64N(int64(2*49*365*24*time.Hour))) - 49*365*24*time.Hour)
 		for _, l := range dateLayouts {
 			s := want.Format(l.layout)
-			got, ok := parseHTTPDate(s, ref)
+			got, ok := ParseHTTPDate(s, ref)
 			if !ok || !got.Equal(want) {
-				t.Fatalf("%s: parseHTTPDate(%q, %v) = %v, %v; want %v", l.name, s, ref, got, ok, want)
+				t.Fatalf("%s: ParseHTTPDate(%q, %v) = %v, %v; want %v", l.name, s, ref, got, ok, want)
 			}
 		}
 		// Within net/http's range (four-digit years from 1000 on).
@@ -298,18 +298,18 @@ func TestParseRFC850Window(t *testing.T) {
 			continue // the resolved year may not be a leap year
 		}
 		s := day.Format(layoutRFC850)
-		got, ok := parseHTTPDate(s, ref)
+		got, ok := ParseHTTPDate(s, ref)
 		limit := ref.AddDate(50, 0, 0)
 		switch {
 		case !ok:
-			t.Fatalf("parseHTTPDate(%q, %v) not ok", s, ref)
+			t.Fatalf("ParseHTTPDate(%q, %v) not ok", s, ref)
 		case floorMod(got.Year(), 100) != day.Year()%100 || got.Month() != day.Month() || got.Day() != day.Day() ||
 			got.Hour() != day.Hour() || got.Minute() != day.Minute() || got.Second() != day.Second():
-			t.Fatalf("parseHTTPDate(%q, %v) = %v: wrong date", s, ref, got)
+			t.Fatalf("ParseHTTPDate(%q, %v) = %v: wrong date", s, ref, got)
 		case got.After(limit):
-			t.Fatalf("parseHTTPDate(%q, %v) = %v: more than 50 years ahead", s, ref, got)
+			t.Fatalf("ParseHTTPDate(%q, %v) = %v: more than 50 years ahead", s, ref, got)
 		case !got.AddDate(100, 0, 0).After(limit):
-			t.Fatalf("parseHTTPDate(%q, %v) = %v: not the latest such year", s, ref, got)
+			t.Fatalf("ParseHTTPDate(%q, %v) = %v: not the latest such year", s, ref, got)
 		}
 	}
 }
@@ -327,7 +327,7 @@ func TestParseHTTPDateStrict(t *testing.T) {
 		b := []byte(when.Format(l.layout))
 		b[r.IntN(len(b))] = alphabet[r.IntN(len(alphabet))]
 		s := string(b)
-		got, ok := parseHTTPDate(s, when)
+		got, ok := ParseHTTPDate(s, when)
 		if !ok || strings.Contains(s, ":60") {
 			continue
 		}
@@ -555,7 +555,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			t.Fatalf("ParseRetryAfter(%q, %q) = %v, false: want 0 when not ok", value, date, d)
 		}
 
-		v := trimOWS(value)
+		v := TrimOWS(value)
 		if v != "" && strings.Trim(v, "0123456789") == "" {
 			want := new(big.Int)
 			want.SetString(v, 10)
@@ -568,10 +568,10 @@ func FuzzParseRetryAfter(f *testing.F) {
 			}
 		} else if ok {
 			ref := instant0
-			if dt, ok := parseHTTPDate(date, instant0); ok {
+			if dt, ok := ParseHTTPDate(date, instant0); ok {
 				ref = dt
 			}
-			at, ok := parseHTTPDate(value, ref)
+			at, ok := ParseHTTPDate(value, ref)
 			if !ok || d != at.Sub(ref) {
 				t.Fatalf("ParseRetryAfter(%q, %q) = %v, true; but the date reads %v, %v against %v", value, date, d, at, ok, ref)
 			}
@@ -580,7 +580,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			if (len(v) == 29 || len(v) == 24) && at.Year() >= 1000 && !strings.Contains(v, ":60") {
 				std, err := http.ParseTime(v)
 				if err != nil || !std.Equal(at) {
-					t.Fatalf("parseHTTPDate(%q) = %v; http.ParseTime = %v, %v", v, at, std, err)
+					t.Fatalf("ParseHTTPDate(%q) = %v; http.ParseTime = %v, %v", v, at, std, err)
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package retryafter
+package retryclient
 
 import (
 	"fmt"
@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
 )
 
-// The round trips below put a [Transport] in front of this package's own middleware, in the
-// same process and inside a synctest bubble: the middleware's clock (WithClock(time.Now)) and
-// the Transport's timers are the bubble's fake clock, so a test that waits a minute takes none.
+// The round trips below put a [Transport] in front of the retryafter middleware, in the same
+// process and inside a synctest bubble: the middleware's clock (WithClock(time.Now), or
+// Maintenance.Now) and the Transport's timers are the bubble's fake clock, so a test that waits
+// a minute takes none.
 
 // roundTripServer is an http.RoundTripper that serves each request with h in process, as if it
 // came from remote, and returns what h wrote. There is no network: the whole exchange runs on
@@ -87,7 +90,7 @@ func newRoundTripClient(h http.Handler, remote string, b *Backoff, maxAttempts i
 		if err == nil {
 			// The stated wait is the server's, whatever the client's clock says:
 			// measure a date against Date, and give now only for the seconds form.
-			stated, ok := ParseRetryAfter(resp.Header, at)
+			stated, ok := retryafter.ParseRetryAfter(resp.Header, at)
 			c.tries = append(c.tries, roundTripTry{at: at, status: resp.StatusCode, stated: stated, ok: ok})
 		}
 		return resp, err
@@ -188,7 +191,7 @@ func TestRoundTripHerdOverOneKey(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := Limit(rate.Every(time.Second), burst, WithClock(time.Now))(ok)
+				h := retryafter.Limit(rate.Every(time.Second), burst, retryafter.WithClock(time.Now))(ok)
 				clients := make([]*roundTripClient, n)
 				for i := range clients {
 					b := &Backoff{Jitter: tt.jitter, Rand: rand.New(rand.NewPCG(uint64(i), 7)).Float64}
@@ -256,14 +259,14 @@ func TestRoundTripHerdOverOneKey(t *testing.T) {
 //
 // No client is told to come back at the very instant of Stop: which of the two would run first
 // is up to the scheduler, and a client that came first would rightly be told the work is late
-// (WithMaintenanceWait's 60 s). The end is at +90.25 s and the arrivals 1.3 s apart, so that
-// until − arrival is never a whole number of seconds.
+// (Maintenance.Wait, by default 60 s). The end is at +90.25 s and the arrivals 1.3 s apart, so
+// that until − arrival is never a whole number of seconds.
 func TestRoundTripMaintenance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 20
 		start := time.Now()
 		until := start.Add(90*time.Second + 250*time.Millisecond)
-		m := maintenanceUntil(until, WithClock(time.Now))
+		m := maintenanceUntil(until, &retryafter.Maintenance{Now: time.Now})
 		h := m.Handler(ok)
 
 		clients := make([]*roundTripClient, n)
@@ -298,7 +301,7 @@ func TestRoundTripMaintenanceHTTPDate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		until := start.Add(90*time.Second + 500*time.Millisecond)
-		m := maintenanceUntil(until, WithClock(time.Now), WithHTTPDate())
+		m := maintenanceUntil(until, &retryafter.Maintenance{HTTPDate: true, Now: time.Now})
 		h := m.Handler(ok)
 
 		skews := []time.Duration{-time.Hour, -time.Minute, -1500 * time.Millisecond, 0, 700 * time.Millisecond, time.Minute, time.Hour}
@@ -340,9 +343,9 @@ func TestRoundTripMaintenanceThenLimit(t *testing.T) {
 		start := time.Now()
 		// Not a whole second, so that the clients, told 31 s, come back after Stop.
 		until := start.Add(30*time.Second + 500*time.Millisecond)
-		m := maintenanceUntil(until, WithClock(time.Now))
+		m := maintenanceUntil(until, &retryafter.Maintenance{Now: time.Now})
 		var served atomic.Int64
-		h := m.Handler(Limit(rate.Every(time.Second), burst, WithClock(time.Now))(http.HandlerFunc(
+		h := m.Handler(retryafter.Limit(rate.Every(time.Second), burst, retryafter.WithClock(time.Now))(http.HandlerFunc(
 			func(w http.ResponseWriter, r *http.Request) {
 				if time.Now().Before(until) {
 					t.Errorf("served at +%v, during maintenance", time.Since(start))
@@ -375,10 +378,9 @@ func TestRoundTripMaintenanceThenLimit(t *testing.T) {
 	})
 }
 
-// maintenanceUntil returns a Maintenance, on the bubble's clock with opts, that is in maintenance
-// now and stops at until, as an operator's Stop would.
-func maintenanceUntil(until time.Time, opts ...Option) *Maintenance {
-	m := NewMaintenance(opts...)
+// maintenanceUntil starts m, configured by the caller (on the bubble's clock), with until as the
+// announced end, stops it at until, as an operator's Stop would, and returns it.
+func maintenanceUntil(until time.Time, m *retryafter.Maintenance) *retryafter.Maintenance {
 	m.Start(until)
 	go func() {
 		time.Sleep(time.Until(until))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	mathrand "math/rand/v2"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -131,7 +132,7 @@ func TestTokenBucketQuota(t *testing.T) {
 		limit rate.Limit
 		burst int
 	}{{10, 5}, {rate.Every(time.Minute), 3}, {0.3, 7}, {1000, 1}, {0, 4}} {
-		b := NewTokenBucket(pol.limit, pol.burst, withQuota())
+		b := NewTokenBucket(pol.limit, pol.burst)
 		var history []step
 		var at time.Duration
 		for range 60 {
@@ -179,12 +180,24 @@ func TestTokenBucketQuota(t *testing.T) {
 	}
 }
 
-// TestTokenBucketQuotaOff checks that without the RateLimit fields the bucket reports no quota.
-func TestTokenBucketQuotaOff(t *testing.T) {
+// TestTokenBucketQuotaIsNotASwitch checks that Decide always reports the quota, and that giving
+// the bucket to middleware that writes the rate-limit fields changes nothing for other middleware
+// sharing it: LimitWith does not change the limiter it is given.
+func TestTokenBucketQuotaIsNotASwitch(t *testing.T) {
 	b := NewTokenBucket(10, 5)
-	for i := range 10 {
-		if d := decide(t, b, "k", 1, t0); d.Limit != 0 || d.Remaining != 0 || d.Reset != 0 {
-			t.Fatalf("request %d: %+v, want no quota", i, d)
+	for i := range 3 {
+		if d := decide(t, b, "k", 1, t0); d.Limit != 5 || d.Remaining != 4-i {
+			t.Fatalf("request %d: %+v, want Limit 5, Remaining %d", i, d, 4-i)
+		}
+	}
+	clk := func() time.Time { return t0 }
+	plain := LimitWith(b, WithClock(clk))(ok)
+	fields := LimitWith(b, WithClock(clk), WithRateLimitFields(""))(ok)
+	for _, h := range []http.Handler{plain, fields, plain} {
+		w := serve(h, "GET", "192.0.2.9:1")
+		_, has := w.Header()["Ratelimit"]
+		if want := h == fields; has != want {
+			t.Fatalf("RateLimit field present %v, want %v", has, want)
 		}
 	}
 }

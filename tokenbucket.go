@@ -2,49 +2,15 @@ package retryafter
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 )
-
-// A Limiter decides, for one request, whether the client named by key may proceed at the instant
-// now, and if not, how long it must wait. It is the one seam between how requests are counted
-// and what they are answered: [TokenBucket] counts in memory, other packages count in a shared
-// store, and the middleware treats them all alike.
-//
-// Decide must be safe for concurrent use. A refused request must cost the key no quota, and the
-// Decision's RetryAfter must be exact: a request of the same cost at now + RetryAfter is admitted
-// if nothing else spent the key's quota meanwhile, and one at any earlier instant would not be.
-// An error means the limiter could not decide (a store that is down); the middleware then fails
-// open or closed as configured.
-type Limiter interface {
-	Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error)
-}
-
-// A Decision is a [Limiter]'s answer for one request.
-type Decision struct {
-	// Allowed reports whether the request may proceed. Its cost has then been counted.
-	Allowed bool
-
-	// RetryAfter is, for a refused request, the wait after which the same request would be
-	// admitted, not rounded; rate.InfDuration when it never will be (a cost above the
-	// burst, or a zero rate with the bucket empty). It is zero for an allowed request.
-	RetryAfter time.Duration
-
-	// Limit, Remaining and Reset describe the key's quota after this request, for the
-	// RateLimit fields: Limit is the most the key may spend at once (a token bucket's burst),
-	// Remaining what it may still spend at now, and Reset how long until it may spend Limit
-	// again. A limiter that does not report them leaves Limit at 0; the token bucket reports
-	// them only when asked to (the RateLimit fields are on), since they cost a second look.
-	Limit     int
-	Remaining int
-	Reset     time.Duration
-}
 
 // slack is how far past an instant a reservation may land and still count as due at that
 // instant. x/time/rate keeps tokens as a float64 and converts durations with truncation, so a
@@ -76,7 +42,6 @@ const sweepFloor = 256
 type TokenBucket struct {
 	limit   rate.Limit
 	burst   int
-	quota   atomic.Bool // fill Decision.Limit, Remaining and Reset
 	seed    maphash.Seed
 	perPart int
 	parts   [shardCount]part
@@ -92,27 +57,37 @@ type part struct {
 	_      [128 - 72]byte // two cache lines a part, so that parts do not share one
 }
 
+// A TokenBucketOption configures [NewTokenBucket].
+type TokenBucketOption func(*bucketConfig)
+
+type bucketConfig struct {
+	maxKeys int
+}
+
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
 // with bursts of up to burst. A limit of [rate.Inf] admits everything; a limit of 0 admits each
 // key's first burst requests and refuses the rest with no Retry-After. It panics if limit is
-// negative or burst is below 1. Of the options it reads [WithMaxKeys], and [WithRateLimitFields] or
-// [WithLegacyRateLimitFields], which make it report its quota in each [Decision] (as it also does
-// once it is given to [LimitWith] with either of them).
-func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
+// negative or burst is below 1.
+func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
 	if limit < 0 {
 		panic("retryafter: negative rate limit")
 	}
 	if burst < 1 {
 		panic("retryafter: burst below 1")
 	}
-	c := newConfig(opts)
+	c := bucketConfig{maxKeys: defaultMaxKeys}
+	for _, o := range opts {
+		if o == nil {
+			panic("retryafter: nil TokenBucketOption")
+		}
+		o(&c)
+	}
 	b := &TokenBucket{
 		limit:   limit,
 		burst:   burst,
 		seed:    maphash.MakeSeed(),
 		perPart: max(1, c.maxKeys/shardCount),
 	}
-	b.quota.Store(c.quota)
 	for i := range b.parts {
 		b.parts[i].keys = make(map[string]*rate.Limiter)
 		b.parts[i].sweep = min(b.perPart, sweepFloor)
@@ -129,8 +104,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 // decided at that later instant, and the waits reported are still measured from now. So a
 // bucket's clock never runs backwards, which would credit the same time twice.
 //
-// When the RateLimit fields are on, the Decision also carries the key's quota after this
-// request (it costs one more look at the bucket, so otherwise Limit, Remaining and Reset are 0):
+// The Decision also carries the key's quota after this request:
 //   - Limit is the burst.
 //   - Remaining is the whole tokens left: the largest cost Decide would admit at now, never
 //     negative. A refused request spends nothing, so it reports what it found.
@@ -145,17 +119,21 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...Option) *TokenBucket {
 //   - With a limit of [rate.Inf], Remaining is always the burst and Reset 0.
 func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
 	var d Decision
-	b.decide(key, cost, now, &d)
+	if cost < 0 {
+		return d, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	b.decide(key, cost, now, &d, true)
 	return d, nil
 }
 
-// decide is Decide, writing its Decision to the zero d. The middleware calls it directly: the
+// decide is Decide for a cost of 0 or more, writing its Decision to the zero d, with the quota
+// only when asked: it costs one more look at the bucket. The middleware calls it directly: the
 // call through the Limiter interface, with the Decision copied out of it, costs an allowed
 // request about a tenth of its time.
-func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
+func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, quota bool) {
 	if b.limit == rate.Inf {
 		d.Allowed = true
-		if b.quota.Load() {
+		if quota {
 			d.Limit, d.Remaining = b.burst, b.burst
 		}
 		return
@@ -181,7 +159,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 		if lim, wait = b.add(p, key, at); lim == nil {
 			p.mu.Unlock()
 			d.RetryAfter = late(wait, at.Sub(now))
-			if b.quota.Load() {
+			if quota {
 				// Once a slot frees, the key starts with a full bucket.
 				d.Limit, d.Reset = b.burst, d.RetryAfter
 			}
@@ -203,7 +181,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 			d.RetryAfter = wait
 		}
 	}
-	if b.quota.Load() {
+	if quota {
 		b.fillQuota(d, lim.TokensAt(at))
 		d.Reset = late(d.Reset, at.Sub(now))
 	}
@@ -212,10 +190,6 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision) {
 		d.RetryAfter = late(d.RetryAfter, at.Sub(now))
 	}
 }
-
-// reportQuota makes b fill Decision.Limit, Remaining and Reset from now on, for middleware
-// that writes the rate-limit fields.
-func (b *TokenBucket) reportQuota() { b.quota.Store(true) }
 
 // late returns wait lengthened by lag, keeping 0 and rate.InfDuration and saturating below the
 // latter.
@@ -309,11 +283,10 @@ func (b *TokenBucket) Len() int {
 // than exact: the held key it counts on may spend again meanwhile, or another new key may take
 // the slot first, and the client is then refused again. The table is split in 64 independently
 // locked parts of n/64 keys each (at least one), so it holds at most max(n, 64) keys, and a new
-// key can meet a full part a little before the whole table holds n. It panics if n < 1. It
-// affects [Limit] and [NewTokenBucket].
-func WithMaxKeys(n int) Option {
+// key can meet a full part a little before the whole table holds n. It panics if n < 1.
+func WithMaxKeys(n int) TokenBucketOption {
 	if n < 1 {
 		panic("retryafter: WithMaxKeys below 1")
 	}
-	return func(c *config) { c.maxKeys = n }
+	return func(c *bucketConfig) { c.maxKeys = n }
 }

@@ -1,4 +1,4 @@
-package retryafter_test
+package httpratestore_test
 
 import (
 	"fmt"
@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/httpratestore"
 )
 
 // httprate's sliding window of 3 requests per 10 seconds. The fourth request, a second in, is
 // told 11, not httprate's 10: the three requests of this window still weigh on the next one,
 // and a client that came back after 10 s would be refused again.
-func ExampleNewSlidingWindow() {
+func ExampleNew() {
 	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
 
-	limiter := retryafter.NewSlidingWindow(3, 10*time.Second, nil) // httprate's in-memory counter
+	limiter := httpratestore.New(3, 10*time.Second, nil) // httprate's in-memory counter
 	h := retryafter.LimitWith(limiter, retryafter.WithClock(now))(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
 
@@ -24,7 +25,11 @@ func ExampleNewSlidingWindow() {
 		clock = clock.Add(wait)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-		printResponse(w)
+		if w.Code == http.StatusOK {
+			fmt.Println(w.Code, w.Body.String())
+		} else {
+			fmt.Println(w.Code, "Retry-After:", w.Header().Get("Retry-After"), "Date:", w.Header().Get("Date"))
+		}
 	}
 	// Output:
 	// 200 hello

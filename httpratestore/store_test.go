@@ -1,4 +1,4 @@
-package retryafter
+package httpratestore
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/go-chi/httprate"
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
 )
 
 var (
@@ -65,7 +68,7 @@ func slidingArrivals(rng *rand.Rand, w time.Duration, limit int) func() time.Dur
 	}
 }
 
-// TestSlidingWindowAgreesWithHTTPRate runs httprate's own middleware and a SlidingWindow side
+// TestAgreesWithHTTPRate runs httprate's own middleware and a Store side
 // by side, each on its own counter of the same kind, on the same request instants of many
 // arrival patterns, and checks that they admit and refuse the same requests. httprate reads
 // time.Now itself, so both run in a synctest bubble, whose clock moves only by time.Sleep.
@@ -73,7 +76,7 @@ func slidingArrivals(rng *rand.Rand, w time.Duration, limit int) func() time.Dur
 // After a refusal the client sometimes retries exactly RetryAfter later, which httprate must
 // admit, or a nanosecond earlier, which httprate must refuse: the wait is httprate's own
 // earliest admission instant, to the nanosecond.
-func TestSlidingWindowAgreesWithHTTPRate(t *testing.T) {
+func TestAgreesWithHTTPRate(t *testing.T) {
 	for _, kind := range []string{"WithLimitCounter", "default counter"} {
 		for _, w := range slidingWindows {
 			for _, limit := range slidingLimits {
@@ -98,13 +101,13 @@ func agree(t *testing.T, defaultCounter bool, w time.Duration, limit int, seed u
 	}
 	key := func(r *http.Request) (string, error) { return r.RemoteAddr, nil }
 	var theirs http.Handler
-	var ours *SlidingWindow
+	var ours *Store
 	if defaultCounter {
 		theirs = httprate.LimitBy(limit, w, key)(ok)
-		ours = NewSlidingWindow(limit, w, nil, withQuota())
+		ours = New(limit, w, nil)
 	} else {
 		theirs = httprate.LimitBy(limit, w, key, httprate.WithLimitCounter(httprate.NewLocalLimitCounter(w)))(ok)
-		ours = NewSlidingWindow(limit, w, httprate.NewLocalLimitCounter(w), withQuota())
+		ours = New(limit, w, httprate.NewLocalLimitCounter(w))
 	}
 
 	rng := rand.New(rand.NewPCG(seed, uint64(w)+uint64(limit)))
@@ -129,7 +132,7 @@ func agree(t *testing.T, defaultCounter bool, w time.Duration, limit int, seed u
 		}
 		at := fmt.Sprintf("request %d from %s at %v", i, client, now.Sub(start))
 		if d.Allowed != theirOK {
-			t.Fatalf("%s: SlidingWindow allowed=%v, httprate answered %d", at, d.Allowed, rec.Code)
+			t.Fatalf("%s: Store allowed=%v, httprate answered %d", at, d.Allowed, rec.Code)
 		}
 		switch {
 		case expect == admit && !theirOK:
@@ -179,15 +182,15 @@ func agree(t *testing.T, defaultCounter bool, w time.Duration, limit int, seed u
 	}
 }
 
-// TestSlidingWindowRoundTrip drives SlidingWindows through the middleware on an injected clock:
+// TestRoundTrip drives Stores through the middleware on an injected clock:
 // on every 429, Retry-After parses to whole seconds, a retry exactly that much later is
 // admitted, and one a second earlier is not. Sub-second windows included: never a 0.
-func TestSlidingWindowRoundTrip(t *testing.T) {
+func TestRoundTrip(t *testing.T) {
 	for _, w := range slidingWindows {
 		for _, limit := range slidingLimits {
 			t.Run(fmt.Sprint(w, "/", limit), func(t *testing.T) {
 				clk := newClock(t0.Add(time.Duration(limit) * 7 * time.Millisecond)) // mid-window
-				h := LimitWith(NewSlidingWindow(limit, w, nil), WithClock(clk.Now))(ok)
+				h := retryafter.LimitWith(New(limit, w, nil), retryafter.WithClock(clk.Now))(ok)
 				rng := rand.New(rand.NewPCG(uint64(w), uint64(limit)))
 				n := checkRoundTrip(t, h, clk, 600, slidingArrivals(rng, w, limit))
 				if n == 0 {
@@ -198,10 +201,10 @@ func TestSlidingWindowRoundTrip(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowExactWaits checks hand-computed waits, each derived from httprate's formula
+// TestExactWaits checks hand-computed waits, each derived from httprate's formula
 // rate = prev × (W − elapsed)/W + curr, admitted when round(rate) + 1 ≤ limit, and checks each
 // against httprate's own middleware too.
-func TestSlidingWindowExactWaits(t *testing.T) {
+func TestExactWaits(t *testing.T) {
 	tests := []struct {
 		name    string
 		window  time.Duration
@@ -272,7 +275,7 @@ func TestSlidingWindowExactWaits(t *testing.T) {
 		})
 		t.Run(tt.name, func(t *testing.T) {
 			cost := max(tt.cost, 1)
-			s := NewSlidingWindow(tt.limit, tt.window, nil)
+			s := New(tt.limit, tt.window, nil)
 			for _, at := range tt.history {
 				if d, _ := s.Decide(context.Background(), "k", 1, t0.Add(at)); !d.Allowed {
 					t.Fatalf("history request at %v refused: %+v", at, d)
@@ -284,8 +287,8 @@ func TestSlidingWindowExactWaits(t *testing.T) {
 			}
 			if cost == 1 {
 				clk := newClock(t0.Add(tt.at))
-				key := WithKeyFunc(func(*http.Request) (string, error) { return "k", nil })
-				w := serve(LimitWith(s, WithClock(clk.Now), key)(ok), http.MethodGet, "192.0.2.1:1")
+				key := retryafter.WithKeyFunc(func(*http.Request) (string, error) { return "k", nil })
+				w := serve(retryafter.LimitWith(s, retryafter.WithClock(clk.Now), key)(ok), http.MethodGet, "192.0.2.1:1")
 				if got := w.Header().Get("Retry-After"); w.Code != http.StatusTooManyRequests || got != tt.header {
 					t.Fatalf("middleware answered %d with Retry-After %q, want 429 with %q", w.Code, got, tt.header)
 				}
@@ -308,14 +311,14 @@ func repeat(at time.Duration, n int) []time.Duration {
 	return s
 }
 
-// TestSlidingWindowSearch checks the search for the first admitting instant against a scan of
+// TestSearch checks the search for the first admitting instant against a scan of
 // every nanosecond of short windows, from guesses anywhere in the bracket, so that the
 // galloping and the halving both run far from the crossing.
-func TestSlidingWindowSearch(t *testing.T) {
+func TestSearch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 2000 {
 		limit := 1 + rng.IntN(20)
-		s := NewSlidingWindow(limit, time.Duration(100+rng.IntN(2000)), nil)
+		s := New(limit, time.Duration(100+rng.IntN(2000)), nil)
 		prev, curr, cost := 1+rng.IntN(limit+5), rng.IntN(limit+1), 1+rng.IntN(limit)
 		first := s.window
 		for x := range s.window {
@@ -339,10 +342,10 @@ func TestSlidingWindowSearch(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowCost checks costs other than 1: a cost above the limit is refused forever
+// TestCost checks costs other than 1: a cost above the limit is refused forever
 // and counts nothing; a cost the counts leave no room for waits, and the refusal costs nothing.
-func TestSlidingWindowCost(t *testing.T) {
-	s := NewSlidingWindow(5, time.Second, nil)
+func TestCost(t *testing.T) {
+	s := New(5, time.Second, nil)
 	ctx := context.Background()
 	if d, _ := s.Decide(ctx, "k", 6, t0); d.Allowed || d.RetryAfter != rate.InfDuration {
 		t.Fatalf("cost 6 under a limit of 5: %+v, want refused forever", d)
@@ -360,11 +363,11 @@ func TestSlidingWindowCost(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowQuota checks the mapping of Limit, Remaining and Reset on random patterns:
+// TestQuota checks the mapping of Limit, Remaining and Reset on random patterns:
 // after each decision, a request of cost n at the same instant would be admitted exactly when
 // n ≤ Remaining, and a request of cost Limit exactly Reset later would be admitted and one
 // 1ns earlier would not. Each "would" is asked of a replica rebuilt from the admitted history.
-func TestSlidingWindowQuota(t *testing.T) {
+func TestQuota(t *testing.T) {
 	ctx := context.Background()
 	for _, w := range slidingWindows {
 		for _, limit := range slidingLimits {
@@ -373,8 +376,8 @@ func TestSlidingWindowQuota(t *testing.T) {
 				cost int
 			}
 			var history []event
-			replica := func() *SlidingWindow {
-				r := NewSlidingWindow(limit, w, nil)
+			replica := func() *Store {
+				r := New(limit, w, nil)
 				for _, e := range history {
 					if d, _ := r.Decide(ctx, "k", e.cost, e.at); !d.Allowed {
 						t.Fatalf("replay refused %+v", e)
@@ -382,7 +385,7 @@ func TestSlidingWindowQuota(t *testing.T) {
 				}
 				return r
 			}
-			s := NewSlidingWindow(limit, w, nil, withQuota())
+			s := New(limit, w, nil)
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(limit)))
 			now, gap := t0, slidingArrivals(rng, w, limit)
 			for range 60 {
@@ -418,39 +421,129 @@ func TestSlidingWindowQuota(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowQuotaOverLimit shares a counter with a limiter of a larger limit, so that
+// TestQuotaOverLimit shares a counter with a limiter of a larger limit, so that
 // the counts exceed this one's limit: Remaining stays at 0, and Reset is when they have decayed.
-func TestSlidingWindowQuotaOverLimit(t *testing.T) {
+func TestQuotaOverLimit(t *testing.T) {
 	counter := httprate.NewLocalLimitCounter(time.Second)
-	big := NewSlidingWindow(10, time.Second, counter)
-	small := NewSlidingWindow(3, time.Second, counter, withQuota())
+	big := New(10, time.Second, counter)
+	small := New(3, time.Second, counter)
 	for range 10 {
 		big.Decide(context.Background(), "k", 1, t0)
 	}
 	// In the next window a cost of 1 needs 10 × (1 s − x)/1 s < 2.5, x > 750 ms; the whole
 	// limit needs it under 0.5, x > 950 ms.
 	d, _ := small.Decide(context.Background(), "k", 1, t0)
-	if want := (Decision{RetryAfter: 1750*time.Millisecond + 1, Limit: 3, Remaining: 0, Reset: 1950*time.Millisecond + 1}); d != want {
+	if want := (retryafter.Decision{RetryAfter: 1750*time.Millisecond + 1, Limit: 3, Remaining: 0, Reset: 1950*time.Millisecond + 1}); d != want {
 		t.Fatalf("Decide = %+v, want %+v", d, want)
 	}
 }
 
-// TestSlidingWindowNoQuota checks that the quota fields stay zero unless asked for.
-func TestSlidingWindowNoQuota(t *testing.T) {
-	s := NewSlidingWindow(1, time.Second, nil)
-	for range 2 {
-		if d, _ := s.Decide(context.Background(), "k", 1, t0); d.Limit != 0 || d.Remaining != 0 || d.Reset != 0 {
-			t.Fatalf("quota reported unasked: %+v", d)
+// TestQuotaAlwaysReported checks that Limit, Remaining and Reset are filled without being
+// asked for, on an admission and on a refusal alike. (It replaces the old check that they stayed
+// zero unless the quota was asked for: there is no such switch any more.) One request in the
+// window from t0 leaves nothing of a limit of 1; in the next window 1 × (1 s − x)/1 s < 0.5
+// once x > 500 ms, 1.5 s and a nanosecond after t0.
+func TestQuotaAlwaysReported(t *testing.T) {
+	s := New(1, time.Second, nil)
+	for i, want := range []retryafter.Decision{
+		{Allowed: true, Limit: 1, Remaining: 0, Reset: 1500*time.Millisecond + 1},
+		{RetryAfter: 1500*time.Millisecond + 1, Limit: 1, Remaining: 0, Reset: 1500*time.Millisecond + 1},
+	} {
+		if d, _ := s.Decide(context.Background(), "k", 1, t0); d != want {
+			t.Fatalf("request %d: %+v, want %+v", i, d, want)
 		}
 	}
 }
 
-// TestSlidingWindowConcurrent sends many requests for one key at one instant from many
+// TestNegativeCost checks that a negative cost is an error wrapping retryafter.ErrNegativeCost,
+// with a zero Decision, and that the counter is neither asked nor incremented.
+func TestNegativeCost(t *testing.T) {
+	ledger := newWindowLedger(time.Second)
+	s := New(1, time.Second, ledger)
+	for _, cost := range []int{-1, -5} {
+		d, err := s.Decide(context.Background(), "k", cost, t0)
+		if !errors.Is(err, retryafter.ErrNegativeCost) {
+			t.Fatalf("cost %d: error %v, want one wrapping ErrNegativeCost", cost, err)
+		}
+		if d != (retryafter.Decision{}) {
+			t.Fatalf("cost %d: %+v with the error, want a zero Decision", cost, d)
+		}
+	}
+	if !ledger.latest.IsZero() || len(ledger.added) != 0 {
+		t.Fatalf("a negative cost reached the counter: latest window %v, added %v", ledger.latest, ledger.added)
+	}
+	if d, _ := s.Decide(context.Background(), "k", 1, t0); !d.Allowed {
+		t.Fatalf("cost 1 after negative costs refused: %+v, want allowed (they counted nothing)", d)
+	}
+	ledger.check(t, 1)
+}
+
+// TestCostZeroPeeks checks that a cost of 0 spends nothing: it reports the quota, is admitted
+// while the counts are within the limit (a full key included), and is refused with the wait for
+// the estimate to come back to the limit when a shared counter holds more than the limit.
+func TestCostZeroPeeks(t *testing.T) {
+	ctx := context.Background()
+	ledger := newWindowLedger(time.Second)
+	s := New(2, time.Second, ledger)
+	for i := range 3 {
+		if d, _ := s.Decide(ctx, "k", 0, t0); d != (retryafter.Decision{Allowed: true, Limit: 2, Remaining: 2}) {
+			t.Fatalf("peek %d at an unused key: %+v, want allowed with the whole limit remaining", i, d)
+		}
+	}
+	if n := ledger.added[ledgerEntry{"k", t0}]; n != 0 {
+		t.Fatalf("peeks counted %d", n)
+	}
+	if d, _ := s.Decide(ctx, "k", 2, t0); !d.Allowed {
+		t.Fatalf("cost 2 after peeks refused: %+v, want allowed (the peeks spent nothing)", d)
+	}
+	// 2 in the window from t0: the whole limit needs 2 × (1 s − x)/1 s < 0.5 in the next
+	// window, x > 750 ms.
+	want := retryafter.Decision{Allowed: true, Limit: 2, Remaining: 0, Reset: 1750*time.Millisecond + 1}
+	for i := range 3 {
+		if d, _ := s.Decide(ctx, "k", 0, t0); d != want {
+			t.Fatalf("peek %d at a full key: %+v, want %+v", i, d, want)
+		}
+	}
+	if n := ledger.added[ledgerEntry{"k", t0}]; n != 2 {
+		t.Fatalf("counted %d after a cost of 2 and peeks, want 2", n)
+	}
+	if d, _ := s.Decide(ctx, "k", 1, t0); d.Allowed {
+		t.Fatalf("cost 1 at a full key admitted: %+v", d)
+	}
+	ledger.check(t, 2)
+
+	// A counter shared with a limit of 10 holds 10, over this limit of 2: a peek is refused
+	// until the estimate rounds to 2, 10 × (1 s − x)/1 s < 2.5 in the next window, x > 750 ms;
+	// and it still spends nothing.
+	counter := httprate.NewLocalLimitCounter(time.Second)
+	big := New(10, time.Second, counter)
+	small := New(2, time.Second, counter)
+	for range 10 {
+		big.Decide(ctx, "k", 1, t0)
+	}
+	wait := 1750*time.Millisecond + 1
+	for i := range 2 {
+		if d, _ := small.Decide(ctx, "k", 0, t0); d != (retryafter.Decision{RetryAfter: wait, Limit: 2, Remaining: 0, Reset: wait + 200*time.Millisecond}) {
+			t.Fatalf("peek %d over the limit: %+v, want refused for %v", i, d, wait)
+		}
+	}
+	if d, _ := small.Decide(ctx, "k", 0, t0.Add(wait-1)); d.Allowed {
+		t.Fatalf("peek admitted 1ns before RetryAfter: %+v", d)
+	}
+	if d, _ := small.Decide(ctx, "k", 0, t0.Add(wait)); !d.Allowed {
+		t.Fatalf("peek refused at RetryAfter: %+v", d)
+	}
+	if curr, prev, err := counter.Get("k", t0.Add(time.Second), t0); err != nil || curr != 0 || prev != 10 {
+		t.Fatalf("counts after the peeks: %d in the window at 1s, %d in the one at 0s, %v; want 0 and 10", curr, prev, err)
+	}
+}
+
+// TestConcurrent sends many requests for one key at one instant from many
 // goroutines: exactly the limit is admitted, since the read and the increment of a key are
 // one step.
-func TestSlidingWindowConcurrent(t *testing.T) {
+func TestConcurrent(t *testing.T) {
 	const limit = 50
-	s := NewSlidingWindow(limit, time.Minute, yieldingCounter{httprate.NewLocalLimitCounter(time.Minute)})
+	s := New(limit, time.Minute, yieldingCounter{httprate.NewLocalLimitCounter(time.Minute)})
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
@@ -468,15 +561,15 @@ func TestSlidingWindowConcurrent(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowStaleInstant replays a request whose clock reading is older than the
+// TestStaleInstant replays a request whose clock reading is older than the
 // window other keys are already counted in, as when a goroutine reads the clock and is
 // preempted before Decide. httprate's in-memory counter rotates its windows for all keys at
 // once and clears every count when it is given a window that is neither its current one nor
 // the one after, so deciding such a request in its own window would give every key its limit
 // again. It must instead be decided at the latest instant, and its waits stretched by the lag.
-func TestSlidingWindowStaleInstant(t *testing.T) {
+func TestStaleInstant(t *testing.T) {
 	ctx := context.Background()
-	s := NewSlidingWindow(3, time.Minute, nil, withQuota())
+	s := New(3, time.Minute, nil)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	for _, d := range []time.Duration{60 * time.Second, 61 * time.Second, 62 * time.Second} {
 		if got, _ := s.Decide(ctx, "a", 1, at(d)); !got.Allowed {
@@ -500,7 +593,7 @@ func TestSlidingWindowStaleInstant(t *testing.T) {
 	// A stale reading for a itself, 7 s behind the latest: decided at 66 s, with the waits
 	// from 59 s. The whole limit needs 3 × (60 s − x)/60 s < 0.5: x > 50 s, at 170 s.
 	got, _ := s.Decide(ctx, "a", 1, at(59*time.Second))
-	if want := (Decision{RetryAfter: 71*time.Second + 1, Limit: 3, Remaining: 0, Reset: 111*time.Second + 1}); got != want {
+	if want := (retryafter.Decision{RetryAfter: 71*time.Second + 1, Limit: 3, Remaining: 0, Reset: 111*time.Second + 1}); got != want {
 		t.Fatalf("a at 59s after 66s: %+v, want %+v", got, want)
 	}
 	if got, _ := s.Decide(ctx, "a", 1, at(130*time.Second)); got.Allowed {
@@ -511,14 +604,14 @@ func TestSlidingWindowStaleInstant(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowStaleInstantDecidedLater checks the instant a stale reading is decided at:
+// TestStaleInstantDecidedLater checks the instant a stale reading is decided at:
 // the request reached Decide after the later reading was taken, so the present is at least
 // that late. A reading from a window before the latest one is decided at the latest window's
 // start, if its part has seen nothing later, and not extrapolated back from it; a reading
 // before the latest instant its part has seen is decided at that instant.
-func TestSlidingWindowStaleInstantDecidedLater(t *testing.T) {
+func TestStaleInstantDecidedLater(t *testing.T) {
 	ctx := context.Background()
-	s := NewSlidingWindow(3, time.Minute, nil, withQuota())
+	s := New(3, time.Minute, nil)
 	// Keys b0…b9 count 2 each in the window from t0; a opens the window from 60 s. At 60 s
 	// each b has 2 × 60 s/60 s = 2, and one more fits; weighted as at 30 s into the window
 	// from 60 s they would have 2 × 90 s/60 s = 3, and none. Some b is in another part than a.
@@ -536,14 +629,14 @@ func TestSlidingWindowStaleInstantDecidedLater(t *testing.T) {
 		d, _ := s.Decide(ctx, fmt.Sprint("b", i), 1, t0.Add(30*time.Second))
 		// Reset: the whole limit needs the estimate under 0.5, in the window from 120 s,
 		// where this request weighs (60 s − x)/60 s: x > 30 s, at 150 s, 120 s after 30 s.
-		if want := (Decision{Allowed: true, Limit: 3, Remaining: 0, Reset: 120*time.Second + 1}); d != want {
+		if want := (retryafter.Decision{Allowed: true, Limit: 3, Remaining: 0, Reset: 120*time.Second + 1}); d != want {
 			t.Fatalf("b%d at 30s after a at 60s: %+v, want %+v", i, d, want)
 		}
 	}
 
 	// a counts 3 at 0 s, then 1 at 100 s, where 3 × 20 s/60 s + 1 = 2 leaves room for one
 	// more; at 85 s, 3 × 35 s/60 s + 1 = 2.75 would leave none.
-	s = NewSlidingWindow(3, time.Minute, nil)
+	s = New(3, time.Minute, nil)
 	for range 3 {
 		s.Decide(ctx, "a", 1, t0)
 	}
@@ -555,12 +648,12 @@ func TestSlidingWindowStaleInstantDecidedLater(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowStaleInstants decides requests for a few busy keys and a stream of new
+// TestStaleInstants decides requests for a few busy keys and a stream of new
 // ones at readings up to two windows stale, one after another, and checks on a ledger of the
 // counter's calls that the windows it is given never go back and that no key is counted past
 // the limit in any window. Without the guard, some of these readings reset httprate's
 // in-memory counter for every key.
-func TestSlidingWindowStaleInstants(t *testing.T) {
+func TestStaleInstants(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { staleInstants(t, seed) })
 	}
@@ -569,7 +662,7 @@ func TestSlidingWindowStaleInstants(t *testing.T) {
 func staleInstants(t *testing.T, seed uint64) {
 	const w, limit = time.Second, 5
 	ledger := newWindowLedger(w)
-	s := NewSlidingWindow(limit, w, ledger)
+	s := New(limit, w, ledger)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	clock := t0
 	var refused int
@@ -600,16 +693,16 @@ func staleInstants(t *testing.T, seed uint64) {
 	}
 }
 
-// TestSlidingWindowConcurrentWindows runs goroutines on the real clock over many short
+// TestConcurrentWindows runs goroutines on the real clock over many short
 // windows, each reading the clock and then yielding before Decide, so that readings often
 // reach Decide after later ones. Whatever the scheduling, the counter's ledger must show
 // windows that never go back and no key counted past the limit in a window (the window
 // being the one the limiter decided in, which it hands the counter). It is one-sided: a
 // loaded machine interleaves less, which can hide the fault but not invent one.
-func TestSlidingWindowConcurrentWindows(t *testing.T) {
+func TestConcurrentWindows(t *testing.T) {
 	const w, limit = 20 * time.Millisecond, 5
 	ledger := newWindowLedger(w)
-	s := NewSlidingWindow(limit, w, yieldingCounter{ledger})
+	s := New(limit, w, yieldingCounter{ledger})
 	deadline := time.Now().Add(200 * time.Millisecond)
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -742,16 +835,16 @@ func (c *failingCounter) IncrementBy(key string, curr time.Time, n int) error {
 	return c.LimitCounter.IncrementBy(key, curr, n)
 }
 
-// TestSlidingWindowCounterErrors checks that a counter's errors come back from Decide, that
+// TestCounterErrors checks that a counter's errors come back from Decide, that
 // the middleware answers them 503 without their text, and that nothing is counted meanwhile.
-func TestSlidingWindowCounterErrors(t *testing.T) {
+func TestCounterErrors(t *testing.T) {
 	c := &failingCounter{LimitCounter: httprate.NewLocalLimitCounter(time.Second)}
-	s := NewSlidingWindow(1, time.Second, c)
+	s := New(1, time.Second, c)
 	if c.configured != [2]int64{1, int64(time.Second)} {
 		t.Fatalf("Config got %v, want the limit and window", c.configured)
 	}
 	var hooked []error
-	h := LimitWith(s, WithClock(func() time.Time { return t0 }), WithErrorHook(func(_ *http.Request, err error) { hooked = append(hooked, err) }))(ok)
+	h := retryafter.LimitWith(s, retryafter.WithClock(func() time.Time { return t0 }), retryafter.WithErrorHook(func(_ *http.Request, err error) { hooked = append(hooked, err) }))(ok)
 	for _, fail := range []struct{ get, inc bool }{{true, false}, {false, true}} {
 		c.failGet, c.failIncrement = fail.get, fail.inc
 		if _, err := s.Decide(context.Background(), "k", 1, t0); !errors.Is(err, errCounter) {
@@ -772,40 +865,33 @@ func TestSlidingWindowCounterErrors(t *testing.T) {
 	}
 }
 
-func TestNewSlidingWindowPanics(t *testing.T) {
+func TestNewPanics(t *testing.T) {
 	for _, tt := range []struct {
 		limit  int
 		window time.Duration
 	}{{0, time.Second}, {-1, time.Second}, {1, 0}, {1, -time.Second}, {1, maxWindow + 1}} {
 		func() {
 			defer func() {
-				if msg, _ := recover().(string); len(msg) < 12 || msg[:12] != "retryafter: " {
-					t.Errorf("NewSlidingWindow(%d, %v) panicked with %q", tt.limit, tt.window, msg)
+				if msg, _ := recover().(string); !strings.HasPrefix(msg, "httpratestore: ") {
+					t.Errorf("New(%d, %v) panicked with %q, want a panic starting %q", tt.limit, tt.window, msg, "httpratestore: ")
 				}
 			}()
-			NewSlidingWindow(tt.limit, tt.window, nil)
+			New(tt.limit, tt.window, nil)
 		}()
 	}
 }
 
-func BenchmarkSlidingWindow(b *testing.B) {
+func BenchmarkDecide(b *testing.B) {
 	ctx := context.Background()
 	b.Run("allowed", func(b *testing.B) {
-		s := NewSlidingWindow(1<<30, time.Minute, nil)
-		b.ReportAllocs()
-		for b.Loop() {
-			s.Decide(ctx, "192.0.2.1", 1, t0)
-		}
-	})
-	b.Run("allowed/quota", func(b *testing.B) {
-		s := NewSlidingWindow(1<<30, time.Minute, nil, withQuota())
+		s := New(1<<30, time.Minute, nil)
 		b.ReportAllocs()
 		for b.Loop() {
 			s.Decide(ctx, "192.0.2.1", 1, t0)
 		}
 	})
 	b.Run("refused", func(b *testing.B) {
-		s := NewSlidingWindow(100, time.Minute, nil)
+		s := New(100, time.Minute, nil)
 		for range 100 {
 			s.Decide(ctx, "192.0.2.1", 1, t0)
 		}
@@ -818,11 +904,11 @@ func BenchmarkSlidingWindow(b *testing.B) {
 	})
 }
 
-// TestSlidingWindowFieldsThroughLimitWith gives the rate-limit options to LimitWith only: the
-// window must still report its quota, so the fields appear.
-func TestSlidingWindowFieldsThroughLimitWith(t *testing.T) {
+// TestFieldsThroughLimitWith gives the rate-limit options to retryafter.LimitWith only: the
+// Store reports its quota all the same, so the fields appear.
+func TestFieldsThroughLimitWith(t *testing.T) {
 	clk := newClock(t0)
-	h := LimitWith(NewSlidingWindow(3, time.Minute, nil), WithClock(clk.Now), WithLegacyRateLimitFields(true))(ok)
+	h := retryafter.LimitWith(New(3, time.Minute, nil), retryafter.WithClock(clk.Now), retryafter.WithLegacyRateLimitFields(true))(ok)
 	w := serve(h, "GET", "192.0.2.9:1")
 	if got := w.Header().Get("X-RateLimit-Limit"); got != "3" {
 		t.Fatalf("X-RateLimit-Limit = %q, want 3", got)

@@ -1,4 +1,4 @@
-package retryafter
+package gateway
 
 import (
 	"fmt"
@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // The three HTTP-date formats of RFC 9110 §5.6.7, as an upstream would send them.
@@ -59,7 +61,7 @@ func TestNormalizer(t *testing.T) {
 	lines := func(v ...string) []string { return v }
 	tests := []struct {
 		name       string
-		opts       []Option
+		set        func(*Normalizer) // sets fields before the clock and repair hook; nil for none
 		status     int
 		retryAfter []string // what the upstream sent; nil for none
 		date       []string
@@ -78,7 +80,7 @@ func TestNormalizer(t *testing.T) {
 		{name: "200 without headers passes", status: 200, untouched: true},
 		{name: "429 without Retry-After passes by default", status: 429, untouched: true},
 		{name: "503 without Retry-After or Date passes by default", status: 503, untouched: true},
-		{name: "redirect without Retry-After passes", status: 302, untouched: true, opts: []Option{WithMissingFallback(true)}},
+		{name: "redirect without Retry-After passes", status: 302, untouched: true, set: func(n *Normalizer) { n.FillMissing = true }},
 
 		// Valid values, passed on as delay-seconds with the gateway's Date.
 		{name: "seconds", status: 429, retryAfter: lines("120"), want: lines("120")},
@@ -130,7 +132,7 @@ func TestNormalizer(t *testing.T) {
 			retryAfter: lines(imfDate(skewed)), date: lines(imfDate(skewed)), want: lines("5"), kind: RepairInvalid},
 		{name: "past date measured on the gateway's clock", status: 429,
 			retryAfter: lines(imfDate(t0.Add(-time.Minute))), want: lines("5"), kind: RepairInvalid},
-		{name: "fallback set, rounded up", status: 429, opts: []Option{WithFallback(1500 * time.Millisecond)},
+		{name: "fallback set, rounded up", status: 429, set: func(n *Normalizer) { n.Fallback = 1500 * time.Millisecond },
 			retryAfter: lines("0"), want: lines("2"), kind: RepairInvalid},
 
 		// Values above the cap are clamped.
@@ -140,20 +142,20 @@ func TestNormalizer(t *testing.T) {
 		{name: "overflows a Duration", status: 503, retryAfter: lines("9223372037"), want: lines("3600"), kind: RepairClamped, full: true},
 		{name: "date years away", status: 503,
 			retryAfter: lines("Fri, 31 Dec 9999 23:59:59 GMT"), date: lines(imfDate(skewed)), want: lines("3600"), kind: RepairClamped},
-		{name: "cap set", status: 503, opts: []Option{WithMaxRetryAfter(90 * time.Second)},
+		{name: "cap set", status: 503, set: func(n *Normalizer) { n.Max = 90 * time.Second },
 			retryAfter: lines("120"), want: lines("90"), kind: RepairClamped},
-		{name: "cap rounded down", status: 503, opts: []Option{WithMaxRetryAfter(2500 * time.Millisecond)},
+		{name: "cap rounded down", status: 503, set: func(n *Normalizer) { n.Max = 2500 * time.Millisecond },
 			retryAfter: lines("3"), want: lines("2"), kind: RepairClamped},
-		{name: "fallback clamped to the cap", status: 503, opts: []Option{WithMaxRetryAfter(2 * time.Second)},
+		{name: "fallback clamped to the cap", status: 503, set: func(n *Normalizer) { n.Max = 2 * time.Second },
 			retryAfter: lines("0"), want: lines("2"), kind: RepairInvalid},
 		{name: "redirect above the cap", status: 308, retryAfter: lines("86400"), want: lines("3600"), kind: RepairClamped},
 
 		// Missing values get the fallback only when asked.
-		{name: "429 without Retry-After, fallback on", status: 429, opts: []Option{WithMissingFallback(true)},
+		{name: "429 without Retry-After, fallback on", status: 429, set: func(n *Normalizer) { n.FillMissing = true },
 			want: lines("5"), kind: RepairMissing},
-		{name: "503 without Retry-After or Date, fallback on", status: 503, opts: []Option{WithMissingFallback(true), WithFallback(30 * time.Second)},
+		{name: "503 without Retry-After or Date, fallback on", status: 503, set: func(n *Normalizer) { n.FillMissing, n.Fallback = true, 30*time.Second },
 			want: lines("30"), kind: RepairMissing},
-		{name: "fallback turned back off", status: 503, opts: []Option{WithMissingFallback(true), WithMissingFallback(false)}, untouched: true},
+		{name: "fallback set, missing left off", status: 503, set: func(n *Normalizer) { n.Fallback = 30 * time.Second }, untouched: true},
 
 		// Unusable values on a redirect are removed.
 		{name: "redirect with 0", status: 302, retryAfter: lines("0"), want: nil, kind: RepairRemoved},
@@ -168,9 +170,12 @@ func TestNormalizer(t *testing.T) {
 				now = t0
 			}
 			var repairs []Repair
-			opts := append(slices.Clip(tt.opts), WithClock(func() time.Time { return now }),
-				WithRepairHook(func(r Repair) { repairs = append(repairs, r) }))
-			n := NewNormalizer(opts...)
+			n := new(Normalizer)
+			if tt.set != nil {
+				tt.set(n)
+			}
+			n.Now = func() time.Time { return now }
+			n.OnRepair = func(r Repair) { repairs = append(repairs, r) }
 			req := httptest.NewRequest("GET", "http://upstream.test/x", nil)
 			resp := upstreamResponse(t, tt.status, slices.Clone(tt.retryAfter), slices.Clone(tt.date))
 			resp.Request = req
@@ -247,7 +252,7 @@ func TestNormalizerMeaning(t *testing.T) {
 	skews := []time.Duration{-25 * time.Hour, -time.Hour, -time.Second, 0, 37 * time.Second, time.Hour, 48 * time.Hour}
 	fractions := []time.Duration{0, time.Nanosecond, 250 * time.Millisecond, 999 * time.Millisecond}
 	clock := newClock(t0)
-	n := NewNormalizer(WithClock(clock.Now))
+	n := &Normalizer{Now: clock.Now}
 	checks := 0
 	for wait := time.Second; wait < 2*time.Hour; wait = wait*7/4 + time.Second {
 		wait = wait.Truncate(time.Second)
@@ -259,7 +264,7 @@ func TestNormalizerMeaning(t *testing.T) {
 				t.Helper()
 				resp := upstreamResponse(t, 503, retryAfter, date)
 				n.ModifyResponse(resp)
-				got, ok := ParseRetryAfter(resp.Header, now.Add(-3*time.Hour)) // the client's clock plays no part
+				got, ok := header.ParseRetryAfter(resp.Header, now.Add(-3*time.Hour)) // the client's clock plays no part
 				if !ok || got < lo || got > hi {
 					t.Fatalf("%s: upstream meant %v (Retry-After %q, Date %q), client got %q (%v, %v), want in [%v, %v]",
 						what, wait, retryAfter, date, resp.Header["Retry-After"], got, ok, lo, hi)
@@ -319,15 +324,15 @@ func TestNormalizerEndToEnd(t *testing.T) {
 		repairs []Repair
 	)
 	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = NewNormalizer(
-		WithClock(func() time.Time { return gatewayNow }),
-		WithMissingFallback(true),
-		WithRepairHook(func(r Repair) {
+	proxy.ModifyResponse = (&Normalizer{
+		Now:         func() time.Time { return gatewayNow },
+		FillMissing: true,
+		OnRepair: func(r Repair) {
 			mu.Lock()
 			defer mu.Unlock()
 			repairs = append(repairs, r)
-		}),
-	).ModifyResponse
+		},
+	}).ModifyResponse
 	gateway := httptest.NewServer(proxy)
 	defer gateway.Close()
 	client := gateway.Client()
@@ -391,7 +396,7 @@ func TestNormalizerEndToEnd(t *testing.T) {
 			}
 		default:
 			// The client's clock is a day off; with the gateway's Date it plays no part.
-			got, ok := ParseRetryAfter(resp.Header, t0.Add(24*time.Hour))
+			got, ok := header.ParseRetryAfter(resp.Header, t0.Add(24*time.Hour))
 			if !ok || got < tt.lo || got > tt.hi || len(resp.Header["Retry-After"]) != 1 {
 				t.Errorf("%s: client got Retry-After %q (%v), want a wait in [%v, %v]",
 					what, resp.Header["Retry-After"], got, tt.lo, tt.hi)
@@ -419,15 +424,74 @@ func TestNormalizerEndToEnd(t *testing.T) {
 	}
 }
 
-func TestNormalizerOptionsPanic(t *testing.T) {
-	wantPanics(t, map[string]func(){
-		"WithFallback(0)":          func() { WithFallback(0) },
-		"WithFallback(-1s)":        func() { WithFallback(-time.Second) },
-		"WithMaxRetryAfter(999ms)": func() { WithMaxRetryAfter(999 * time.Millisecond) },
-		"WithMaxRetryAfter(0)":     func() { WithMaxRetryAfter(0) },
-	})
-	// The smallest values allowed construct.
-	NewNormalizer(WithFallback(1), WithMaxRetryAfter(time.Second))
+// TestNormalizerFieldDefaults checks that a field out of range means its default (a Fallback of
+// 0 or less: 5 s; a Max below one second: 1 h) rather than a Retry-After of 0 or a cap below
+// one second, that the smallest values in range are used as set, and that a Fallback above Max
+// is clamped to Max.
+func TestNormalizerFieldDefaults(t *testing.T) {
+	tests := []struct {
+		name       string
+		fallback   time.Duration
+		max        time.Duration
+		retryAfter string
+		want       string
+		kind       RepairKind
+	}{
+		{name: "Fallback 0", fallback: 0, retryAfter: "0", want: "5", kind: RepairInvalid},
+		{name: "Fallback -1s", fallback: -time.Second, retryAfter: "0", want: "5", kind: RepairInvalid},
+		{name: "Fallback -1s, missing", fallback: -time.Second, want: "5", kind: RepairMissing},
+		{name: "Max 999ms", max: 999 * time.Millisecond, retryAfter: "7200", want: "3600", kind: RepairClamped},
+		{name: "Max 0", max: 0, retryAfter: "7200", want: "3600", kind: RepairClamped},
+		{name: "Max -1h", max: -time.Hour, retryAfter: "7200", want: "3600", kind: RepairClamped},
+		{name: "Max 999ms passes a value under the default cap", max: 999 * time.Millisecond, retryAfter: "3600", want: "3600"},
+		{name: "Fallback and Max both out of range", fallback: -1, max: 1, retryAfter: "0", want: "5", kind: RepairInvalid},
+		{name: "Fallback 2h clamped to the default Max", fallback: 2 * time.Hour, retryAfter: "0", want: "3600", kind: RepairInvalid},
+		{name: "Fallback 2h clamped to the default Max for Max 999ms", fallback: 2 * time.Hour, max: 999 * time.Millisecond,
+			retryAfter: "0", want: "3600", kind: RepairInvalid},
+		{name: "Fallback 10s clamped to Max 3s", fallback: 10 * time.Second, max: 3 * time.Second, retryAfter: "0", want: "3", kind: RepairInvalid},
+		{name: "Fallback 10s clamped to Max 3s, missing", fallback: 10 * time.Second, max: 3 * time.Second, want: "3", kind: RepairMissing},
+		{name: "Fallback 10s clamped to Max 3.9s, rounded down", fallback: 10 * time.Second, max: 3900 * time.Millisecond,
+			retryAfter: "soon", want: "3", kind: RepairInvalid},
+		// The smallest values in range are used as set.
+		{name: "Fallback 1ns", fallback: 1, retryAfter: "0", want: "1", kind: RepairInvalid},
+		{name: "Max 1s", max: time.Second, retryAfter: "2", want: "1", kind: RepairClamped},
+		{name: "Fallback 1ns, Max 1s", fallback: 1, max: time.Second, retryAfter: "0", want: "1", kind: RepairInvalid},
+		{name: "Max 1s passes 1", max: time.Second, retryAfter: "1", want: "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var repairs []Repair
+			n := &Normalizer{
+				Now:         func() time.Time { return t0 },
+				Fallback:    tt.fallback,
+				Max:         tt.max,
+				FillMissing: true,
+				OnRepair:    func(r Repair) { repairs = append(repairs, r) },
+			}
+			var retryAfter []string
+			if tt.retryAfter != "" {
+				retryAfter = []string{tt.retryAfter}
+			}
+			resp := upstreamResponse(t, 503, retryAfter, nil)
+			if err := n.ModifyResponse(resp); err != nil {
+				t.Fatalf("ModifyResponse: %v", err)
+			}
+			if got := resp.Header["Retry-After"]; !slices.Equal(got, []string{tt.want}) {
+				t.Errorf("Fallback %v, Max %v, upstream Retry-After %q: client got %q, want %q",
+					tt.fallback, tt.max, retryAfter, got, tt.want)
+			}
+			switch {
+			case tt.kind == 0 && len(repairs) != 0:
+				t.Errorf("hook told of %+v for a faithful rewrite", repairs)
+			case tt.kind != 0 && (len(repairs) != 1 || repairs[0].Kind != tt.kind):
+				t.Errorf("hook told of %+v, want one repair of kind %v", repairs, tt.kind)
+			}
+			// The fields are read as they are, never rewritten.
+			if n.Fallback != tt.fallback || n.Max != tt.max {
+				t.Errorf("fields changed to Fallback %v, Max %v", n.Fallback, n.Max)
+			}
+		})
+	}
 }
 
 func TestRepairKindString(t *testing.T) {
@@ -464,8 +528,7 @@ func FuzzNormalizer(f *testing.F) {
 	now := t0.Add(300 * time.Millisecond)
 	f.Fuzz(func(t *testing.T, status int, retryAfter, date string) {
 		for _, missing := range []bool{false, true} {
-			n := NewNormalizer(WithClock(func() time.Time { return now }),
-				WithMaxRetryAfter(maxWait), WithMissingFallback(missing))
+			n := &Normalizer{Now: func() time.Time { return now }, Max: maxWait, FillMissing: missing}
 			resp := &http.Response{StatusCode: status, Header: http.Header{"X-Other": {retryAfter}}, Body: unreadBody{t}}
 			if retryAfter != "" {
 				resp.Header["Retry-After"] = strings.Split(retryAfter, "\n")
@@ -474,7 +537,7 @@ func FuzzNormalizer(f *testing.F) {
 				resp.Header["Date"] = strings.Split(date, "\n")
 			}
 			before := resp.Header.Clone()
-			meant, meantOK := ParseRetryAfter(before, now)
+			meant, meantOK := header.ParseRetryAfter(before, now)
 
 			if err := n.ModifyResponse(resp); err != nil {
 				t.Fatal(err)
@@ -509,7 +572,7 @@ func FuzzNormalizer(f *testing.F) {
 				t.Fatalf("Retry-After %q is not within [1, %d]", ra, int64(maxWait/time.Second))
 			}
 			if meantOK && meant > 0 {
-				want := min(delaySeconds(meant), int64(maxWait/time.Second))
+				want := min(header.DelaySeconds(meant), int64(maxWait/time.Second))
 				if secs != want {
 					t.Fatalf("upstream meant %v (Retry-After %q, Date %q), client got %d s, want %d",
 						meant, before["Retry-After"], before["Date"], secs, want)
@@ -522,7 +585,7 @@ func FuzzNormalizer(f *testing.F) {
 // BenchmarkNormalizerUntouched measures a response the normalizer passes on: a 200 and a
 // redirect without Retry-After. It must not allocate.
 func BenchmarkNormalizerUntouched(b *testing.B) {
-	n := NewNormalizer(WithClock(func() time.Time { return t0 }))
+	n := &Normalizer{Now: func() time.Time { return t0 }}
 	ok := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/plain"}, "Date": {imfDate(t0)}}}
 	redirect := &http.Response{StatusCode: 302, Header: http.Header{"Location": {"/elsewhere"}}}
 	b.ReportAllocs()
@@ -535,7 +598,7 @@ func BenchmarkNormalizerUntouched(b *testing.B) {
 // BenchmarkNormalizerRewrite measures a 503 whose HTTP-date, judged against a skewed Date, is
 // rewritten into delay-seconds with the gateway's Date.
 func BenchmarkNormalizerRewrite(b *testing.B) {
-	n := NewNormalizer(WithClock(func() time.Time { return t0 }))
+	n := &Normalizer{Now: func() time.Time { return t0 }}
 	skewed := t0.Add(time.Hour)
 	ra, date := []string{imfDate(skewed.Add(90 * time.Second))}, []string{imfDate(skewed)}
 	resp := &http.Response{StatusCode: 503, Header: http.Header{"Retry-After": ra, "Date": date}}
@@ -551,7 +614,7 @@ func BenchmarkNormalizerRewrite(b *testing.B) {
 
 // BenchmarkNormalizerFallback measures a 429 with Retry-After: 0 replaced by the fallback.
 func BenchmarkNormalizerFallback(b *testing.B) {
-	n := NewNormalizer(WithClock(func() time.Time { return t0 }))
+	n := &Normalizer{Now: func() time.Time { return t0 }}
 	ra := []string{"0"}
 	resp := &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": ra}}
 	b.ReportAllocs()

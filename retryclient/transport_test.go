@@ -1,4 +1,4 @@
-package retryafter
+package retryclient
 
 import (
 	"bytes"
@@ -17,21 +17,8 @@ import (
 	"time"
 )
 
-// constRand returns a Rand that always returns r.
-func constRand(r float64) func() float64 { return func() float64 { return r } }
-
-// respWith returns a response with status and header lines given as
-// alternating names and values.
-func respWith(status int, kv ...string) *http.Response {
-	h := http.Header{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		h.Add(kv[i], kv[i+1])
-	}
-	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(""))}
-}
-
 // fallbackCeil is the ceiling of the fallback for attempt, computed
-// independently of client.go.
+// independently of transport.go.
 func fallbackCeil(base, max time.Duration, attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1
@@ -46,7 +33,7 @@ func fallbackCeil(base, max time.Duration, attempt int) time.Duration {
 func TestBackoffHonoursRetryAfter(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	// The local clock is an hour off: it must not matter.
-	b := &Backoff{Now: func() time.Time { return instant0.Add(time.Hour) }, Rand: constRand(0.99)}
+	b := &Backoff{Now: func() time.Time { return t0.Add(time.Hour) }, Rand: constRand(0.99)}
 	for i := 0; i < 2000; i++ {
 		secs := 1 + r.IntN(299) // within the default cap of 5 minutes; 0 gets the fallback
 		want := time.Duration(secs) * time.Second
@@ -57,8 +44,8 @@ func TestBackoffHonoursRetryAfter(t *testing.T) {
 			}
 			for _, l := range dateLayouts {
 				resp := respWith(status,
-					"Date", instant0.Format(l.layout),
-					"Retry-After", instant0.Add(want).Format(l.layout))
+					"Date", t0.Format(l.layout),
+					"Retry-After", t0.Add(want).Format(l.layout))
 				if got := b.Wait(resp, attempt); got != want {
 					t.Fatalf("%d, %v: Wait = %v, want %v", status, resp.Header, got, want)
 				}
@@ -140,7 +127,7 @@ func TestBackoffFallback(t *testing.T) {
 			x = float64(i % 20 / 10) // exactly 0 and 1
 		}
 		b.Rand = constRand(x)
-		b.Now = func() time.Time { return instant0 }
+		b.Now = func() time.Time { return t0 }
 		attempt := r.IntN(70) - 5
 		if i%100 == 0 {
 			attempt = math.MaxInt
@@ -195,136 +182,6 @@ func TestBackoffDefaults(t *testing.T) {
 	if got := (&Backoff{}).Wait(resp, 1); got < 2*time.Minute || got > 3*time.Minute {
 		t.Errorf("Wait with the default clock = %v, want about 3 minutes", got)
 	}
-}
-
-// spyBody is a response body that records how much was read and whether
-// it was closed.
-type spyBody struct {
-	mu     sync.Mutex
-	r      io.Reader
-	read   int
-	closed bool
-}
-
-func (b *spyBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return 0, errors.New("read after close")
-	}
-	n, err := b.r.Read(p)
-	b.read += n
-	return n, err
-}
-
-func (b *spyBody) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closed = true
-	return nil
-}
-
-func (b *spyBody) state() (read int, closed bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.read, b.closed
-}
-
-// triedRequest is what the fake server saw of one try.
-type triedRequest struct {
-	at     time.Duration // since the fake was made
-	req    *http.Request
-	body   string
-	status int
-	resp   *spyBody
-}
-
-// scriptedServer is an http.RoundTripper that answers with a script of
-// responses, one per try, the last one repeated, and records every try. Its
-// clock is whatever time.Now says, which inside a synctest bubble is fake.
-type scriptedServer struct {
-	start   time.Time
-	script  []func(now time.Time) *http.Response
-	bodyLen int // length of each response body
-	err     error
-
-	mu    sync.Mutex
-	tries []triedRequest
-}
-
-func newScriptedServer(script ...func(now time.Time) *http.Response) *scriptedServer {
-	return &scriptedServer{start: time.Now(), script: script, bodyLen: 100}
-}
-
-func (f *scriptedServer) RoundTrip(req *http.Request) (*http.Response, error) {
-	now := time.Now()
-	var body []byte
-	if req.Body != nil {
-		body, _ = io.ReadAll(req.Body)
-		req.Body.Close()
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		f.tries = append(f.tries, triedRequest{at: now.Sub(f.start), req: req, body: string(body)})
-		return nil, f.err
-	}
-	resp := f.script[min(len(f.tries), len(f.script)-1)](now)
-	tb := &spyBody{r: strings.NewReader(strings.Repeat("x", f.bodyLen))}
-	resp.Body = tb
-	resp.Request = req
-	f.tries = append(f.tries, triedRequest{at: now.Sub(f.start), req: req, body: string(body), status: resp.StatusCode, resp: tb})
-	return resp, nil
-}
-
-func (f *scriptedServer) log() []triedRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]triedRequest(nil), f.tries...)
-}
-
-// answerTooMany answers 429 with Retry-After: secs and a Date from the fake clock.
-func answerTooMany(secs int) func(time.Time) *http.Response {
-	return func(now time.Time) *http.Response {
-		return respWith(http.StatusTooManyRequests,
-			"Date", now.UTC().Format(http.TimeFormat),
-			"Retry-After", strconv.Itoa(secs))
-	}
-}
-
-// answerUnavailableUntil answers 503 with Retry-After: now+d as an HTTP-date in
-// layout, and a Date in the same layout.
-func answerUnavailableUntil(d time.Duration, layout string) func(time.Time) *http.Response {
-	return func(now time.Time) *http.Response {
-		now = now.UTC()
-		return respWith(http.StatusServiceUnavailable,
-			"Date", now.Format(layout),
-			"Retry-After", now.Add(d).Format(layout))
-	}
-}
-
-func answer(code int) func(time.Time) *http.Response {
-	return func(time.Time) *http.Response { return respWith(code) }
-}
-
-func tryOffsets(tries []triedRequest) []time.Duration {
-	var at []time.Duration
-	for _, a := range tries {
-		at = append(at, a.at)
-	}
-	return at
-}
-
-func sameDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestTransportWaitsExactly(t *testing.T) {
@@ -663,17 +520,4 @@ func TestTransportConcurrent(t *testing.T) {
 			}
 		}
 	})
-}
-
-type transportFunc func(*http.Request) (*http.Response, error)
-
-func (f transportFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-func newTestRequest(t *testing.T, method string, body io.Reader) *http.Request {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://example.test/", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
 }

@@ -1,4 +1,13 @@
-package retryafter
+// Package retryclient is the client side of Retry-After: a [Backoff] that turns a response into
+// the wait before the next try, the server's when it said one, and a [Transport] that retries
+// 429 and 503 responses, waiting as the Backoff says.
+//
+//	client := &http.Client{Transport: &retryclient.Transport{}}
+//
+// It reads Retry-After as retryafter.ParseRetryAfter does: both forms, all three HTTP-date
+// formats, dates measured against the response's own Date so that clock skew cancels. A value it
+// cannot use gets the client's own backoff, never an immediate retry, and every wait is capped.
+package retryclient
 
 import (
 	"io"
@@ -6,6 +15,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // Defaults of [Backoff] and [Transport].
@@ -23,7 +34,7 @@ const (
 // next try.
 //
 // On a 429 Too Many Requests or a 503 Service Unavailable whose Retry-After
-// [ParseRetryAfter] reads, the wait is the server's, plus a random jitter of
+// reads as a wait above 0, the wait is the server's, plus a random jitter of
 // up to [Backoff.Jitter], which only ever adds. Retry-After on other statuses
 // is not honoured. Otherwise (no or unusable Retry-After, a date already
 // past, a Retry-After of 0 or a date equal to the response's Date, another
@@ -83,8 +94,8 @@ func (b *Backoff) Wait(resp *http.Response, attempt int) time.Duration {
 		}
 		// A refusal that says "retry now" is a retry storm waiting to happen
 		// (and what a server that truncates its waits sends): it gets the
-		// fallback, as the gateway's Normalizer gives it.
-		if d, ok := ParseRetryAfter(resp.Header, now()); ok && d > 0 {
+		// fallback, as gateway.Normalizer gives it.
+		if d, ok := header.ParseRetryAfter(resp.Header, now()); ok && d > 0 {
 			if c.Jitter > 0 {
 				d = addSaturating(d, scale(c.Jitter, c.random()))
 			}

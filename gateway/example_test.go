@@ -1,4 +1,4 @@
-package retryafter_test
+package gateway_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/gateway"
 )
 
 // A gateway in front of an upstream whose clock is an hour fast, and which answers 503 with a
@@ -33,18 +33,18 @@ func ExampleNormalizer() {
 	target, _ := url.Parse(upstream.URL)
 
 	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = retryafter.NewNormalizer(
-		retryafter.WithClock(func() time.Time { return gatewayClock }),
-		retryafter.WithRepairHook(func(r retryafter.Repair) {
+	proxy.ModifyResponse = (&gateway.Normalizer{
+		Now: func() time.Time { return gatewayClock },
+		OnRepair: func(r gateway.Repair) {
 			fmt.Printf("repaired %s from %d %s: Retry-After %q became %v\n",
 				r.Kind, r.Status, r.Request.URL.Path, r.UpstreamRetryAfter, r.ClientRetryAfter)
-		}),
-	).ModifyResponse
-	gateway := httptest.NewServer(proxy)
-	defer gateway.Close()
+		},
+	}).ModifyResponse
+	gw := httptest.NewServer(proxy)
+	defer gw.Close()
 
 	for _, path := range []string{"/maintenance", "/zero"} {
-		resp, err := http.Get(gateway.URL + path)
+		resp, err := http.Get(gw.URL + path)
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -62,10 +62,10 @@ func ExampleNormalizer() {
 // ModifyResponse works on any *http.Response, so it can be called directly, here on a 429
 // whose Retry-After is 0: the client is sent the fallback instead of being told to retry at once.
 func ExampleNormalizer_ModifyResponse() {
-	n := retryafter.NewNormalizer(
-		retryafter.WithClock(func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }),
-		retryafter.WithFallback(2*time.Second),
-	)
+	n := &gateway.Normalizer{
+		Now:      func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) },
+		Fallback: 2 * time.Second,
+	}
 	resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
 	resp.Header.Set("Retry-After", "0")
 	n.ModifyResponse(resp)

@@ -1,0 +1,224 @@
+// Package gateway repairs the Retry-After that upstreams get wrong, for API gateways and reverse
+// proxies written in Go:
+//
+//	proxy := httputil.NewSingleHostReverseProxy(upstream)
+//	proxy.ModifyResponse = new(gateway.Normalizer).ModifyResponse
+//
+// Every client behind it gets Retry-After in delay-seconds, which depends on nobody's clock,
+// with a Date from the gateway's own clock.
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/retryafter/retryafter/internal/header"
+)
+
+// Defaults of [Normalizer].
+const (
+	// defaultFallback is the Retry-After a 429 or 503 gets in place of an unusable one.
+	defaultFallback = 5 * time.Second
+	// defaultMax is the longest Retry-After a Normalizer passes on.
+	defaultMax = time.Hour
+)
+
+// A Normalizer repairs the Retry-After field of responses on their way from an upstream to a
+// client through a reverse proxy. Its [Normalizer.ModifyResponse] fits the ModifyResponse field
+// of [net/http/httputil.ReverseProxy].
+//
+// The zero value is ready to use with the defaults given for each field. A Normalizer is safe
+// for concurrent use; its fields must not change once it is in use.
+type Normalizer struct {
+	// Now is the gateway's clock, read once per response it changes: for measuring the
+	// upstream's value and as the Date the client gets. If nil, the default is time.Now.
+	Now func() time.Time
+
+	// Fallback is the Retry-After sent on a 429 or 503 whose upstream Retry-After is unusable
+	// (see ModifyResponse), rounded up to whole seconds and at most Max. If zero or negative,
+	// the default is 5 seconds.
+	Fallback time.Duration
+
+	// Max is the longest Retry-After passed on, rounded down to whole seconds; a longer one,
+	// which a wrong date or a runaway counter can produce, is clamped to it. If below one
+	// second, the default is 1 hour.
+	Max time.Duration
+
+	// FillMissing gives a 429 or 503 that came without Retry-After the Fallback and the
+	// gateway's Date, so that clients back off for a known time instead of by their own
+	// rules. If false, the default, such a response passes untouched.
+	FillMissing bool
+
+	// OnRepair, if not nil, is told of every response whose Retry-After was repaired, so that
+	// operators can find the upstream at fault. It runs on the proxy's goroutine, after the
+	// header has been rewritten and before it is sent, and must be safe for concurrent use.
+	// It is not told of a valid value passed on faithfully (a date turned into delay-seconds).
+	OnRepair func(Repair)
+
+	date header.DateCache
+}
+
+// limits returns the fallback and the cap in force.
+func (n *Normalizer) limits() (fallback, maxWait time.Duration) {
+	maxWait = n.Max.Truncate(time.Second)
+	if maxWait < time.Second {
+		maxWait = defaultMax
+	}
+	fallback = n.Fallback
+	if fallback <= 0 {
+		fallback = defaultFallback
+	}
+	return min(fallback, maxWait), maxWait
+}
+
+// A Repair describes one response whose Retry-After a [Normalizer] repaired.
+type Repair struct {
+	// Request is the request the proxy sent upstream (the response's Request field), whose
+	// URL names the upstream at fault. It may be nil.
+	Request *http.Request
+
+	// Status is the upstream's status code, which the client gets unchanged.
+	Status int
+
+	// Kind says what was repaired.
+	Kind RepairKind
+
+	// UpstreamRetryAfter and UpstreamDate are the field lines the upstream sent, nil when it
+	// sent none. They must not be modified.
+	UpstreamRetryAfter []string
+	UpstreamDate       []string
+
+	// ClientRetryAfter is the Retry-After the client got, in whole seconds, or 0 when it
+	// got none.
+	ClientRetryAfter time.Duration
+
+	// ClientDate is the Date the client got: the gateway's clock reading, truncated to the
+	// second, in UTC.
+	ClientDate time.Time
+}
+
+// A RepairKind says what was wrong with an upstream's Retry-After.
+type RepairKind uint8
+
+const (
+	// RepairInvalid is a Retry-After on a 429 or 503 that was unusable (it did not parse, or it
+	// meant a wait of 0 or less), replaced by the fallback.
+	RepairInvalid RepairKind = iota + 1
+
+	// RepairClamped is a Retry-After above the cap, clamped to it.
+	RepairClamped
+
+	// RepairMissing is a 429 or 503 without Retry-After that got the fallback
+	// (Normalizer.FillMissing).
+	RepairMissing
+
+	// RepairRemoved is a Retry-After on a redirect that was unusable or 0, removed: a
+	// redirect without one may be followed at once, which is all such a value could mean.
+	RepairRemoved
+)
+
+// String returns the kind's name in lower case, as "invalid" or "clamped".
+func (k RepairKind) String() string {
+	switch k {
+	case RepairInvalid:
+		return "invalid"
+	case RepairClamped:
+		return "clamped"
+	case RepairMissing:
+		return "missing"
+	case RepairRemoved:
+		return "removed"
+	}
+	return "RepairKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ModifyResponse repairs the Retry-After of resp in place; it fits the ModifyResponse field of
+// [net/http/httputil.ReverseProxy]. It never reads the body and always returns nil.
+//
+// RFC 9110 §10.2.3 gives Retry-After a meaning on 503 Service Unavailable and 429 Too Many
+// Requests (how long to wait before retrying) and on a redirect (how long to wait before
+// issuing the redirected request). ModifyResponse touches those two and the redirects a user
+// agent follows to a Location: 301, 302, 303, 307 and 308. Every other response passes
+// untouched, 300 Multiple Choices and 304 Not Modified included, as does a redirect without
+// Retry-After.
+//
+// The clock is read once, and that one reading is used to measure the upstream's value and is
+// sent as Date, so that the client sees one consistent pair. The upstream's value is read as
+// retryafter.ParseRetryAfter reads it: an HTTP-date in any of its three formats is measured against the
+// upstream's own Date when that is valid, so the upstream's clock skew cancels, and otherwise
+// against the gateway's clock. Then:
+//
+//   - A wait above 0 becomes delay-seconds, rounded up, and is clamped to Max.
+//   - On a 429 or 503, an unusable value (one that does not parse, several lines that
+//     disagree, 0, a date not after Date) is replaced with the Fallback; a missing one gets
+//     the Fallback only with FillMissing.
+//   - On a redirect, an unusable value or 0 is removed.
+//
+// Each response it changes gets the gateway's Date; no other header is changed.
+func (n *Normalizer) ModifyResponse(resp *http.Response) error {
+	redirect := false
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		redirect = true
+	default:
+		return nil
+	}
+	h := resp.Header
+	sent := h[header.RetryAfter]
+	if len(sent) == 0 && (redirect || !n.FillMissing) {
+		return nil
+	}
+	if h == nil {
+		h = make(http.Header)
+		resp.Header = h
+	}
+	sentDate := h[header.Date]
+
+	now := time.Now()
+	if n.Now != nil {
+		now = n.Now()
+	}
+	fallback, maxWait := n.limits()
+	var kind RepairKind
+	var wait time.Duration
+	switch {
+	case len(sent) == 0:
+		wait, kind = fallback, RepairMissing
+	default:
+		var ok bool
+		wait, ok = header.ParseRetryAfter(h, now)
+		switch {
+		case (!ok || wait <= 0) && redirect:
+			wait, kind = 0, RepairRemoved
+		case !ok || wait <= 0:
+			wait, kind = fallback, RepairInvalid
+		case wait > maxWait:
+			wait, kind = maxWait, RepairClamped
+		}
+	}
+
+	lines := new(header.Lines)
+	h[header.Date] = lines.Line(n.date.Format(now))
+	var secs int64
+	if wait > 0 {
+		secs = header.DelaySeconds(wait)
+		h[header.RetryAfter] = lines.Int(secs)
+	} else {
+		delete(h, header.RetryAfter)
+	}
+	if kind != 0 && n.OnRepair != nil {
+		n.OnRepair(Repair{
+			Request:            resp.Request,
+			Status:             resp.StatusCode,
+			Kind:               kind,
+			UpstreamRetryAfter: sent,
+			UpstreamDate:       sentDate,
+			ClientRetryAfter:   time.Duration(secs) * time.Second,
+			ClientDate:         now.Truncate(time.Second).UTC(),
+		})
+	}
+	return nil
+}

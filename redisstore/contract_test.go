@@ -1,0 +1,32 @@
+package redisstore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/limitertest"
+)
+
+// TestContract runs the Limiter contract shared by every limiter of the repository, on a real
+// Redis, deciding at the test's instants to Redis's resolution, the microsecond.
+func TestContract(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	for _, c := range []struct {
+		limit rate.Limit
+		burst int
+	}{{1, 1}, {3, 5}, {0.3, 3}, {6, 2}, {rate.Every(time.Hour), 10}} {
+		t.Run(fmt.Sprintf("%v/%d", c.limit, c.burst), func(t *testing.T) {
+			limitertest.Run(t, limitertest.Config{
+				New: func(t *testing.T) retryafter.Limiter {
+					return New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), withInjectedClock())
+				},
+				Burst:      c.burst,
+				Resolution: time.Microsecond,
+			})
+		})
+	}
+}

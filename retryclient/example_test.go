@@ -1,0 +1,117 @@
+package retryclient_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/retryclient"
+)
+
+// Retry-After is read as retryafter.ParseRetryAfter reads it: both forms. A
+// date is measured from the response's own Date, so the client's clock (here a
+// day off) plays no part, and all three HTTP-date formats are read.
+func Example_allForms() {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC) // the local clock, wrong by a day
+	for _, h := range []http.Header{
+		{"Retry-After": {"120"}},
+		{"Retry-After": {"Sun, 29 Nov 2026 12:01:30 GMT"}, "Date": {"Sun, 29 Nov 2026 12:00:00 GMT"}},
+		{"Retry-After": {"Sunday, 29-Nov-26 12:05:00 GMT"}, "Date": {"Sun, 29 Nov 2026 12:00:00 GMT"}},
+		{"Retry-After": {"Sun Nov 29 12:00:10 2026"}, "Date": {"Sun Nov 29 12:00:00 2026"}},
+		{"Retry-After": {"Sun, 29 Nov 2026 11:59:00 GMT"}, "Date": {"Sun, 29 Nov 2026 12:00:00 GMT"}},
+		{"Retry-After": {"-1"}},
+	} {
+		d, ok := retryafter.ParseRetryAfter(h, now)
+		fmt.Printf("%-34q %v %v\n", h.Get("Retry-After"), d, ok)
+	}
+	// Output:
+	// "120"                              2m0s true
+	// "Sun, 29 Nov 2026 12:01:30 GMT"    1m30s true
+	// "Sunday, 29-Nov-26 12:05:00 GMT"   5m0s true
+	// "Sun Nov 29 12:00:10 2026"         10s true
+	// "Sun, 29 Nov 2026 11:59:00 GMT"    0s false
+	// "-1"                               0s false
+}
+
+// A Transport in an http.Client retries 429 and 503 answers, waiting as the
+// server's Retry-After says (here 0 seconds, to keep the example quick),
+// capped, and with a backoff of its own when the server gives no usable wait.
+func ExampleTransport() {
+	tries := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tries++
+		if tries < 3 {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "done")
+	}))
+	defer srv.Close()
+
+	client := &http.Client{Transport: &retryclient.Transport{
+		// A Retry-After of 0 says "now", which is how retry storms start: it gets the
+		// client's own backoff instead, here 1 ms doubling per try (Rand fixed at its
+		// top so that the output is stable).
+		Backoff:     &retryclient.Backoff{Base: time.Millisecond, Rand: func() float64 { return 1 }},
+		MaxAttempts: 5,
+		OnRetry: func(resp *http.Response, attempt int, wait time.Duration) {
+			fmt.Printf("try %d: %d, Retry-After %q, waiting %v\n", attempt, resp.StatusCode, resp.Header.Get("Retry-After"), wait)
+		},
+	}}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Printf("try %d: %d %s", tries, resp.StatusCode, body)
+	// Output:
+	// try 1: 429, Retry-After "0", waiting 1ms
+	// try 2: 429, Retry-After "0", waiting 2ms
+	// try 3: 200 done
+}
+
+// What a client waits for each kind of answer: the server's wait when it gave a usable one,
+// measured against the response's Date, capped; otherwise a backoff of its own, never 0. Rand is
+// fixed at its top so that the fallback is the ceiling of its range: 500 ms doubling per try.
+func ExampleBackoff_Wait() {
+	b := &retryclient.Backoff{
+		Rand: func() float64 { return 1 },
+		Now:  func() time.Time { return time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC) }, // an hour fast
+	}
+	date := "Sun, 29 Nov 2026 12:00:00 GMT"
+	for _, tc := range []struct {
+		status  int
+		retry   string
+		attempt int
+	}{
+		{429, "120", 1},
+		{503, "Sun, 29 Nov 2026 12:01:30 GMT", 1}, // measured against Date, not the local clock
+		{429, "86400", 1},                         // a day: capped at 5 minutes
+		{429, "9223372037", 1},                    // beyond a Duration: saturated, then capped
+		{429, "Sun, 29 Nov 2026 11:59:00 GMT", 1}, // before Date: unusable
+		{429, "soon", 3},                          // garbage: the third try's backoff
+		{503, "", 2},                              // none: the second try's backoff
+		{500, "120", 1},                           // honoured on 429 and 503 only
+	} {
+		resp := &http.Response{StatusCode: tc.status, Header: http.Header{"Date": {date}}}
+		if tc.retry != "" {
+			resp.Header.Set("Retry-After", tc.retry)
+		}
+		fmt.Printf("%d %-32q try %d: wait %v\n", tc.status, tc.retry, tc.attempt, b.Wait(resp, tc.attempt))
+	}
+	// Output:
+	// 429 "120"                            try 1: wait 2m0s
+	// 503 "Sun, 29 Nov 2026 12:01:30 GMT"  try 1: wait 1m30s
+	// 429 "86400"                          try 1: wait 5m0s
+	// 429 "9223372037"                     try 1: wait 5m0s
+	// 429 "Sun, 29 Nov 2026 11:59:00 GMT"  try 1: wait 500ms
+	// 429 "soon"                           try 3: wait 2s
+	// 503 ""                               try 2: wait 1s
+	// 500 "120"                            try 1: wait 500ms
+}
