@@ -17,8 +17,6 @@ var (
 	checkRoundTrip = testkit.RoundTrip
 )
 
-type fakeClock = testkit.Clock
-
 // ok is a handler that answers 200 "ok".
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ok"))
