@@ -5,7 +5,10 @@
 //	go run ./_examples/metrics -demo           # send itself 10 quick requests, print the counts, exit
 //
 // The hooks run on the request's goroutine, so what they do must be cheap and safe for
-// concurrent use: expvar's Int and Map are.
+// concurrent use: expvar's Int and Map are. What they count by must be bounded: the route
+// pattern the request matched (r.Pattern, "GET /items/{id}"), never the path or the client key,
+// which the client chooses: a client sending refused requests to 60,000 paths would otherwise
+// add 60,000 entries to /debug/vars.
 package main
 
 import (
@@ -24,20 +27,19 @@ import (
 )
 
 var (
-	limited      = expvar.NewInt("ratelimit_limited_total")
-	limitedPaths = expvar.NewMap("ratelimit_limited_by_path")
+	limited       = expvar.NewInt("ratelimit_limited_total")
+	limitedRoutes = expvar.NewMap("ratelimit_limited_by_route")
 	neverAdmit   = expvar.NewInt("ratelimit_never_admitted_total")
 	limiterErrs  = expvar.NewInt("ratelimit_errors_total")
 )
 
 func handler() http.Handler {
-	api := http.NewServeMux()
-	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
-
 	limit := retryafter.Limit(rate.Every(time.Second), 3,
 		retryafter.WithLimitedHook(func(r *http.Request, key string, d retryafter.Decision) {
 			limited.Add(1)
-			limitedPaths.Add(r.URL.Path, 1) // by path, not by client: client keys are unbounded
+			// By the route the mux matched: bounded by the routes you wrote. Not by
+			// r.URL.Path, nor by key: the client chooses those.
+			limitedRoutes.Add(r.Pattern, 1)
 			if d.RetryAfter == rate.InfDuration {
 				neverAdmit.Add(1)
 			}
@@ -46,8 +48,13 @@ func handler() http.Handler {
 	)
 
 	mux := http.NewServeMux()
-	mux.Handle("/debug/vars", expvar.Handler()) // outside the limiter: scraping is never refused
-	mux.Handle("/", limit(api))
+	mux.Handle("GET /debug/vars", expvar.Handler()) // outside the limiter: scraping is never refused
+	mux.Handle("GET /{$}", limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "hello")
+	})))
+	mux.Handle("GET /items/{id}", limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "item", r.PathValue("id"))
+	})))
 	return mux
 }
 
@@ -92,6 +99,6 @@ func runDemo() {
 		}
 	}
 	fmt.Println("ratelimit_limited_total =", limited.Value())
-	fmt.Println("ratelimit_limited_by_path =", limitedPaths.String())
+	fmt.Println("ratelimit_limited_by_route =", limitedRoutes.String())
 	fmt.Println("ratelimit_errors_total =", limiterErrs.Value())
 }
