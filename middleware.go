@@ -25,8 +25,8 @@ import (
 // to each when it writes it, as it does without the middleware.
 //
 // Limit(limit, burst, opts...) is shorthand for LimitWith(NewTokenBucket(limit, burst), opts...).
-// It panics if limit is negative or burst is below 1. The returned middleware is safe for
-// concurrent use.
+// It panics if limit is negative or not a number, or burst is below 1. The returned middleware
+// is safe for concurrent use.
 func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.Handler {
 	return LimitWith(NewTokenBucket(limit, burst), opts...)
 }

@@ -286,6 +286,9 @@ func TestConstructionPanics(t *testing.T) {
 		"burst 0":        func() { Limit(1, 0) },
 		"negative burst": func() { Limit(1, -1) },
 		"negative limit": func() { Limit(-1, 1) },
+		"NaN limit":      func() { Limit(rate.Limit(math.NaN()), 1) }, // rate.Limit(n / d), n = d = 0
+		"NaN bucket":     func() { NewTokenBucket(rate.Limit(math.NaN()), 1) },
+		"-Inf limit":     func() { NewTokenBucket(rate.Limit(math.Inf(-1)), 1) },
 		"nil limiter":    func() { LimitWith(nil) },
 		"nil clock":      func() { WithClock(nil) },
 		"nil key func":   func() { WithKeyFunc(nil) },

@@ -67,10 +67,11 @@ type bucketConfig struct {
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
 // with bursts of up to burst. A limit of [rate.Inf] admits everything; a limit of 0 admits each
 // key's first burst requests and refuses the rest with no Retry-After. It panics if limit is
-// negative or burst is below 1.
+// not a number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit
+// everything) or burst is below 1.
 func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
-	if limit < 0 {
-		panic("retryafter: negative rate limit")
+	if !(limit >= 0) {
+		panic("retryafter: rate limit is not a number at least 0")
 	}
 	if burst < 1 {
 		panic("retryafter: burst below 1")
