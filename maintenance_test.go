@@ -508,3 +508,22 @@ func BenchmarkMaintenanceOn(b *testing.B) {
 		})
 	}
 }
+
+// TestMaintenanceDateBeyond9999 checks that the date form stays a valid IMF-fixdate whatever the
+// announced end: an end in the last second of year 9999, rounded up, would be in year 10000.
+func TestMaintenanceDateBeyond9999(t *testing.T) {
+	last := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+	for _, until := range []time.Time{last.Add(500 * time.Millisecond), last.Add(time.Hour), last.AddDate(500, 0, 0)} {
+		for _, now := range []time.Time{t0, last.Add(-time.Second)} {
+			m := &Maintenance{Now: func() time.Time { return now }, HTTPDate: true}
+			m.Start(until)
+			w := serve(m.Handler(ok), "GET", client)
+			if got, want := w.Header().Get("Retry-After"), "Fri, 31 Dec 9999 23:59:59 GMT"; got != want {
+				t.Errorf("until %v: Retry-After %q, want %q, the last HTTP-date", until, got, want)
+			}
+			if _, ok := ParseRetryAfter(w.Header(), now); !ok {
+				t.Errorf("until %v: Retry-After %q does not parse", until, w.Header().Get("Retry-After"))
+			}
+		}
+	}
+}

@@ -34,14 +34,32 @@ func DelaySeconds(wait time.Duration) int64 {
 	return s
 }
 
+// The first and last instants an IMF-fixdate can name: its year is four digits.
+var (
+	firstDate = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	lastDate  = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+)
+
 // RoundUpDate returns until rounded UP to the next whole second, in UTC: an IMF-fixdate
-// carries no fraction, and a truncated date would send a client back early.
+// carries no fraction, and a truncated date would send a client back early. An instant past the
+// last second of year 9999, which no HTTP-date can name, is that last second.
 func RoundUpDate(until time.Time) time.Time {
 	t := until.Truncate(time.Second)
 	if t.Before(until) {
 		t = t.Add(time.Second)
 	}
-	return t.UTC()
+	return inRange(t).UTC()
+}
+
+// inRange returns t, or the nearest instant an IMF-fixdate can name.
+func inRange(t time.Time) time.Time {
+	switch {
+	case t.After(lastDate):
+		return lastDate
+	case t.Before(firstDate):
+		return firstDate
+	}
+	return t
 }
 
 // Lines hands out the header values of one response from one allocation. Each value is a
@@ -96,12 +114,13 @@ type dateLine struct {
 	value string
 }
 
-// Format returns t, truncated to the second, in UTC, as an IMF-fixdate.
+// Format returns t, truncated to the second, in UTC, as an IMF-fixdate; an instant outside the
+// years 0000 to 9999, which no IMF-fixdate can name, is formatted as the nearest one that can.
 func (c *DateCache) Format(t time.Time) string {
 	unix := t.Unix()
 	d := c.last.Load()
 	if d == nil || d.unix != unix {
-		d = &dateLine{unix: unix, value: t.UTC().Format(http.TimeFormat)}
+		d = &dateLine{unix: unix, value: inRange(t).UTC().Format(http.TimeFormat)}
 		c.last.Store(d)
 	}
 	return d.value

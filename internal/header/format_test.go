@@ -126,3 +126,32 @@ func TestLinesAllocs(t *testing.T) {
 		t.Fatalf("%v allocations, want 1", n)
 	}
 }
+
+// TestDatesStayHTTPDates checks that instants no four-digit year can name are written as the
+// nearest ones that can, so that every date written parses.
+func TestDatesStayHTTPDates(t *testing.T) {
+	last := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+	var c DateCache
+	for _, tt := range []struct {
+		at   time.Time
+		want string
+	}{
+		{last, "Fri, 31 Dec 9999 23:59:59 GMT"},
+		{last.Add(500 * time.Millisecond), "Fri, 31 Dec 9999 23:59:59 GMT"},
+		{last.Add(time.Second), "Fri, 31 Dec 9999 23:59:59 GMT"},
+		{last.AddDate(1000, 0, 0), "Fri, 31 Dec 9999 23:59:59 GMT"},
+		{time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC), "Sat, 01 Jan 0000 00:00:00 GMT"},
+	} {
+		for name, got := range map[string]string{
+			"Format":      c.Format(tt.at),
+			"RoundUpDate": RoundUpDate(tt.at).Format(http.TimeFormat),
+		} {
+			if got != tt.want {
+				t.Errorf("%s(%v) = %q, want %q", name, tt.at, got, tt.want)
+			}
+			if _, ok := ParseHTTPDate(got, instant0); !ok {
+				t.Errorf("%s(%v) = %q, which does not parse", name, tt.at, got)
+			}
+		}
+	}
+}
