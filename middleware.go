@@ -34,8 +34,11 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // LimitWith returns middleware that asks l about each request, passes the admitted ones to next
 // and answers the others with 429 Too Many Requests, Retry-After and Date, as [Limit] does.
 //
-// When the key function or l fails, the request is answered as [WithFailOpen] says. LimitWith
-// does not change l, which may serve other middleware at the same time.
+// When the key function or l fails, the request is answered as [WithFailOpen] says, except that
+// a request whose own context ended while l decided (the client hung up, a deadline passed) is
+// never admitted uncounted: it is answered 503 with Retry-After: 1, and not reported to the
+// error hook, since the store did not fail. LimitWith does not change l, which may serve other
+// middleware at the same time.
 //
 // On a request with an Origin field, a refusal names Retry-After, Date and the rate-limit fields
 // in Access-Control-Expose-Headers, and so does an admitted response when rate-limit fields are
@@ -83,6 +86,12 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.bucket != nil {
 		h.bucket.decide(key, cost, now, &d, h.fields.set != 0)
 	} else if d, err = h.limiter.Decide(r.Context(), key, cost, now); err != nil {
+		if r.Context().Err() != nil {
+			// The request itself ended (the client hung up, a deadline passed): the store
+			// did not fail, and a request that was not counted is not admitted for it.
+			h.emit.refuse(w, r, h.c.respond, http.StatusServiceUnavailable, now, failClosedWait, nil)
+			return
+		}
 		h.fail(w, r, now, http.StatusServiceUnavailable, err)
 		return
 	}

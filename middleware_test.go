@@ -7,9 +7,11 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -553,4 +555,70 @@ func TestDefaultKeyIgnoresForwardingHeaders(t *testing.T) {
 	if admitted != 3 {
 		t.Fatalf("%d of 100 requests with rotating forwarding headers admitted, want the burst of 3", admitted)
 	}
+}
+
+// blockingLimiter is a store that answers only when the request's context ends, with its error,
+// as a Redis round trip does when the client hangs up.
+type blockingLimiter struct{}
+
+func (blockingLimiter) Decide(ctx context.Context, _ string, _ int, _ time.Time) (Decision, error) {
+	<-ctx.Done()
+	return Decision{}, ctx.Err()
+}
+
+// TestEndedRequestNotAdmitted checks that a request whose own context ended while the limiter
+// decided (the client hung up, or a deadline passed) is never admitted by failing open, and is
+// not reported to the error hook as the store's failure.
+func TestEndedRequestNotAdmitted(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		var served, hooked atomic.Int64
+		h := LimitWith(blockingLimiter{}, WithFailOpen(open), WithErrorHook(func(*http.Request, error) { hooked.Add(1) }))(
+			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) }))
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r := httptest.NewRequest("POST", "/", strings.NewReader("x")).WithContext(ctx)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if served.Load() != 0 || hooked.Load() != 0 {
+			t.Fatalf("fail open %v: served %d, error hook %d, want neither", open, served.Load(), hooked.Load())
+		}
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("fail open %v: status %d, want 503", open, w.Code)
+		}
+	}
+}
+
+// TestHangUpOverTheWire sends POSTs over loopback and closes each connection while the limiter
+// waits, as a client over its limit that hangs up does: none reaches the handler.
+func TestHangUpOverTheWire(t *testing.T) {
+	var served atomic.Int64
+	entered := make(chan struct{}, 1)
+	lim := limiterFunc(func(ctx context.Context) (Decision, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return Decision{}, ctx.Err()
+	})
+	srv := httptest.NewServer(LimitWith(lim, WithFailOpen(true))(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) })))
+	defer srv.Close()
+	for range 20 {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+		<-entered
+		conn.Close()
+	}
+	srv.Close() // waits for the handlers
+	if n := served.Load(); n != 0 {
+		t.Fatalf("%d of 20 requests whose client hung up reached the handler", n)
+	}
+}
+
+// limiterFunc is a Limiter from a function of the request's context.
+type limiterFunc func(ctx context.Context) (Decision, error)
+
+func (f limiterFunc) Decide(ctx context.Context, _ string, _ int, _ time.Time) (Decision, error) {
+	return f(ctx)
 }

@@ -77,7 +77,8 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 // WithFailOpen makes the middleware admit a request, uncounted, when its key function or its
 // limiter fails (a shared store that is down, say). The default is to fail closed: a key error
 // is answered 500 Internal Server Error and a limiter error 503 Service Unavailable with
-// Retry-After: 1. Either way the client never sees the error's text.
+// Retry-After: 1. Either way the client never sees the error's text. A request whose own context
+// ended while the limiter decided is never admitted for the limiter's error (see [LimitWith]).
 //
 // Failing open admits key errors too: with a key function that fails on input the client
 // controls (a missing API key header), every such request would pass unlimited, so keep the

@@ -29,8 +29,8 @@ import (
 var (
 	limited       = expvar.NewInt("ratelimit_limited_total")
 	limitedRoutes = expvar.NewMap("ratelimit_limited_by_route")
-	neverAdmit   = expvar.NewInt("ratelimit_never_admitted_total")
-	limiterErrs  = expvar.NewInt("ratelimit_errors_total")
+	neverAdmit    = expvar.NewInt("ratelimit_never_admitted_total")
+	limiterErrs   = expvar.NewInt("ratelimit_errors_total")
 )
 
 func handler() http.Handler {
