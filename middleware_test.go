@@ -622,3 +622,60 @@ type limiterFunc func(ctx context.Context) (Decision, error)
 func (f limiterFunc) Decide(ctx context.Context, _ string, _ int, _ time.Time) (Decision, error) {
 	return f(ctx)
 }
+
+// TestUserPanicsHoldNoLock makes each function of a user's that the middleware calls panic once,
+// recovers the panic as net/http does, and checks that the next requests, on the same key and
+// on every other, are decided as before: no user code runs under a lock of the package.
+func TestUserPanicsHoldNoLock(t *testing.T) {
+	for _, where := range []string{"key", "cost", "limited hook", "responder", "error hook"} {
+		t.Run(where, func(t *testing.T) {
+			var armed atomic.Bool
+			armed.Store(true)
+			boom := func(at string) {
+				if at == where && armed.CompareAndSwap(true, false) {
+					panic("user code panicked in " + at)
+				}
+			}
+			clk := newClock(t0)
+			opts := []Option{
+				WithClock(clk.Now),
+				WithKeyFunc(func(r *http.Request) (string, error) {
+					boom("key")
+					if where == "error hook" {
+						return "", errors.New("no key")
+					}
+					return r.RemoteAddr, nil
+				}),
+				WithCost(func(*http.Request) int { boom("cost"); return 1 }),
+				WithLimitedHook(func(*http.Request, string, Decision) { boom("limited hook") }),
+				WithErrorHook(func(*http.Request, error) { boom("error hook") }),
+				WithResponder(func(w http.ResponseWriter, r *http.Request, status int, _ time.Duration) {
+					boom("responder")
+					w.WriteHeader(status)
+				}),
+			}
+			h := Limit(rate.Every(time.Minute), 1, opts...)(ok)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range 3 {
+					func() {
+						defer func() { recover() }()
+						serve(h, "GET", "192.0.2.1:1")
+					}()
+				}
+				for i := range 200 { // every part of the table
+					serve(h, "GET", fmt.Sprintf("192.0.2.%d:1", i))
+				}
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("requests hang after user code panicked in the %s", where)
+			}
+			if armed.Load() {
+				t.Fatalf("the %s was never called", where)
+			}
+		})
+	}
+}
