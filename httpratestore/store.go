@@ -160,58 +160,86 @@ func (s *Store) Decide(_ context.Context, key string, cost int, now time.Time) (
 		return retryafter.Decision{}, fmt.Errorf("%w: %d", retryafter.ErrNegativeCost, cost)
 	}
 	now = now.UTC()
+	c, err := s.count(key, cost, now)
+	if err != nil {
+		return retryafter.Decision{}, err
+	}
+	elapsed, lag := c.at.Sub(c.window), c.at.Sub(now)
+	if !c.allowed {
+		d := retryafter.Decision{RetryAfter: late(s.wait(c.prev, c.curr, cost, elapsed), lag)}
+		s.fill(&d, c.prev, c.curr, elapsed, lag)
+		return d, nil
+	}
+	d := retryafter.Decision{Allowed: true}
+	s.fill(&d, c.prev, c.curr, elapsed, lag)
+	return d, nil
+}
+
+// counts is what Store.count read of a key and did with a request.
+type counts struct {
+	at      time.Time // the instant the request was decided at
+	window  time.Time // the start of the window containing at
+	prev    int       // the count of the window before
+	curr    int       // the count of the window, the request's cost included if it was allowed
+	allowed bool
+}
+
+// count reads key's counts at the instant now is decided at and, if they admit cost, adds cost
+// to the current window's. It holds key's part of the key space locked from the read to the
+// increment, and unlocks it however the counter returns: the counter is code of the user's,
+// and a panic of its own must reach the caller without leaving the part locked.
+func (s *Store) count(key string, cost int, now time.Time) (counts, error) {
 	p := &s.parts[maphash.String(s.seed, key)%shardCount]
+	at, window := s.lock(p, now)
+	defer p.mu.Unlock()
+	curr, prev, err := s.counter.Get(key, window, window.Add(-s.window))
+	if err != nil {
+		return counts{}, err
+	}
+	c := counts{at: at, window: window, prev: prev, curr: curr}
+	if !s.admits(prev, curr, cost, at.Sub(window)) {
+		return c, nil
+	}
+	if cost > 0 { // a cost of 0 is a peek: nothing to count
+		if err := s.counter.IncrementBy(key, window, cost); err != nil {
+			return counts{}, err
+		}
+	}
+	c.curr += cost
+	c.allowed = true
+	return c, nil
+}
+
+// lock locks part p and returns, with it held, the instant a request read at now is decided at
+// and the start of its window.
+//
+// Concurrent requests read the clock before they take the lock, so they can arrive out of
+// order. httprate's in-memory counter keeps one window for all keys and clears them all when
+// given an older one, so a request is decided at the latest instant its part has seen and
+// never in a window before the latest one counted in. Moving to a later window waits for the
+// requests in flight in the current one (it locks every part), so that no call for an older
+// window reaches the counter after one for a newer window. It calls no code of the user's.
+func (s *Store) lock(p *part, now time.Time) (at, window time.Time) {
 	p.mu.Lock()
-	// Concurrent requests read the clock before they take the lock, so they can arrive out
-	// of order. httprate's in-memory counter keeps one window for all keys and clears them
-	// all when given an older one, so a request is decided at the latest instant its part
-	// has seen and never in a window before the latest one counted in. Moving to a later
-	// window waits for the requests in flight in the current one (it locks every part), so
-	// that no call for an older window reaches the counter after one for a newer window.
-	at := now
-	var curr time.Time
+	at = now
 	for {
 		if at.Before(p.latest) {
 			at = p.latest
 		}
-		curr = at.Truncate(s.window)
-		c := curr.Compare(s.curr)
+		window = at.Truncate(s.window)
+		c := window.Compare(s.curr)
 		if c < 0 {
-			at, curr = s.curr, s.curr
+			at, window = s.curr, s.curr
 		}
 		if c <= 0 {
 			break
 		}
 		p.mu.Unlock()
-		s.advance(curr)
+		s.advance(window)
 		p.mu.Lock()
 	}
 	p.latest = at
-	prev := curr.Add(-s.window)
-	elapsed := at.Sub(curr)
-
-	currCount, prevCount, err := s.counter.Get(key, curr, prev)
-	if err != nil {
-		p.mu.Unlock()
-		return retryafter.Decision{}, err
-	}
-	if !s.admits(prevCount, currCount, cost, elapsed) {
-		p.mu.Unlock()
-		lag := at.Sub(now)
-		d := retryafter.Decision{RetryAfter: late(s.wait(prevCount, currCount, cost, elapsed), lag)}
-		s.fill(&d, prevCount, currCount, elapsed, lag)
-		return d, nil
-	}
-	if cost == 0 {
-		// A peek: nothing to count.
-	} else if err := s.counter.IncrementBy(key, curr, cost); err != nil {
-		p.mu.Unlock()
-		return retryafter.Decision{}, err
-	}
-	p.mu.Unlock()
-	d := retryafter.Decision{Allowed: true}
-	s.fill(&d, prevCount, currCount+cost, elapsed, at.Sub(now))
-	return d, nil
+	return at, window
 }
 
 // advance makes window the current one, if it is later than the current one, once no Decide

@@ -865,6 +865,93 @@ func TestCounterErrors(t *testing.T) {
 	}
 }
 
+// panickingCounter is a LimitCounter whose Get or IncrementBy panics once, as a counter with a
+// bug might: the server recovers the handler's panic and goes on serving.
+type panickingCounter struct {
+	httprate.LimitCounter
+	call  string // "Get" or "IncrementBy"
+	armed bool
+}
+
+var errCounterBug = errors.New("counter bug")
+
+func (c *panickingCounter) Get(key string, curr, prev time.Time) (int, int, error) {
+	if c.call == "Get" && c.armed {
+		c.armed = false
+		panic(errCounterBug)
+	}
+	return c.LimitCounter.Get(key, curr, prev)
+}
+
+func (c *panickingCounter) IncrementBy(key string, curr time.Time, n int) error {
+	if c.call == "IncrementBy" && c.armed {
+		c.armed = false
+		panic(errCounterBug)
+	}
+	return c.LimitCounter.IncrementBy(key, curr, n)
+}
+
+// TestCounterPanics has the counter panic once in each of its calls. The panic must reach
+// Decide's caller as it was (net/http recovers it), and leave no part of the key space locked:
+// the same key, the next windows (moving to them locks every part) and other keys are then
+// decided as if the panicking request had not come. A lock left held would hang them, so they
+// run under a deadline that only a hang reaches.
+func TestCounterPanics(t *testing.T) {
+	ctx := context.Background()
+	for _, call := range []string{"Get", "IncrementBy"} {
+		t.Run(call, func(t *testing.T) {
+			c := &panickingCounter{LimitCounter: httprate.NewLocalLimitCounter(time.Second), call: call}
+			s := New(2, time.Second, c)
+			if d, _ := s.Decide(ctx, "k", 1, t0); !d.Allowed {
+				t.Fatalf("first request refused: %+v", d)
+			}
+			c.armed = true
+			func() {
+				defer func() {
+					if r := recover(); r != errCounterBug {
+						t.Fatalf("Decide recovered %v, want the counter's own panic", r)
+					}
+				}()
+				d, err := s.Decide(ctx, "k", 1, t0)
+				t.Fatalf("Decide returned %+v, %v; want the counter's panic", d, err)
+			}()
+			for i := range s.parts {
+				if !s.parts[i].mu.TryLock() {
+					t.Fatalf("part %d is still locked after the counter panicked", i)
+				}
+				s.parts[i].mu.Unlock()
+			}
+
+			done := make(chan string)
+			go func() {
+				defer close(done)
+				// The panicking request counted nothing: one more fits at t0, then none.
+				for i, want := range []bool{true, false} {
+					if d, _ := s.Decide(ctx, "k", 1, t0); d.Allowed != want {
+						done <- fmt.Sprintf("k at t0, request %d after the panic: %+v, want allowed=%v", i, d, want)
+						return
+					}
+				}
+				// Two windows on, every count has decayed.
+				for _, key := range []string{"k", "other", "k"} {
+					if d, _ := s.Decide(ctx, key, 1, t0.Add(2*time.Second)); !d.Allowed {
+						done <- fmt.Sprintf("%s two windows after the panic: %+v", key, d)
+						return
+					}
+				}
+			}()
+			select {
+			case msg, ok := <-done:
+				if ok {
+					t.Fatal(msg)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Decide still blocked 10s after the counter's panic: a lock was left held")
+			}
+		})
+	}
+}
+
 func TestNewPanics(t *testing.T) {
 	for _, tt := range []struct {
 		limit  int
