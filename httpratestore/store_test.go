@@ -648,6 +648,151 @@ func TestStaleInstantDecidedLater(t *testing.T) {
 	}
 }
 
+// TestClockStepsBack steps the wall clock back under a Store, as a time daemon or an operator
+// may: by an hour, by a few seconds, and by less than a window. Before the step a client spent
+// its limit; after it, that client is not sent away for the length of the step. A fresh client
+// then polls ten times a window for sixty windows, and from two windows after the step on, it
+// is decided exactly as by a Store that was new at some instant within those two windows and
+// only ever knew the clock after the step. The in-memory counter, which clears every key when
+// it is given an older window, is given one at most once.
+func TestClockStepsBack(t *testing.T) {
+	for _, w := range []time.Duration{time.Second, 10 * time.Second} {
+		for _, step := range []time.Duration{time.Hour, 3 * time.Second, w / 2} {
+			t.Run(fmt.Sprint(w, "/", step), func(t *testing.T) { clockStepsBack(t, w, step) })
+		}
+	}
+}
+
+func clockStepsBack(t *testing.T, w, step time.Duration) {
+	const limit, polls, perWindow = 5, 600, 10
+	ctx := context.Background()
+	counter := &windowsBack{LimitCounter: httprate.NewLocalLimitCounter(w)}
+	s := New(limit, w, counter)
+	before := t0.Add(time.Hour + 7*w/10) // 70% into a window
+	for range limit {
+		if d, _ := s.Decide(ctx, "busy", 1, before); !d.Allowed {
+			t.Fatalf("busy refused before the step: %+v", d)
+		}
+	}
+	// The client at its limit asks again just after the step, and once more when told to.
+	after := before.Add(-step)
+	busy, _ := s.Decide(ctx, "busy", 1, after)
+	if busy.Allowed || busy.RetryAfter > 4*w {
+		t.Errorf("busy just after the step: %+v, want refused for at most 4 windows", busy)
+	}
+	retry := after.Add(busy.RetryAfter)
+
+	poll := func(i int) time.Time { return after.Add(time.Duration(i) * w / perWindow) }
+	got := make([]retryafter.Decision, polls)
+	admitted := 0
+	for i := range polls {
+		if !busy.Allowed && !retry.After(poll(i)) {
+			if busy, _ = s.Decide(ctx, "busy", 1, retry); !busy.Allowed {
+				t.Errorf("busy refused when it came back as told, %v after the step: %+v", retry.Sub(after), busy)
+			}
+			busy.Allowed = true
+		}
+		d, err := s.Decide(ctx, "fresh", 1, poll(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = d
+		if d.Allowed {
+			admitted++
+		}
+	}
+	// A Store new at poll k, for each k in the first two windows; the first to agree with s on
+	// every poll from two windows on is where s counted normally again.
+	resumed := -1
+	for k := 0; k <= 2*perWindow && resumed < 0; k++ {
+		ref, same := New(limit, w, nil), true
+		for i := k; i < polls && same; i++ {
+			d, _ := ref.Decide(ctx, "fresh", 1, poll(i))
+			same = i < 2*perWindow || d == got[i]
+		}
+		if same {
+			resumed = k
+		}
+	}
+	ref, refAdmitted := New(limit, w, nil), 0
+	for i := range polls {
+		if d, _ := ref.Decide(ctx, "fresh", 1, poll(i)); d.Allowed {
+			refAdmitted++
+		}
+	}
+	t.Logf("step back %v, window %v: the client at its limit told to wait %v; the fresh client admitted %d times in %d polls, %d by a Store new at the step", step, w, retry.Sub(after), admitted, polls, refAdmitted)
+	if resumed < 0 {
+		t.Errorf("from two windows after the step on, the fresh client is not decided as by any Store new in those two windows")
+	} else {
+		t.Logf("decided as by a Store new %v after the step", poll(resumed).Sub(after))
+	}
+	if counter.back > 1 {
+		t.Errorf("the counter was given an older window than the one before %d times, want at most once", counter.back)
+	}
+}
+
+// TestStalledRequests has single requests reach Decide up to an hour after they read the
+// clock, each between requests on time, as from goroutines stalled that long. They are not a
+// step of the clock: each is decided at the latest instant, like any request late to the lock,
+// with its waits lengthened by two windows at most, and the counter is never given an older
+// window, nor counts a key past the limit in one.
+func TestStalledRequests(t *testing.T) {
+	const w, limit = time.Second, 5
+	ledger := newWindowLedger(w)
+	s := New(limit, w, ledger)
+	rng := rand.New(rand.NewPCG(3, 4))
+	clock := t0
+	var stalled int
+	for i := range 2000 {
+		clock = clock.Add(time.Duration(rng.Int64N(int64(w / 20))))
+		now := clock
+		if i%2 == 1 && rng.IntN(2) == 0 {
+			now = now.Add(-time.Duration(rng.Int64N(int64(time.Hour))))
+			stalled++
+		}
+		key := []string{"a", "b", "c"}[rng.IntN(3)]
+		d, err := s.Decide(context.Background(), key, 1, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > 4*w) {
+			t.Fatalf("refused %s at %v with RetryAfter %v", key, now.Sub(t0), d.RetryAfter)
+		}
+	}
+	ledger.check(t, limit)
+	if stalled == 0 {
+		t.Fatal("no request stalled: the pattern does not test anything")
+	}
+}
+
+// windowsBack is a LimitCounter that counts the calls naming an older window than the call
+// before it did.
+type windowsBack struct {
+	httprate.LimitCounter
+	mu     sync.Mutex
+	latest time.Time
+	back   int
+}
+
+func (c *windowsBack) see(window time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if window.Before(c.latest) {
+		c.back++
+	}
+	c.latest = window
+}
+
+func (c *windowsBack) Get(key string, curr, prev time.Time) (int, int, error) {
+	c.see(curr)
+	return c.LimitCounter.Get(key, curr, prev)
+}
+
+func (c *windowsBack) IncrementBy(key string, curr time.Time, n int) error {
+	c.see(curr)
+	return c.LimitCounter.IncrementBy(key, curr, n)
+}
+
 // TestStaleInstants decides requests for a few busy keys and a stream of new
 // ones at readings up to two windows stale, one after another, and checks on a ledger of the
 // counter's calls that the windows it is given never go back and that no key is counted past
