@@ -363,6 +363,83 @@ func TestCost(t *testing.T) {
 	}
 }
 
+// TestWaitTwoWindowsAhead checks the waits that end in the window after next, where both
+// counts are zero: they need the previous window's weight to keep the request out for all of
+// the next window, which takes windows of a few nanoseconds (or counts in the billions). With
+// a limit of 1 per nanosecond, a request at t0 fills the window; in the next one it still
+// weighs 1 × (1 − 0)/1, so the next request waits two windows. Then, on random requests over
+// windows of 1 to 8 ns, every refusal's RetryAfter and every Reset is checked on a replica: a
+// request exactly then is admitted, and one a nanosecond earlier is not.
+func TestWaitTwoWindowsAhead(t *testing.T) {
+	ctx := context.Background()
+	s := New(1, time.Nanosecond, nil)
+	want := retryafter.Decision{Allowed: true, Limit: 1, Remaining: 0, Reset: 2}
+	if d, _ := s.Decide(ctx, "k", 1, t0); d != want {
+		t.Fatalf("first request: %+v, want %+v", d, want)
+	}
+	want = retryafter.Decision{RetryAfter: 2, Limit: 1, Remaining: 0, Reset: 2}
+	if d, _ := s.Decide(ctx, "k", 1, t0); d != want {
+		t.Fatalf("second request at t0: %+v, want %+v", d, want)
+	}
+	if d, _ := s.Decide(ctx, "k", 1, t0.Add(1)); d.Allowed {
+		t.Fatalf("admitted 1ns after t0, in the next window: %+v", d)
+	}
+	if d, _ := s.Decide(ctx, "k", 1, t0.Add(2)); !d.Allowed {
+		t.Fatalf("refused 2ns after t0, two windows on: %+v", d)
+	}
+
+	type event struct {
+		at   time.Time
+		cost int
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var reached int
+	for w := time.Duration(1); w <= 8; w++ {
+		for limit := 1; limit <= 3; limit++ {
+			var history []event
+			replica := func() *Store {
+				r := New(limit, w, nil)
+				for _, e := range history {
+					if d, _ := r.Decide(ctx, "k", e.cost, e.at); !d.Allowed {
+						t.Fatalf("replay refused %+v", e)
+					}
+				}
+				return r
+			}
+			admitsAt := func(cost int, at time.Time) bool {
+				d, _ := replica().Decide(ctx, "k", cost, at)
+				return d.Allowed
+			}
+			s, now := New(limit, w, nil), t0
+			for range 200 {
+				now = now.Add(time.Duration(rng.Int64N(int64(3 * w))))
+				for len(history) > 0 && history[0].at.Before(now.Truncate(w).Add(-w)) {
+					history = history[1:] // no longer counted: the replicas need not replay it
+				}
+				cost := 1 + rng.IntN(limit)
+				d, _ := s.Decide(ctx, "k", cost, now)
+				afterNext := now.Truncate(w).Add(2 * w)
+				if now.Add(d.RetryAfter).Equal(afterNext) || now.Add(d.Reset).Equal(afterNext) {
+					reached++
+				}
+				if d.Allowed {
+					history = append(history, event{now, cost})
+				} else {
+					if !admitsAt(cost, now.Add(d.RetryAfter)) || admitsAt(cost, now.Add(d.RetryAfter-1)) {
+						t.Fatalf("%v/%d at %v: cost %d refused with RetryAfter %v, not the first instant it is admitted", w, limit, now.Sub(t0), cost, d.RetryAfter)
+					}
+				}
+				if d.Reset > 0 && (!admitsAt(limit, now.Add(d.Reset)) || admitsAt(limit, now.Add(d.Reset-1))) {
+					t.Fatalf("%v/%d at %v: Reset %v is not the first instant the whole limit is admitted", w, limit, now.Sub(t0), d.Reset)
+				}
+			}
+		}
+	}
+	if reached == 0 {
+		t.Fatal("no wait went past the next window: the pattern does not test anything")
+	}
+}
+
 // TestQuota checks the mapping of Limit, Remaining and Reset on random patterns:
 // after each decision, a request of cost n at the same instant would be admitted exactly when
 // n ≤ Remaining, and a request of cost Limit exactly Reset later would be admitted and one
