@@ -30,6 +30,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/httprate"
@@ -83,8 +84,19 @@ const maxWindow = time.Duration(1 << 60)
 // has seen for that part of the key space, and never in a window before the latest one it has
 // counted in (the present is at least that late); it moves to a new window only once the
 // requests in flight in the old one are counted; and it lengthens the waits it reports by the
-// lag, so that they stay exact from the caller's now. The guard covers the calls of one
-// Store: two that share an in-memory counter can still clear it for each other.
+// lag, so that they stay exact from the caller's now (for a lag of up to two windows; longer
+// lags lengthen them by two windows). The guard covers the calls of one Store: two that share
+// an in-memory counter can still clear it for each other.
+//
+// The wall clock can also step back (a time daemon's correction, an operator). Readings then
+// arrive behind the latest instant, as late requests do, and are decided at it, for as long as
+// the step (time stands still for the Store) unless the Store takes the clock's new windows.
+// It does when a run of readings behind, the first more than two windows behind, goes on for
+// a window without a single reading decided at itself: requests late to the lock come between
+// requests on time, while behind a step every reading is behind. So after a step of any size,
+// requests are counted as usual again within two windows; a step of more than two windows
+// makes httprate's in-memory counter clear every key once, as httprate's own middleware would,
+// and two requests stalled for more than a window with none on time between them can too.
 //
 // A Store is safe for concurrent use. It serialises the read and the increment of a
 // key within the process, with one lock per part of the key space where httprate holds one
@@ -98,7 +110,15 @@ type Store struct {
 	seed    maphash.Seed
 	// curr is the start of the latest window Decide has counted in. It changes only with
 	// every part locked, so it holds still for as long as any one part is locked.
-	curr  time.Time
+	curr time.Time
+
+	// A run of readings behind the instants they were decided at, the first more than two
+	// windows behind, with none since that was not behind, is how a backward step of the clock
+	// shows. stepped says whether one is on, and since is its first reading.
+	stepMu  sync.Mutex
+	since   time.Time
+	stepped atomic.Bool
+
 	parts [shardCount]part
 }
 
@@ -145,7 +165,8 @@ func New(requestLimit int, windowLength time.Duration, counter httprate.LimitCou
 // count. A refused request is not counted; its RetryAfter is the exact wait until a request of
 // the same cost would be admitted, or rate.InfDuration when cost exceeds the request limit.
 // A now earlier than an instant already decided at (see [Store]) is decided at that
-// later instant, and RetryAfter and Reset are still measured from now.
+// later instant, and RetryAfter and Reset are still measured from now, lengthened by at most
+// two windows.
 //
 // Limit is the request limit, Remaining the largest cost that
 // would be admitted at now after this request (a request of cost n ≥ 1 is admitted exactly
@@ -160,58 +181,160 @@ func (s *Store) Decide(_ context.Context, key string, cost int, now time.Time) (
 		return retryafter.Decision{}, fmt.Errorf("%w: %d", retryafter.ErrNegativeCost, cost)
 	}
 	now = now.UTC()
+	c, err := s.count(key, cost, now)
+	if err != nil {
+		return retryafter.Decision{}, err
+	}
+	// A request decided later than its reading is told waits from its reading, lengthened by
+	// the lag, which is exact for a request that was late to the lock. Lengthen by two windows
+	// at most: a reading later still is behind a step of the clock (see [Store.lock]), after
+	// which the Store counts on the clock's new windows within a window, or it is a request
+	// stalled that long, told to come back too soon rather than too late.
+	elapsed, lag := c.at.Sub(c.window), min(c.at.Sub(now), 2*s.window)
+	if !c.allowed {
+		d := retryafter.Decision{RetryAfter: late(s.wait(c.prev, c.curr, cost, elapsed), lag)}
+		s.fill(&d, c.prev, c.curr, elapsed, lag)
+		return d, nil
+	}
+	d := retryafter.Decision{Allowed: true}
+	s.fill(&d, c.prev, c.curr, elapsed, lag)
+	return d, nil
+}
+
+// counts is what Store.count read of a key and did with a request.
+type counts struct {
+	at      time.Time // the instant the request was decided at
+	window  time.Time // the start of the window containing at
+	prev    int       // the count of the window before
+	curr    int       // the count of the window, the request's cost included if it was allowed
+	allowed bool
+}
+
+// count reads key's counts at the instant now is decided at and, if they admit cost, adds cost
+// to the current window's. It holds key's part of the key space locked from the read to the
+// increment, and unlocks it however the counter returns: the counter is code of the user's,
+// and a panic of its own must reach the caller without leaving the part locked.
+func (s *Store) count(key string, cost int, now time.Time) (counts, error) {
 	p := &s.parts[maphash.String(s.seed, key)%shardCount]
+	at, window := s.lock(p, now)
+	defer p.mu.Unlock()
+	curr, prev, err := s.counter.Get(key, window, window.Add(-s.window))
+	if err != nil {
+		return counts{}, err
+	}
+	c := counts{at: at, window: window, prev: prev, curr: curr}
+	if !s.admits(prev, curr, cost, at.Sub(window)) {
+		return c, nil
+	}
+	if cost > 0 { // a cost of 0 is a peek: nothing to count
+		if err := s.counter.IncrementBy(key, window, cost); err != nil {
+			return counts{}, err
+		}
+	}
+	c.curr += cost
+	c.allowed = true
+	return c, nil
+}
+
+// lock locks part p and returns, with it held, the instant a request read at now is decided at
+// and the start of its window.
+//
+// Concurrent requests read the clock before they take the lock, so they can arrive out of
+// order. httprate's in-memory counter keeps one window for all keys and clears them all when
+// given an older one, so a request is decided at the latest instant its part has seen and
+// never in a window before the latest one counted in. Moving to a later window waits for the
+// requests in flight in the current one (it locks every part), so that no call for an older
+// window reaches the counter after one for a newer window.
+//
+// A clock that steps back looks at first like a request late to the lock, and freezes the
+// instants decided at until it has caught up. Once readings behind have gone on for a window
+// (see [Store.behind]), the Store takes the clock's new windows (see [Store.rebase]).
+// It calls no code of the user's.
+func (s *Store) lock(p *part, now time.Time) (at, window time.Time) {
 	p.mu.Lock()
-	// Concurrent requests read the clock before they take the lock, so they can arrive out
-	// of order. httprate's in-memory counter keeps one window for all keys and clears them
-	// all when given an older one, so a request is decided at the latest instant its part
-	// has seen and never in a window before the latest one counted in. Moving to a later
-	// window waits for the requests in flight in the current one (it locks every part), so
-	// that no call for an older window reaches the counter after one for a newer window.
-	at := now
-	var curr time.Time
 	for {
+		at = now
 		if at.Before(p.latest) {
 			at = p.latest
 		}
-		curr = at.Truncate(s.window)
-		c := curr.Compare(s.curr)
-		if c < 0 {
-			at, curr = s.curr, s.curr
+		window = at.Truncate(s.window)
+		if window.After(s.curr) {
+			p.mu.Unlock()
+			s.advance(window)
+			p.mu.Lock()
+			continue
 		}
-		if c <= 0 {
+		if window.Before(s.curr) {
+			at, window = s.curr, s.curr
+		}
+		if at.Equal(now) {
+			if s.stepped.Load() {
+				s.endStep()
+			}
+			break
+		}
+		since, ok := s.behind(now, at.Sub(now))
+		if !ok {
 			break
 		}
 		p.mu.Unlock()
-		s.advance(curr)
+		s.rebase(now.Truncate(s.window), since)
 		p.mu.Lock()
 	}
 	p.latest = at
-	prev := curr.Add(-s.window)
-	elapsed := at.Sub(curr)
+	return at, window
+}
 
-	currCount, prevCount, err := s.counter.Get(key, curr, prev)
-	if err != nil {
-		p.mu.Unlock()
-		return retryafter.Decision{}, err
+// behind records a reading now, decided lag later than itself, and reports whether it shows
+// that the clock has stepped back: it comes a window or more after the first reading of a run
+// that began more than two windows behind, it is itself more than a window behind, and no
+// reading since the run began was decided at itself. If so, it returns the run's first
+// reading.
+//
+// Behind a step of the clock every reading is behind until the clock has caught up: a step of
+// two windows or less is caught up within them, and a longer one is taken within a window of
+// readings. A request stalled for more than two windows starts a run too, but the next request
+// on time ends it.
+func (s *Store) behind(now time.Time, lag time.Duration) (time.Time, bool) {
+	s.stepMu.Lock()
+	defer s.stepMu.Unlock()
+	if !s.stepped.Load() {
+		if lag > 2*s.window {
+			s.since = now
+			s.stepped.Store(true)
+		}
+		return time.Time{}, false
 	}
-	if !s.admits(prevCount, currCount, cost, elapsed) {
-		p.mu.Unlock()
-		lag := at.Sub(now)
-		d := retryafter.Decision{RetryAfter: late(s.wait(prevCount, currCount, cost, elapsed), lag)}
-		s.fill(&d, prevCount, currCount, elapsed, lag)
-		return d, nil
+	return s.since, lag > s.window && now.Sub(s.since) >= s.window
+}
+
+// endStep ends a run of readings behind: one was decided at itself.
+func (s *Store) endStep() {
+	s.stepMu.Lock()
+	defer s.stepMu.Unlock()
+	s.stepped.Store(false)
+}
+
+// rebase makes window, older than the current one, the current one, after the clock has
+// stepped back, if the run of readings behind that began at since is still on: it locks every
+// part, in order, and forgets the latest instant each has seen. httprate's in-memory counter
+// then clears every key once, as it would under httprate's own middleware.
+func (s *Store) rebase(window, since time.Time) {
+	for i := range s.parts {
+		s.parts[i].mu.Lock()
 	}
-	if cost == 0 {
-		// A peek: nothing to count.
-	} else if err := s.counter.IncrementBy(key, curr, cost); err != nil {
-		p.mu.Unlock()
-		return retryafter.Decision{}, err
+	s.stepMu.Lock()
+	if s.stepped.Load() && s.since.Equal(since) {
+		s.curr = window
+		for i := range s.parts {
+			s.parts[i].latest = time.Time{}
+		}
+		s.stepped.Store(false)
 	}
-	p.mu.Unlock()
-	d := retryafter.Decision{Allowed: true}
-	s.fill(&d, prevCount, currCount+cost, elapsed, at.Sub(now))
-	return d, nil
+	s.stepMu.Unlock()
+	for i := range s.parts {
+		s.parts[i].mu.Unlock()
+	}
 }
 
 // advance makes window the current one, if it is later than the current one, once no Decide

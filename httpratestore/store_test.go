@@ -363,6 +363,83 @@ func TestCost(t *testing.T) {
 	}
 }
 
+// TestWaitTwoWindowsAhead checks the waits that end in the window after next, where both
+// counts are zero: they need the previous window's weight to keep the request out for all of
+// the next window, which takes windows of a few nanoseconds (or counts in the billions). With
+// a limit of 1 per nanosecond, a request at t0 fills the window; in the next one it still
+// weighs 1 × (1 − 0)/1, so the next request waits two windows. Then, on random requests over
+// windows of 1 to 8 ns, every refusal's RetryAfter and every Reset is checked on a replica: a
+// request exactly then is admitted, and one a nanosecond earlier is not.
+func TestWaitTwoWindowsAhead(t *testing.T) {
+	ctx := context.Background()
+	s := New(1, time.Nanosecond, nil)
+	want := retryafter.Decision{Allowed: true, Limit: 1, Remaining: 0, Reset: 2}
+	if d, _ := s.Decide(ctx, "k", 1, t0); d != want {
+		t.Fatalf("first request: %+v, want %+v", d, want)
+	}
+	want = retryafter.Decision{RetryAfter: 2, Limit: 1, Remaining: 0, Reset: 2}
+	if d, _ := s.Decide(ctx, "k", 1, t0); d != want {
+		t.Fatalf("second request at t0: %+v, want %+v", d, want)
+	}
+	if d, _ := s.Decide(ctx, "k", 1, t0.Add(1)); d.Allowed {
+		t.Fatalf("admitted 1ns after t0, in the next window: %+v", d)
+	}
+	if d, _ := s.Decide(ctx, "k", 1, t0.Add(2)); !d.Allowed {
+		t.Fatalf("refused 2ns after t0, two windows on: %+v", d)
+	}
+
+	type event struct {
+		at   time.Time
+		cost int
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var reached int
+	for w := time.Duration(1); w <= 8; w++ {
+		for limit := 1; limit <= 3; limit++ {
+			var history []event
+			replica := func() *Store {
+				r := New(limit, w, nil)
+				for _, e := range history {
+					if d, _ := r.Decide(ctx, "k", e.cost, e.at); !d.Allowed {
+						t.Fatalf("replay refused %+v", e)
+					}
+				}
+				return r
+			}
+			admitsAt := func(cost int, at time.Time) bool {
+				d, _ := replica().Decide(ctx, "k", cost, at)
+				return d.Allowed
+			}
+			s, now := New(limit, w, nil), t0
+			for range 200 {
+				now = now.Add(time.Duration(rng.Int64N(int64(3 * w))))
+				for len(history) > 0 && history[0].at.Before(now.Truncate(w).Add(-w)) {
+					history = history[1:] // no longer counted: the replicas need not replay it
+				}
+				cost := 1 + rng.IntN(limit)
+				d, _ := s.Decide(ctx, "k", cost, now)
+				afterNext := now.Truncate(w).Add(2 * w)
+				if now.Add(d.RetryAfter).Equal(afterNext) || now.Add(d.Reset).Equal(afterNext) {
+					reached++
+				}
+				if d.Allowed {
+					history = append(history, event{now, cost})
+				} else {
+					if !admitsAt(cost, now.Add(d.RetryAfter)) || admitsAt(cost, now.Add(d.RetryAfter-1)) {
+						t.Fatalf("%v/%d at %v: cost %d refused with RetryAfter %v, not the first instant it is admitted", w, limit, now.Sub(t0), cost, d.RetryAfter)
+					}
+				}
+				if d.Reset > 0 && (!admitsAt(limit, now.Add(d.Reset)) || admitsAt(limit, now.Add(d.Reset-1))) {
+					t.Fatalf("%v/%d at %v: Reset %v is not the first instant the whole limit is admitted", w, limit, now.Sub(t0), d.Reset)
+				}
+			}
+		}
+	}
+	if reached == 0 {
+		t.Fatal("no wait went past the next window: the pattern does not test anything")
+	}
+}
+
 // TestQuota checks the mapping of Limit, Remaining and Reset on random patterns:
 // after each decision, a request of cost n at the same instant would be admitted exactly when
 // n ≤ Remaining, and a request of cost Limit exactly Reset later would be admitted and one
@@ -648,6 +725,151 @@ func TestStaleInstantDecidedLater(t *testing.T) {
 	}
 }
 
+// TestClockStepsBack steps the wall clock back under a Store, as a time daemon or an operator
+// may: by an hour, by a few seconds, and by less than a window. Before the step a client spent
+// its limit; after it, that client is not sent away for the length of the step. A fresh client
+// then polls ten times a window for sixty windows, and from two windows after the step on, it
+// is decided exactly as by a Store that was new at some instant within those two windows and
+// only ever knew the clock after the step. The in-memory counter, which clears every key when
+// it is given an older window, is given one at most once.
+func TestClockStepsBack(t *testing.T) {
+	for _, w := range []time.Duration{time.Second, 10 * time.Second} {
+		for _, step := range []time.Duration{time.Hour, 3 * time.Second, w / 2} {
+			t.Run(fmt.Sprint(w, "/", step), func(t *testing.T) { clockStepsBack(t, w, step) })
+		}
+	}
+}
+
+func clockStepsBack(t *testing.T, w, step time.Duration) {
+	const limit, polls, perWindow = 5, 600, 10
+	ctx := context.Background()
+	counter := &windowsBack{LimitCounter: httprate.NewLocalLimitCounter(w)}
+	s := New(limit, w, counter)
+	before := t0.Add(time.Hour + 7*w/10) // 70% into a window
+	for range limit {
+		if d, _ := s.Decide(ctx, "busy", 1, before); !d.Allowed {
+			t.Fatalf("busy refused before the step: %+v", d)
+		}
+	}
+	// The client at its limit asks again just after the step, and once more when told to.
+	after := before.Add(-step)
+	busy, _ := s.Decide(ctx, "busy", 1, after)
+	if busy.Allowed || busy.RetryAfter > 4*w {
+		t.Errorf("busy just after the step: %+v, want refused for at most 4 windows", busy)
+	}
+	retry := after.Add(busy.RetryAfter)
+
+	poll := func(i int) time.Time { return after.Add(time.Duration(i) * w / perWindow) }
+	got := make([]retryafter.Decision, polls)
+	admitted := 0
+	for i := range polls {
+		if !busy.Allowed && !retry.After(poll(i)) {
+			if busy, _ = s.Decide(ctx, "busy", 1, retry); !busy.Allowed {
+				t.Errorf("busy refused when it came back as told, %v after the step: %+v", retry.Sub(after), busy)
+			}
+			busy.Allowed = true
+		}
+		d, err := s.Decide(ctx, "fresh", 1, poll(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = d
+		if d.Allowed {
+			admitted++
+		}
+	}
+	// A Store new at poll k, for each k in the first two windows; the first to agree with s on
+	// every poll from two windows on is where s counted normally again.
+	resumed := -1
+	for k := 0; k <= 2*perWindow && resumed < 0; k++ {
+		ref, same := New(limit, w, nil), true
+		for i := k; i < polls && same; i++ {
+			d, _ := ref.Decide(ctx, "fresh", 1, poll(i))
+			same = i < 2*perWindow || d == got[i]
+		}
+		if same {
+			resumed = k
+		}
+	}
+	ref, refAdmitted := New(limit, w, nil), 0
+	for i := range polls {
+		if d, _ := ref.Decide(ctx, "fresh", 1, poll(i)); d.Allowed {
+			refAdmitted++
+		}
+	}
+	t.Logf("step back %v, window %v: the client at its limit told to wait %v; the fresh client admitted %d times in %d polls, %d by a Store new at the step", step, w, retry.Sub(after), admitted, polls, refAdmitted)
+	if resumed < 0 {
+		t.Errorf("from two windows after the step on, the fresh client is not decided as by any Store new in those two windows")
+	} else {
+		t.Logf("decided as by a Store new %v after the step", poll(resumed).Sub(after))
+	}
+	if counter.back > 1 {
+		t.Errorf("the counter was given an older window than the one before %d times, want at most once", counter.back)
+	}
+}
+
+// TestStalledRequests has single requests reach Decide up to an hour after they read the
+// clock, each between requests on time, as from goroutines stalled that long. They are not a
+// step of the clock: each is decided at the latest instant, like any request late to the lock,
+// with its waits lengthened by two windows at most, and the counter is never given an older
+// window, nor counts a key past the limit in one.
+func TestStalledRequests(t *testing.T) {
+	const w, limit = time.Second, 5
+	ledger := newWindowLedger(w)
+	s := New(limit, w, ledger)
+	rng := rand.New(rand.NewPCG(3, 4))
+	clock := t0
+	var stalled int
+	for i := range 2000 {
+		clock = clock.Add(time.Duration(rng.Int64N(int64(w / 20))))
+		now := clock
+		if i%2 == 1 && rng.IntN(2) == 0 {
+			now = now.Add(-time.Duration(rng.Int64N(int64(time.Hour))))
+			stalled++
+		}
+		key := []string{"a", "b", "c"}[rng.IntN(3)]
+		d, err := s.Decide(context.Background(), key, 1, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > 4*w) {
+			t.Fatalf("refused %s at %v with RetryAfter %v", key, now.Sub(t0), d.RetryAfter)
+		}
+	}
+	ledger.check(t, limit)
+	if stalled == 0 {
+		t.Fatal("no request stalled: the pattern does not test anything")
+	}
+}
+
+// windowsBack is a LimitCounter that counts the calls naming an older window than the call
+// before it did.
+type windowsBack struct {
+	httprate.LimitCounter
+	mu     sync.Mutex
+	latest time.Time
+	back   int
+}
+
+func (c *windowsBack) see(window time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if window.Before(c.latest) {
+		c.back++
+	}
+	c.latest = window
+}
+
+func (c *windowsBack) Get(key string, curr, prev time.Time) (int, int, error) {
+	c.see(curr)
+	return c.LimitCounter.Get(key, curr, prev)
+}
+
+func (c *windowsBack) IncrementBy(key string, curr time.Time, n int) error {
+	c.see(curr)
+	return c.LimitCounter.IncrementBy(key, curr, n)
+}
+
 // TestStaleInstants decides requests for a few busy keys and a stream of new
 // ones at readings up to two windows stale, one after another, and checks on a ledger of the
 // counter's calls that the windows it is given never go back and that no key is counted past
@@ -862,6 +1084,93 @@ func TestCounterErrors(t *testing.T) {
 	c.failGet, c.failIncrement = false, false
 	if d, _ := s.Decide(context.Background(), "k", 1, t0); !d.Allowed {
 		t.Fatalf("first request after the counter recovered refused: the failures were counted")
+	}
+}
+
+// panickingCounter is a LimitCounter whose Get or IncrementBy panics once, as a counter with a
+// bug might: the server recovers the handler's panic and goes on serving.
+type panickingCounter struct {
+	httprate.LimitCounter
+	call  string // "Get" or "IncrementBy"
+	armed bool
+}
+
+var errCounterBug = errors.New("counter bug")
+
+func (c *panickingCounter) Get(key string, curr, prev time.Time) (int, int, error) {
+	if c.call == "Get" && c.armed {
+		c.armed = false
+		panic(errCounterBug)
+	}
+	return c.LimitCounter.Get(key, curr, prev)
+}
+
+func (c *panickingCounter) IncrementBy(key string, curr time.Time, n int) error {
+	if c.call == "IncrementBy" && c.armed {
+		c.armed = false
+		panic(errCounterBug)
+	}
+	return c.LimitCounter.IncrementBy(key, curr, n)
+}
+
+// TestCounterPanics has the counter panic once in each of its calls. The panic must reach
+// Decide's caller as it was (net/http recovers it), and leave no part of the key space locked:
+// the same key, the next windows (moving to them locks every part) and other keys are then
+// decided as if the panicking request had not come. A lock left held would hang them, so they
+// run under a deadline that only a hang reaches.
+func TestCounterPanics(t *testing.T) {
+	ctx := context.Background()
+	for _, call := range []string{"Get", "IncrementBy"} {
+		t.Run(call, func(t *testing.T) {
+			c := &panickingCounter{LimitCounter: httprate.NewLocalLimitCounter(time.Second), call: call}
+			s := New(2, time.Second, c)
+			if d, _ := s.Decide(ctx, "k", 1, t0); !d.Allowed {
+				t.Fatalf("first request refused: %+v", d)
+			}
+			c.armed = true
+			func() {
+				defer func() {
+					if r := recover(); r != errCounterBug {
+						t.Fatalf("Decide recovered %v, want the counter's own panic", r)
+					}
+				}()
+				d, err := s.Decide(ctx, "k", 1, t0)
+				t.Fatalf("Decide returned %+v, %v; want the counter's panic", d, err)
+			}()
+			for i := range s.parts {
+				if !s.parts[i].mu.TryLock() {
+					t.Fatalf("part %d is still locked after the counter panicked", i)
+				}
+				s.parts[i].mu.Unlock()
+			}
+
+			done := make(chan string)
+			go func() {
+				defer close(done)
+				// The panicking request counted nothing: one more fits at t0, then none.
+				for i, want := range []bool{true, false} {
+					if d, _ := s.Decide(ctx, "k", 1, t0); d.Allowed != want {
+						done <- fmt.Sprintf("k at t0, request %d after the panic: %+v, want allowed=%v", i, d, want)
+						return
+					}
+				}
+				// Two windows on, every count has decayed.
+				for _, key := range []string{"k", "other", "k"} {
+					if d, _ := s.Decide(ctx, key, 1, t0.Add(2*time.Second)); !d.Allowed {
+						done <- fmt.Sprintf("%s two windows after the panic: %+v", key, d)
+						return
+					}
+				}
+			}()
+			select {
+			case msg, ok := <-done:
+				if ok {
+					t.Fatal(msg)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Decide still blocked 10s after the counter's panic: a lock was left held")
+			}
+		})
 	}
 }
 
