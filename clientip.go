@@ -9,10 +9,10 @@ import (
 )
 
 // ErrNoClientIP is the error, wrapped, that the key functions of [ClientIP] and
-// [ClientIPPrefix] return when the request's RemoteAddr holds no IP address: an empty
-// RemoteAddr, a server listening on a Unix socket ("@" or a path), or a net.Pipe ("pipe").
-// Test for it with [errors.Is]. Forwarding headers are not consulted in that case, because
-// a peer without an address cannot be inside a trusted prefix.
+// [ClientIPPrefix] return when no client address can be found: RemoteAddr holds none (a
+// net.Pipe, "pipe"), or the server listens on a Unix socket ("@", a path) and the peer is not
+// trusted as a local proxy (see [ClientIPPrefix]) or names no client. Test for it with
+// [errors.Is].
 var ErrNoClientIP = errors.New("retryafter: no client IP in request")
 
 // clientIPForwardedFor is pre-canonicalised so that reading it is a plain map lookup.
@@ -59,7 +59,13 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 //     "2001:db8::1", "[2001:db8::1]"). A zone ("fe80::1%eth0") is dropped, and an
 //     IPv4-mapped IPv6 address (::ffff:203.0.113.7) is unmapped to IPv4 before anything
 //     else, so it is keyed and matched against trusted prefixes as IPv4. If RemoteAddr holds
-//     no IP, the function returns an error wrapping [ErrNoClientIP].
+//     no IP, the function returns an error wrapping [ErrNoClientIP], but for a Unix socket.
+//   - Behind a proxy that connects on a Unix socket, RemoteAddr is the socket ("@" or a path),
+//     not an address, and every request would be that one peer. Such a peer is a local
+//     process, as a loopback one is, so it is trusted as a proxy when a trusted prefix holds
+//     a loopback address: ClientIP(netip.MustParsePrefix("127.0.0.1/32")) keys each request
+//     by the client its proxy appended to X-Forwarded-For, walked as below. Untrusted, or with
+//     no usable X-Forwarded-For, it is an error whose text says so.
 //   - With no trusted prefixes, RemoteAddr is the client. X-Forwarded-For, X-Real-IP,
 //     Forwarded and every other request header are ignored, so a client cannot dodge its
 //     limit by sending them.
@@ -119,7 +125,7 @@ type clientKeyer struct {
 func (k *clientKeyer) key(r *http.Request) (string, error) {
 	text, addr, ok := clientIPParseHost(r.RemoteAddr)
 	if !ok {
-		return "", fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, r.RemoteAddr)
+		return k.socketKey(r)
 	}
 	if len(k.trusted) > 0 && k.isTrusted(addr) {
 		if lines := r.Header[clientIPForwardedFor]; len(lines) > 0 {
@@ -128,6 +134,36 @@ func (k *clientKeyer) key(r *http.Request) (string, error) {
 		}
 	}
 	return k.format(addr, text), nil
+}
+
+// socketKey is the key of a request whose RemoteAddr holds no IP. A peer on a Unix socket is a
+// local process, as a loopback one is, and is trusted as a proxy when loopback is: the client is
+// then found in its X-Forwarded-For as behind any trusted proxy.
+func (k *clientKeyer) socketKey(r *http.Request) (string, error) {
+	if !unixSocketAddr(r.RemoteAddr) {
+		return "", fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, r.RemoteAddr)
+	}
+	if !k.isTrusted(loopback4) && !k.isTrusted(loopback6) {
+		return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket; behind a proxy that connects on one, "+
+			"trust it as a local proxy, ClientIP(netip.MustParsePrefix(\"127.0.0.1/32\")), and have it "+
+			"append the client to X-Forwarded-For", ErrNoClientIP, r.RemoteAddr)
+	}
+	lines := r.Header[clientIPForwardedFor]
+	if a := k.walk(lines, netip.Addr{}); a.IsValid() {
+		return k.format(a, ""), nil
+	}
+	return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket, and X-Forwarded-For names no client", ErrNoClientIP, r.RemoteAddr)
+}
+
+var (
+	loopback4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	loopback6 = netip.IPv6Loopback()
+)
+
+// unixSocketAddr reports whether remote is the RemoteAddr net/http gives a connection on a Unix
+// socket: the peer's socket path, "@" for an unnamed or abstract one, or "".
+func unixSocketAddr(remote string) bool {
+	return remote == "" || remote[0] == '@' || remote[0] == '/'
 }
 
 // isTrusted reports whether a, already unmapped and without zone, is inside a trusted
@@ -143,7 +179,8 @@ func (k *clientKeyer) isTrusted(a netip.Addr) bool {
 
 // walk steps left through the X-Forwarded-For lines from cur, a trusted hop, and
 // returns the first untrusted hop, the leftmost hop if all are trusted, or the last
-// trusted hop before a malformed entry.
+// trusted hop before a malformed entry. cur may be the zero Addr, for a trusted peer
+// without an address; the result is then the zero Addr when no entry names a hop.
 func (k *clientKeyer) walk(lines []string, cur netip.Addr) netip.Addr {
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]

@@ -1,13 +1,20 @@
 package retryafter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // clientIPReq returns a request from remote with the given header name/value pairs, added in
@@ -554,4 +561,82 @@ func FuzzClientIP(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestClientIPUnixSocket checks a proxy that connects on a Unix socket: untrusted, the error says
+// what to do; trusted as a local proxy (loopback is trusted), its X-Forwarded-For names the client.
+func TestClientIPUnixSocket(t *testing.T) {
+	local := ClientIP(netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8"))
+	for _, tt := range []struct {
+		name   string
+		key    KeyFunc
+		remote string
+		xff    []string
+		want   string // "" for an error
+	}{
+		{"untrusted", ClientIP(), "@", []string{"203.0.113.7"}, ""},
+		{"trusted, but not loopback", ClientIP(netip.MustParsePrefix("10.0.0.0/8")), "@", []string{"203.0.113.7"}, ""},
+		{"trusted, unnamed", local, "@", []string{"203.0.113.7"}, "203.0.113.7"},
+		{"trusted, path", local, "/run/app.sock", []string{"203.0.113.7:5000"}, "203.0.113.7"},
+		{"trusted, empty", local, "", []string{"203.0.113.7"}, "203.0.113.7"},
+		{"trusted, IPv6 loopback", ClientIP(netip.MustParsePrefix("::1/128")), "@", []string{"2001:db8:1:2::9"}, "2001:db8:1:2::/64"},
+		{"trusted, through a trusted hop", local, "@", []string{"198.51.100.4, 10.1.2.3"}, "198.51.100.4"},
+		{"trusted, spoofed on the left", local, "@", []string{"1.1.1.1", "203.0.113.7"}, "203.0.113.7"},
+		{"trusted, no header", local, "@", nil, ""},
+		{"trusted, garbage", local, "@", []string{"unknown"}, ""},
+		{"pipe is no socket", local, "pipe", []string{"203.0.113.7"}, ""},
+	} {
+		r := clientIPReq(tt.remote)
+		if tt.xff != nil {
+			r.Header["X-Forwarded-For"] = tt.xff
+		}
+		got, err := tt.key(r)
+		if tt.want == "" {
+			if !errors.Is(err, ErrNoClientIP) {
+				t.Errorf("%s: key %q, %v; want an error wrapping ErrNoClientIP", tt.name, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%s: key %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+	_, err := ClientIP()(clientIPReq("@"))
+	if err == nil || !strings.Contains(err.Error(), "Unix socket") || !strings.Contains(err.Error(), "127.0.0.1/32") {
+		t.Errorf("the error for an untrusted Unix socket does not say what to do: %v", err)
+	}
+}
+
+// TestClientIPOverUnixSocket serves requests on a real Unix socket, as behind a local proxy,
+// and checks that each client named in X-Forwarded-For has its own limit.
+func TestClientIPOverUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Skipf("no Unix sockets here: %v", err)
+	}
+	var remotes []string
+	limit := Limit(rate.Every(time.Hour), 1, WithKeyFunc(ClientIP(netip.MustParsePrefix("127.0.0.1/32"))))
+	srv := &http.Server{Handler: limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remotes = append(remotes, r.RemoteAddr)
+	}))}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	var codes []int
+	for _, client := range []string{"203.0.113.7", "203.0.113.8", "203.0.113.7"} {
+		req, _ := http.NewRequest("GET", "http://proxy/", nil)
+		req.Header.Set("X-Forwarded-For", client)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("statuses %v, want %v (RemoteAddr seen: %q)", codes, want, remotes)
+	}
 }
