@@ -1,6 +1,8 @@
 package retryafter
 
 import (
+	"context"
+	"math"
 	"net/http"
 	"time"
 
@@ -32,7 +34,8 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 }
 
 // LimitWith returns middleware that asks l about each request, passes the admitted ones to next
-// and answers the others with 429 Too Many Requests, Retry-After and Date, as [Limit] does.
+// and answers the others with 429 Too Many Requests, Retry-After and Date, as [Limit] does. It is
+// shorthand for NewMiddleware(l, opts...).Handler.
 //
 // When the key function or l fails, the request is answered as [WithFailOpen] says, except that
 // a request whose own context ended while l decided (the client hung up, a deadline passed) is
@@ -44,92 +47,161 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // in Access-Control-Expose-Headers, and so does an admitted response when rate-limit fields are
 // on, merging with what CORS middleware mounted before it set there.
 func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
-	if l == nil {
-		panic("retryafter: LimitWith(nil)")
-	}
-	c := newConfig(opts)
-	fields := newQuotaFields(&c, l)
-	names := fields.exposed()
-	allowed := newExposeList(names...)
-	refused := newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
-	return func(next http.Handler) http.Handler {
-		h := &limitHandler{next: next, limiter: l, c: c, fields: fields, exposeAllowed: allowed}
-		h.bucket, _ = l.(*TokenBucket)
-		h.emit.expose = refused
-		return h
-	}
+	return NewMiddleware(l, opts...).Handler
 }
 
-// limitHandler is the handler the middleware of [LimitWith] wraps around next.
-type limitHandler struct {
-	next          http.Handler
+// A Middleware asks a [Limiter] about requests and answers those it refuses: the middleware of
+// [LimitWith] as a value, so that a handler that limits by something only it knows (a login, by
+// the user name in the body) answers with the very same 429, fields, problem details and hooks.
+//
+//	m := retryafter.NewMiddleware(perUser, retryafter.WithProblemDetails(retryafter.ProblemDetails{}))
+//	func login(w http.ResponseWriter, r *http.Request) {
+//		user := r.PostFormValue("user")
+//		if !m.Allow(w, r, user) {
+//			return // refused: the 429 is written
+//		}
+//		...
+//	}
+//
+// A Middleware is safe for concurrent use.
+type Middleware struct {
 	limiter       Limiter
 	bucket        *TokenBucket // limiter, when it is one: called directly, which is faster
+	after         afterCharger // limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
 	fields        quotaFields
 	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
 }
 
+// NewMiddleware returns a [Middleware] that asks l, configured by opts. It panics if l is nil.
+func NewMiddleware(l Limiter, opts ...Option) *Middleware {
+	if l == nil {
+		panic("retryafter: nil Limiter")
+	}
+	c := newConfig(opts)
+	m := &Middleware{limiter: l, c: c}
+	m.bucket, _ = l.(*TokenBucket)
+	if a, ok := l.(afterCharger); ok && a.deferred() {
+		m.after = a
+	}
+	m.fields = newQuotaFields(&m.c, l)
+	names := m.fields.exposed()
+	m.exposeAllowed = newExposeList(names...)
+	m.emit.expose = newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
+	return m
+}
+
+// Handler returns next behind the limiter, as [LimitWith] describes: the key function names
+// the client, and admitted requests reach next. With chi: r.Use(m.Handler).
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		panic("retryafter: Middleware.Handler(nil)")
+	}
+	return &limitHandler{next: next, m: m}
+}
+
+// Allow decides r under key, rather than the key function's, and reports whether it was
+// admitted; if not, it has written the refusal, as the middleware would have (the key function
+// is not called). The cost is the one [WithCost] gives r. When the limiter fails, it reports
+// true if the Middleware fails open and otherwise writes the 503. A limiter with layers charged
+// afterwards ([ChargedAfter]) is charged by the caller, which knows the key: with [Charger]'s
+// Charge.
+func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) bool {
+	return m.decide(w, r, m.c.now(), key)
+}
+
+// limitHandler is the handler a Middleware wraps around next.
+type limitHandler struct {
+	next http.Handler
+	m    *Middleware
+}
+
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := h.c.now()
-	key, err := h.c.key(r)
+	m := h.m
+	now := m.c.now()
+	key, err := m.c.key(r)
 	if err != nil {
-		h.fail(w, r, now, http.StatusInternalServerError, err)
+		m.fail(w, r, now, http.StatusInternalServerError, err)
+		if m.c.failOpen {
+			h.next.ServeHTTP(w, r)
+		}
 		return
 	}
-	cost := 1
-	if h.c.cost != nil {
-		cost = max(1, h.c.cost(r))
-	}
-	var d Decision
-	if h.bucket != nil {
-		h.bucket.decide(key, cost, now, &d, h.fields.set != 0)
-	} else if d, err = h.limiter.Decide(r.Context(), key, cost, now); err != nil {
-		if r.Context().Err() != nil {
-			// The request itself ended (the client hung up, a deadline passed): the store
-			// did not fail, and a request that was not counted is not admitted for it.
-			h.emit.refuse(w, r, h.c.respond, http.StatusServiceUnavailable, now, failClosedWait, nil)
-			return
-		}
-		h.fail(w, r, now, http.StatusServiceUnavailable, err)
+	if !m.decide(w, r, now, key) {
 		return
 	}
-	var lines *header.Lines
-	if h.fields.set != 0 {
-		lines = new(header.Lines)
-		hdr := w.Header()
-		h.fields.write(hdr, d, lines)
-		if d.Allowed && hasOrigin(r) {
-			h.exposeAllowed.expose(hdr, lines)
-		}
-	}
-	if d.Allowed {
+	if m.after == nil {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	if h.c.onLimited != nil {
-		h.c.onLimited(r, key, d)
+	// Layers charged afterwards: the handler reports what the request cost with Charge.
+	slot := new(chargeSlot)
+	h.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot)))
+	if cost := slot.cost.Load(); cost > 0 {
+		// The request's context may have ended with the handler; what it cost is still owed.
+		ctx := context.WithoutCancel(r.Context())
+		if err := m.after.chargeAfter(ctx, key, int(min(cost, math.MaxInt32)), m.c.now()); err != nil && m.c.onError != nil {
+			m.c.onError(r, err)
+		}
 	}
-	h.emit.refuse(w, r, h.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines)
+}
+
+// decide asks the limiter about r under key at now, writes the rate-limit fields, and reports
+// whether r was admitted; if not, it has answered r.
+func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Time, key string) bool {
+	cost := 1
+	if m.c.cost != nil {
+		cost = max(1, m.c.cost(r))
+	}
+	var d Decision
+	var err error
+	if m.bucket != nil {
+		m.bucket.decide(key, cost, now, &d, m.fields.set != 0)
+	} else if d, err = m.limiter.Decide(r.Context(), key, cost, now); err != nil {
+		if r.Context().Err() != nil {
+			// The request itself ended (the client hung up, a deadline passed): the store
+			// did not fail, and a request that was not counted is not admitted for it.
+			m.emit.refuse(w, r, m.c.respond, http.StatusServiceUnavailable, now, failClosedWait, nil)
+			return false
+		}
+		m.fail(w, r, now, http.StatusServiceUnavailable, err)
+		return m.c.failOpen
+	}
+	var lines *header.Lines
+	if m.fields.set != 0 {
+		lines = new(header.Lines)
+		hdr := w.Header()
+		m.fields.write(hdr, d, lines)
+		if d.Allowed && hasOrigin(r) {
+			m.exposeAllowed.expose(hdr, lines)
+		}
+	}
+	if d.Allowed {
+		return true
+	}
+	if m.c.onLimited != nil {
+		m.c.onLimited(r, key, d)
+	}
+	m.emit.refuse(w, r, m.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines)
+	return false
 }
 
 // failClosedWait is the Retry-After of the 503 that answers a limiter error when failing
 // closed: short, since a store that is down is usually back soon.
 const failClosedWait = time.Second
 
-// fail reports err and then admits r or refuses it with status, as configured.
-func (h *limitHandler) fail(w http.ResponseWriter, r *http.Request, now time.Time, status int, err error) {
-	if h.c.onError != nil {
-		h.c.onError(r, err)
+// fail reports err and, unless the Middleware fails open, refuses r with status.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, now time.Time, status int, err error) {
+	if m.c.onError != nil {
+		m.c.onError(r, err)
 	}
-	if h.c.failOpen {
-		h.next.ServeHTTP(w, r)
+	if m.c.failOpen {
 		return
 	}
 	var wait time.Duration
 	if status == http.StatusServiceUnavailable {
 		wait = failClosedWait
 	}
-	h.emit.refuse(w, r, h.c.respond, status, now, wait, nil)
+	m.emit.refuse(w, r, m.c.respond, status, now, wait, nil)
 }

@@ -15,6 +15,14 @@
 // ([WithRateLimitFields]), RFC 9457 problem details ([WithProblemDetails]), costs ([WithCost])
 // and hooks for logs and metrics.
 //
+// Real APIs have several limits: [All] admits a request only when every one of its limiters
+// does, and a refusal by any spends nothing in any, with the exact wait until all admit. A layer
+// can count every client against one key ([Shared], for a whole service or a route) or be
+// charged what a request really cost once it ran ([ChargedAfter] and [Charge], for tokens a
+// model produced). A cost of 0 is a peek: the quota of a key, for a status endpoint, spending
+// nothing. A handler that limits by something only it knows uses a [Middleware]'s Allow, and
+// answers with the same 429.
+//
 // [Maintenance] is the 503 form: a switch that answers every request with Service Unavailable
 // and a Retry-After that counts down to the announced end of the work.
 //

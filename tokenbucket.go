@@ -148,12 +148,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 	// then credits the time between twice (golang/go#65508): under load it admits more than
 	// its rate. So each part decides at the latest instant it has seen, and the waits it
 	// reports are stretched by the lag, to stay exact from the caller's now.
-	at := now
-	if now.Before(p.latest) {
-		at = p.latest
-	} else {
-		p.latest = now
-	}
+	at := p.at(now)
 	lim, ok := p.keys[key]
 	if !ok {
 		var wait time.Duration

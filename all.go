@@ -1,0 +1,386 @@
+package retryafter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sync/atomic"
+	"time"
+)
+
+// A Layer is one limit of a request that [All] decides in several Limiters: a Limiter, the key
+// it counts the request against, and when it is charged. [Shared] and [ChargedAfter] make
+// layers; All takes them apart into this form for the Limiters that decide several layers at
+// once ([Combiner]).
+type Layer struct {
+	// Limiter decides the layer.
+	Limiter Limiter
+
+	// Key returns the key the layer counts a request of key k against. If nil, it is k.
+	Key func(k string) string
+
+	// Deferred marks a layer that admits a request while its key is not in debt, deciding at
+	// cost 0, and is charged the request's real cost afterwards (see [ChargedAfter]).
+	Deferred bool
+}
+
+// key returns the key the layer counts a request of key k against.
+func (l *Layer) key(k string) string {
+	if l.Key == nil {
+		return k
+	}
+	return l.Key(k)
+}
+
+// cost returns what the layer is charged at admission for a request of cost.
+func (l *Layer) cost(cost int) int {
+	if l.Deferred {
+		return 0
+	}
+	return cost
+}
+
+// A Combiner is a Limiter that can decide several layers of its own kind in one atomic step:
+// all admit and each spends, or none spends. [All] uses it: [TokenBucket] combines with the
+// other TokenBuckets of the process, and redisstore with the Stores of the same Redis, in one
+// script. Implementing it is for Limiters that keep their counts where one step can reach them
+// all.
+type Combiner interface {
+	Limiter
+
+	// Combine returns a Limiter that decides a request in every one of layers, all or nothing,
+	// in one atomic step, with the Decision of the layer that binds (see [All]); ok is false
+	// when it cannot take them all (a layer of another kind or another store). Its Decide must
+	// keep the contract of [Limiter] for the request as a whole.
+	Combine(layers []Layer) (l Limiter, ok bool)
+}
+
+// A Charger is a Limiter that can charge a key after the fact: a cost known only once a
+// request ran (tokens a model produced, bytes sent), or quota given back.
+type Charger interface {
+	Limiter
+
+	// Charge spends cost from key's quota at now, whether or not it holds that much: the key
+	// may go into debt, and its next request is then refused until the debt is repaid, with
+	// the exact wait. A negative cost gives quota back, never beyond a full quota, as if a
+	// request admitted at now had not been made.
+	Charge(ctx context.Context, key string, cost int, now time.Time) error
+}
+
+// maxLayers is the most layers one All decides.
+const maxLayers = 16
+
+// All returns a Limiter that admits a request only when every one of limiters admits it, and
+// then spends its cost in each: 10 per second and 1,000 per hour, a limit per client and one
+// for the whole service ([Shared]), requests per minute and tokens charged afterwards
+// ([ChargedAfter]).
+//
+// A refusal by any spends nothing in any, and its RetryAfter is the exact wait until all would
+// admit the request: the largest of their waits, each taken at the same instant. The Decision's
+// Limit and Reset are those of the layer that binds (on a refusal the one with the longest
+// wait, otherwise the one with the least quota left), and Remaining the least that any layer
+// would admit, so that the rate-limit fields report that layer.
+//
+// How atomic it is depends on where the limits are kept:
+//   - TokenBuckets of one process are decided under the locks of every part of their tables
+//     that the request touches, taken in one fixed order: no other request sees a layer spent
+//     by a request that another layer refuses.
+//   - Stores of one Redis are decided in one round trip, by one script (package redisstore).
+//   - A mix that spans stores (memory and Redis, two Redises) is decided one store after the
+//     other, in the order given; when a later one refuses, what the earlier ones spent is given
+//     back at the same instant, so a refusal still spends nothing once Decide returns. While it
+//     decides, a concurrent request for the same key may find a layer spent that is then given
+//     back, and be refused where it would have been admitted, never the reverse. So every
+//     limiter of a mix must be a [Charger], but for at most one, which is decided last, and
+//     not at all once another has refused: its own wait is then not known, and RetryAfter can
+//     be shorter than the wait until it too admits.
+//
+// All panics if limiters is empty, holds nil, holds more than 16 layers in all, or mixes
+// stores and more than one of them cannot give back what it spent.
+func All(limiters ...Limiter) Limiter {
+	var layers []Layer
+	for _, l := range limiters {
+		layers = appendLayers(layers, l)
+	}
+	if len(layers) == 0 {
+		panic("retryafter: All of no limiter")
+	}
+	if len(layers) > maxLayers {
+		panic("retryafter: All of more than 16 layers")
+	}
+	a := &all{layers: layers}
+	for i := 0; i < len(layers); {
+		n, g := combine(layers[i:])
+		a.groups = append(a.groups, group{Limiter: g, layers: layers[i : i+n]})
+		i += n
+	}
+	if len(a.groups) == 1 && a.groups[0].Limiter != nil {
+		a.one = a.groups[0].Limiter
+	}
+	// Whatever cannot give back what it spent is decided last, and only one may.
+	last := -1
+	for i, g := range a.groups {
+		if !g.refundable() {
+			if last >= 0 {
+				panic("retryafter: All of stores that cannot give back what they spent: at most one may be neither a Charger nor combined")
+			}
+			last = i
+		}
+	}
+	if last >= 0 && len(a.groups) > 1 {
+		g := a.groups[last]
+		a.groups = append(append(a.groups[:last:last], a.groups[last+1:]...), g)
+	}
+	return a
+}
+
+// appendLayers appends the layers of l to layers: its own, or those of an All it is.
+func appendLayers(layers []Layer, l Limiter) []Layer {
+	switch l := l.(type) {
+	case nil:
+		panic("retryafter: nil Limiter")
+	case *all:
+		return append(layers, l.layers...)
+	case *layered:
+		return append(layers, l.Layer)
+	}
+	return append(layers, Layer{Limiter: l})
+}
+
+// combine returns how many of the layers, from the first, the first one's kind decides in one
+// step, and the Limiter that does: the largest run that its Combine takes, or the first layer
+// alone (a nil Limiter: decided by its own Limiter, with its key and cost).
+func combine(layers []Layer) (int, Limiter) {
+	c, ok := layers[0].Limiter.(Combiner)
+	if !ok {
+		return 1, nil
+	}
+	kind := reflect.TypeOf(layers[0].Limiter)
+	n := 1
+	for n < len(layers) && reflect.TypeOf(layers[n].Limiter) == kind {
+		n++
+	}
+	for ; n >= 1; n-- {
+		if l, ok := c.Combine(layers[:n]); ok {
+			return n, l
+		}
+	}
+	return 1, nil
+}
+
+// all is the Limiter that All returns.
+type all struct {
+	layers []Layer
+	groups []group
+	one    Limiter // the one combined Limiter that decides every layer, if there is one
+}
+
+// A group is layers that one step decides: by a combined Limiter, or, when it is nil, by the
+// one layer's own Limiter.
+type group struct {
+	Limiter
+	layers []Layer
+}
+
+// refundable reports whether what the group spends can be given back.
+func (g group) refundable() bool {
+	for _, l := range g.layers {
+		if _, ok := l.Limiter.(Charger); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// decide decides the request in the group's layers.
+func (g group) decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	if g.Limiter != nil {
+		return g.Limiter.Decide(ctx, key, cost, now)
+	}
+	l := &g.layers[0]
+	return l.Limiter.Decide(ctx, l.key(key), l.cost(cost), now)
+}
+
+// refund gives back what the group spent on admitting the request at now.
+func (g group) refund(ctx context.Context, key string, cost int, now time.Time) error {
+	var errs []error
+	for i := range g.layers {
+		l := &g.layers[i]
+		if c := l.cost(cost); c > 0 {
+			errs = append(errs, l.Limiter.(Charger).Charge(ctx, l.key(key), -c, now))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Decide implements [Limiter] as [All] describes.
+func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	if a.one != nil {
+		return a.one.Decide(ctx, key, cost, now)
+	}
+	var d Decision
+	var admitted uint32 // bit i: group i admitted, and spent
+	var err error
+	for i, g := range a.groups {
+		if i > 0 && !d.Allowed && !g.refundable() {
+			break // it could not give back what it would spend just to tell its wait
+		}
+		var gd Decision
+		if gd, err = g.decide(ctx, key, cost, now); err != nil {
+			break
+		}
+		if gd.Allowed {
+			admitted |= 1 << i
+		}
+		d = tighter(d, gd, i == 0)
+	}
+	if err == nil && d.Allowed {
+		return d, nil
+	}
+	// A refusal or an error: give back what the groups that admitted spent.
+	var refunds []error
+	for i, g := range a.groups {
+		if admitted&(1<<i) != 0 {
+			refunds = append(refunds, g.refund(ctx, key, cost, now))
+		}
+	}
+	if rerr := errors.Join(refunds...); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("retryafter: All could not give back what it spent: %w", rerr))
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	return d, nil
+}
+
+// tighter merges the Decision of one more layer (or group) into d: refused if either is, with
+// the longer wait; the Limit and Reset of the layer that binds, and the least Remaining.
+func tighter(d, e Decision, first bool) Decision {
+	if first {
+		return e
+	}
+	binds := false
+	switch {
+	case d.Allowed != e.Allowed:
+		binds = !e.Allowed
+	case !e.Allowed:
+		binds = e.RetryAfter > d.RetryAfter
+	default:
+		binds = e.Limit > 0 && (d.Limit == 0 || e.Remaining < d.Remaining)
+	}
+	remaining := d.Remaining
+	if e.Limit > 0 && (d.Limit == 0 || e.Remaining < remaining) {
+		remaining = e.Remaining
+	}
+	if binds {
+		d.Allowed, d.RetryAfter, d.Limit, d.Reset = e.Allowed, e.RetryAfter, e.Limit, e.Reset
+	}
+	d.Allowed = d.Allowed && e.Allowed
+	d.Remaining = remaining
+	return d
+}
+
+// layered is a Limiter that decides one Layer: what Shared and ChargedAfter return.
+type layered struct{ Layer }
+
+// Decide implements [Limiter]: the layer's Limiter decides at the layer's key and cost.
+func (l *layered) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	return l.Limiter.Decide(ctx, l.key(key), l.cost(cost), now)
+}
+
+// Shared returns a Limiter that counts every request against the one key key in l, whatever key
+// it is asked about: a limit for the whole service, or a route, beside the per-client limits of
+// an [All]:
+//
+//	retryafter.All(perClient, retryafter.Shared(service, "all"))
+//
+// It panics if l is nil.
+func Shared(l Limiter, key string) Limiter {
+	if l == nil {
+		panic("retryafter: Shared(nil)")
+	}
+	lay := Layer{Limiter: l}
+	if s, ok := l.(*layered); ok {
+		lay = s.Layer
+	}
+	lay.Key = func(string) string { return key }
+	return &layered{lay}
+}
+
+// ChargedAfter returns a Limiter that admits a request while its key is not in debt in l (it
+// decides at cost 0, spending nothing) and charges l afterwards what the request really cost,
+// as its handler reports with [Charge]: tokens a model produced, bytes sent. The key may go into
+// debt; its next request is then refused until the debt is repaid, with the exact wait.
+//
+// It panics if l is not a [Charger].
+func ChargedAfter(l Limiter) Limiter {
+	lay := Layer{Limiter: l}
+	if s, ok := l.(*layered); ok {
+		lay = s.Layer
+	}
+	if _, ok := lay.Limiter.(Charger); !ok {
+		panic("retryafter: ChargedAfter needs a Charger")
+	}
+	lay.Deferred = true
+	return &layered{lay}
+}
+
+// An afterCharger is a Limiter with layers that are charged after the request: ChargedAfter's,
+// and an All that holds one.
+type afterCharger interface {
+	chargeAfter(ctx context.Context, key string, cost int, now time.Time) error
+	deferred() bool
+}
+
+func (l *layered) deferred() bool { return l.Deferred }
+
+func (l *layered) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
+	return l.Limiter.(Charger).Charge(ctx, l.key(key), cost, now)
+}
+
+func (a *all) deferred() bool {
+	for _, l := range a.layers {
+		if l.Deferred {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *all) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
+	var errs []error
+	for i := range a.layers {
+		if l := &a.layers[i]; l.Deferred {
+			errs = append(errs, l.Limiter.(Charger).Charge(ctx, l.key(key), cost, now))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// chargeKey is the context key of a request's chargeSlot.
+type chargeKey struct{}
+
+// A chargeSlot holds what the handler of an admitted request reported with Charge.
+type chargeSlot struct{ cost atomic.Int64 }
+
+// Charge adds cost to what the request r is charged once its handler returns, in the layers of
+// its limiter that [ChargedAfter] made, for a cost known only as the handler runs. It may be
+// called several times, from any goroutine, until the handler returns; a middleware mounted
+// inside the limiter can charge what the handler wrote. It reports whether r is charged: false
+// when r did not come through middleware whose limiter has such a layer, or cost is below 1.
+func Charge(r *http.Request, cost int) bool {
+	s, _ := r.Context().Value(chargeKey{}).(*chargeSlot)
+	if s == nil || cost < 1 {
+		return false
+	}
+	s.cost.Add(int64(cost))
+	return true
+}

@@ -1,0 +1,473 @@
+package retryafter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// gcra is an exact model of one layer: a token bucket of burst tokens, one every interval, kept
+// as the theoretical arrival time of each key, in integer nanoseconds (as the Redis store keeps
+// it). A request of cost c at t is admitted when max(tat, t) + c·interval ≤ t + burst·interval,
+// and then moves tat there; a refusal changes nothing.
+type gcra struct {
+	interval time.Duration
+	burst    int
+	tat      map[string]time.Time
+}
+
+func newGCRA(interval time.Duration, burst int) *gcra {
+	return &gcra{interval: interval, burst: burst, tat: map[string]time.Time{}}
+}
+
+// over returns by how much a request of cost at t overshoots the bucket: the wait until it is
+// admitted when positive, how early it could have come when not.
+func (g *gcra) over(key string, cost int, t time.Time) time.Duration {
+	tat := g.tat[key]
+	if tat.Before(t) {
+		tat = t
+	}
+	return tat.Add(time.Duration(cost) * g.interval).Sub(t.Add(time.Duration(g.burst) * g.interval))
+}
+
+// spend moves key's tat by cost at t, whether or not it fits: an admission, or a charge.
+func (g *gcra) spend(key string, cost int, t time.Time) {
+	tat := g.tat[key]
+	if tat.Before(t) {
+		tat = t
+	}
+	g.tat[key] = tat.Add(time.Duration(cost) * g.interval)
+}
+
+// modelLayer is one layer of a random All and its model.
+type modelLayer struct {
+	bucket   *TokenBucket
+	model    *gcra
+	shared   bool // counted against one key
+	deferred bool // ChargedAfter
+}
+
+func (l *modelLayer) key(k string) string {
+	if l.shared {
+		return "shared"
+	}
+	return k
+}
+
+// TestAllAgainstModel decides random requests of random clients with a random All of token
+// buckets, some shared by every client, some charged afterwards, on an injected clock, and checks
+// every decision against the exact model: refused exactly when some layer would overshoot, with
+// a RetryAfter of the largest overshoot (so that a request of the same cost at now + RetryAfter
+// is admitted and one a microsecond earlier is not); a refusal spends nothing in any layer (or
+// the model, which spends nothing on one, would part from the limiter); admitted requests spend
+// in every layer, so none ever exceeds its burst + rate × elapsed; charges afterwards put keys
+// into debt and their next request waits exactly until it is repaid.
+func TestAllAgainstModel(t *testing.T) {
+	const tolerance = 2 * time.Microsecond // the bucket's microsecond of slack, and float arithmetic
+	checked := map[string]int{}
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		var layers []modelLayer
+		var limiters []Limiter
+		minBurst := 1 << 30
+		for i := range 1 + rng.IntN(4) {
+			interval := time.Duration(1+rng.IntN(3000)) * time.Millisecond
+			burst := 1 + rng.IntN(8)
+			l := modelLayer{bucket: NewTokenBucket(rate.Every(interval), burst), model: newGCRA(interval, burst)}
+			l.shared = i > 0 && rng.IntN(3) == 0
+			l.deferred = i > 0 && rng.IntN(4) == 0
+			var lim Limiter = l.bucket
+			if l.shared {
+				lim = Shared(lim, "shared")
+			}
+			if l.deferred {
+				lim = ChargedAfter(lim)
+			}
+			layers = append(layers, l)
+			limiters = append(limiters, lim)
+			if !l.deferred {
+				minBurst = min(minBurst, burst)
+			}
+		}
+		a := All(limiters...)
+		now := t0
+		ctx := context.Background()
+		for range 400 {
+			now = now.Add(time.Duration(rng.Int64N(int64(800 * time.Millisecond))))
+			key := fmt.Sprintf("client-%d", rng.IntN(3))
+			cost := 1 + rng.IntN(min(minBurst, 3))
+			if minBurst == 1<<30 {
+				cost = 1
+			}
+			// The model's verdict: the largest overshoot of any layer. A layer whose bucket
+			// is full is exact in float64 too; one that is refilling may be a nanosecond off.
+			worst, margin := time.Duration(-1<<62), time.Duration(1<<62)
+			for i := range layers {
+				l := &layers[i]
+				c := cost
+				if l.deferred {
+					c = 0
+				}
+				o := l.model.over(l.key(key), c, now)
+				worst = max(worst, o)
+				if l.model.tat[l.key(key)].After(now) {
+					margin = min(margin, max(o, -o))
+				}
+			}
+			d, err := a.Decide(ctx, key, cost, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if margin < tolerance {
+				// Too close to a boundary for float arithmetic to agree to the nanosecond:
+				// follow the limiter, and keep the model in step.
+				checked["at a boundary"]++
+			} else if want := worst <= 0; d.Allowed != want {
+				t.Fatalf("seed %d, %s cost %d at %v: allowed %v, the model says %v (overshoot %v)", seed, key, cost, now.Sub(t0), d.Allowed, want, worst)
+			} else if !d.Allowed && (d.RetryAfter < worst-tolerance || d.RetryAfter > worst+tolerance) {
+				t.Fatalf("seed %d: RetryAfter %v, the model's wait %v", seed, d.RetryAfter, worst)
+			}
+			if !d.Allowed {
+				checked["refused"]++
+				continue
+			}
+			checked["admitted"]++
+			for i := range layers {
+				if l := &layers[i]; !l.deferred {
+					l.model.spend(l.key(key), cost, now)
+				}
+			}
+			if rng.IntN(3) == 0 { // what the request really cost, charged afterwards
+				used := rng.IntN(15)
+				later := now.Add(time.Duration(rng.Int64N(int64(time.Second))))
+				if err := a.(afterCharger).chargeAfter(ctx, key, used, later); err != nil {
+					t.Fatal(err)
+				}
+				for i := range layers {
+					if l := &layers[i]; l.deferred {
+						l.model.spend(l.key(key), used, later)
+					}
+				}
+				now = later
+				checked["charged"]++
+			}
+		}
+	}
+	t.Log(checked)
+	if checked["refused"] < 1000 || checked["charged"] < 500 {
+		t.Fatalf("too little was checked: %v", checked)
+	}
+}
+
+// TestAllRoundTrip puts an All of a per-client bucket and one shared by every client behind the
+// middleware and holds every 429 to the round trip: Retry-After waited exactly is admitted, a
+// second less is refused.
+func TestAllRoundTrip(t *testing.T) {
+	refusals := 0
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		client := NewTokenBucket(rate.Every(time.Duration(1+rng.IntN(3000))*time.Millisecond), 1+rng.IntN(5))
+		service := NewTokenBucket(rate.Every(time.Duration(1+rng.IntN(3000))*time.Millisecond), 1+rng.IntN(5))
+		hour := NewTokenBucket(rate.Every(time.Duration(1+rng.IntN(60))*time.Second), 3+rng.IntN(20))
+		clk := newClock(t0.Add(time.Duration(rng.Int64N(int64(time.Second)))))
+		h := LimitWith(All(client, Shared(service, "service"), hour), WithClock(clk.Now))(ok)
+		refusals += checkRoundTrip(t, h, clk, 200, func() time.Duration {
+			return time.Duration(rng.Int64N(int64(1500 * time.Millisecond)))
+		})
+	}
+	if refusals < 500 {
+		t.Fatalf("only %d refusals checked", refusals)
+	}
+}
+
+// TestAllRefusalSpendsNothing is the case of the governor issues: a request that one limit
+// refuses must not spend another's quota, or every retry is pushed back.
+func TestAllRefusalSpendsNothing(t *testing.T) {
+	ctx := context.Background()
+	perSecond := NewTokenBucket(10, 10)
+	perHour := NewTokenBucket(rate.Every(time.Hour), 2)
+	a := All(perSecond, perHour)
+	for i := range 2 {
+		if d, _ := a.Decide(ctx, "k", 1, t0); !d.Allowed {
+			t.Fatalf("request %d refused", i)
+		}
+	}
+	for range 100 { // refused by the hourly limit: the per-second one must keep its tokens
+		if d, _ := a.Decide(ctx, "k", 1, t0); d.Allowed || d.RetryAfter < 59*time.Minute {
+			t.Fatalf("%+v, want a refusal of about an hour", d)
+		}
+	}
+	if d, _ := perSecond.Decide(ctx, "k", 8, t0); !d.Allowed {
+		t.Fatalf("the per-second limit lost quota to refusals: %+v", d)
+	}
+}
+
+// TestAllBindingLayer checks the quota a Decision of All reports: the layer that binds.
+func TestAllBindingLayer(t *testing.T) {
+	ctx := context.Background()
+	small := NewTokenBucket(1, 3)
+	big := NewTokenBucket(rate.Every(time.Minute), 10)
+	a := All(big, small)
+	d, _ := a.Decide(ctx, "k", 1, t0)
+	if !d.Allowed || d.Limit != 3 || d.Remaining != 2 {
+		t.Fatalf("admitted: %+v, want the small bucket's quota (Limit 3, Remaining 2)", d)
+	}
+	a.Decide(ctx, "k", 2, t0)
+	d, _ = a.Decide(ctx, "k", 1, t0)
+	if d.Allowed || d.Limit != 3 || d.RetryAfter != time.Second-slack || d.Reset < d.RetryAfter {
+		t.Fatalf("refused: %+v, want the small bucket binding, RetryAfter 1s", d)
+	}
+	// One a second for 7 s: the small bucket keeps up, the big one's 10 are spent.
+	for i := 1; i <= 7; i++ {
+		if d, _ := a.Decide(ctx, "k", 1, t0.Add(time.Duration(i)*time.Second)); !d.Allowed {
+			t.Fatalf("request at %ds refused: %+v", i, d)
+		}
+	}
+	d, _ = a.Decide(ctx, "k", 1, t0.Add(8*time.Second))
+	if d.Allowed || d.Limit != 10 || d.RetryAfter < 50*time.Second || d.Reset < d.RetryAfter {
+		t.Fatalf("refused by the big bucket: %+v, want its Limit 10 and a wait near a minute", d)
+	}
+}
+
+// TestAllConcurrent decides layered requests from many goroutines on the real clock, each
+// layer's parts locked in one order: nothing deadlocks, and no layer admits more than its burst
+// + rate × elapsed (plus one for the microsecond of slack).
+func TestAllConcurrent(t *testing.T) {
+	const (
+		clientRate, clientBurst   = 200, 10
+		serviceRate, serviceBurst = 500, 20
+	)
+	client := NewTokenBucket(clientRate, clientBurst)
+	service := NewTokenBucket(serviceRate, serviceBurst)
+	other := NewTokenBucket(1000, 5)
+	// The same buckets in two orders and two Alls, so that a lock order taken from the
+	// arguments would deadlock.
+	alls := []Limiter{All(client, Shared(service, "svc"), other), All(other, Shared(service, "svc"), client)}
+	var perKey [4]atomic.Int64
+	var svc atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; time.Since(start) < 300*time.Millisecond; i++ {
+				k := (g + i) % 4
+				if d, _ := alls[i%2].Decide(context.Background(), fmt.Sprint("c", k), 1, time.Now()); d.Allowed {
+					perKey[k].Add(1)
+					svc.Add(1)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("deadlock: the goroutines did not finish")
+	}
+	elapsed := time.Since(start).Seconds()
+	if n, most := svc.Load(), serviceBurst+serviceRate*elapsed+1; float64(n) > most {
+		t.Fatalf("the shared layer admitted %d, at most %.0f", n, most)
+	}
+	for k := range perKey {
+		if n, most := perKey[k].Load(), clientBurst+clientRate*elapsed+1; float64(n) > most {
+			t.Fatalf("client %d admitted %d, at most %.0f", k, n, most)
+		}
+	}
+}
+
+// TestChargedAfter runs an LLM-style request: admitted while its key is not in debt, charged
+// what it used by the handler, refused until the debt is repaid, exactly.
+func TestChargedAfter(t *testing.T) {
+	tokens := NewTokenBucket(100, 1000) // 100 tokens a second, 1,000 at once
+	clk := newClock(t0)
+	var used int
+	h := LimitWith(All(NewTokenBucket(10, 10), ChargedAfter(tokens)), WithClock(clk.Now))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !Charge(r, used) && used > 0 {
+				t.Error("Charge reported the request is not charged")
+			}
+		}))
+	used = 3000 // 2,000 over the 1,000 held: 20 s of debt
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Fatalf("first request: %d", w.Code)
+	}
+	used = 0
+	w := serve(h, "GET", "192.0.2.1:1")
+	if wait := wantRefusal(t, w, http.StatusTooManyRequests, t0); wait != 20*time.Second {
+		t.Fatalf("in debt of 2,000 tokens at 100/s: Retry-After %v, want 20s", wait)
+	}
+	clk.Set(t0.Add(20*time.Second - time.Millisecond))
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("admitted before the debt was repaid: %d", w.Code)
+	}
+	clk.Set(t0.Add(20 * time.Second))
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Fatalf("refused once the debt was repaid: %d", w.Code)
+	}
+	if w := serve(h, "GET", "192.0.2.2:1"); w.Code != http.StatusOK {
+		t.Fatalf("another client refused: %d", w.Code)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	if Charge(r, 5) {
+		t.Fatal("Charge of a request that no such middleware saw reported true")
+	}
+}
+
+// TestChargeAfterHangUp checks that a request whose client hung up is still charged what it
+// cost: the charge does not use the request's ended context.
+func TestChargeAfterHangUp(t *testing.T) {
+	var seen error
+	lim := &ctxCharger{TokenBucket: NewTokenBucket(1, 100)}
+	h := LimitWith(ChargedAfter(lim), WithErrorHook(func(_ *http.Request, err error) { seen = err }))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { Charge(r, 50) }))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1"
+	h.ServeHTTP(httptest.NewRecorder(), r.WithContext(ctx))
+	cancel()
+	h.ServeHTTP(httptest.NewRecorder(), r.WithContext(ctx))
+	if seen != nil || lim.charged.Load() != 100 {
+		t.Fatalf("charged %d (error %v), want 100", lim.charged.Load(), seen)
+	}
+}
+
+// ctxCharger is a TokenBucket whose Charge fails, as a store's would, on an ended context.
+type ctxCharger struct {
+	*TokenBucket
+	charged atomic.Int64
+}
+
+func (c *ctxCharger) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.charged.Add(int64(cost))
+	return c.TokenBucket.Charge(ctx, key, cost, now)
+}
+
+// TestAllMixed decides an All of a TokenBucket and a limiter of another kind, one after the
+// other: when the second refuses, the first gets back what it spent.
+func TestAllMixed(t *testing.T) {
+	ctx := context.Background()
+	mem := NewTokenBucket(rate.Every(time.Hour), 3)
+	other := &otherKind{NewTokenBucket(rate.Every(time.Minute), 1)}
+	a := All(mem, other)
+	if d, _ := a.Decide(ctx, "k", 1, t0); !d.Allowed {
+		t.Fatalf("first request: %+v", d)
+	}
+	for range 5 {
+		if d, _ := a.Decide(ctx, "k", 1, t0); d.Allowed || d.RetryAfter != time.Minute-slack {
+			t.Fatalf("%+v, want refused by the other for a minute", d)
+		}
+	}
+	if d, _ := mem.Decide(ctx, "k", 2, t0); !d.Allowed {
+		t.Fatalf("the bucket kept what refusals spent: %+v", d)
+	}
+	failing := All(NewTokenBucket(1, 1), failingLimiter{errors.New("down")})
+	if _, err := failing.Decide(ctx, "k", 1, t0); err == nil {
+		t.Fatal("an error of one layer was lost")
+	}
+}
+
+// otherKind is a Charger that does not combine with TokenBuckets, as a store elsewhere.
+type otherKind struct{ b *TokenBucket }
+
+func (o *otherKind) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	return o.b.Decide(ctx, key, cost, now)
+}
+
+func (o *otherKind) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	return o.b.Charge(ctx, key, cost, now)
+}
+
+// TestMiddlewareAllow limits a login by the user name in its body, inside the handler, and
+// checks that the refusal is the middleware's own: Retry-After, Date, fields, hooks.
+func TestMiddlewareAllow(t *testing.T) {
+	clk := newClock(t0)
+	var limited []string
+	m := NewMiddleware(NewTokenBucket(rate.Every(30*time.Second), 2), WithClock(clk.Now),
+		WithRateLimitFields("login"),
+		WithLimitedHook(func(_ *http.Request, key string, _ Decision) { limited = append(limited, key) }))
+	login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.Allow(w, r, r.FormValue("user")) {
+			return
+		}
+		w.Write([]byte("welcome"))
+	})
+	post := func(user string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/login?user="+user, nil)
+		w := httptest.NewRecorder()
+		login.ServeHTTP(w, r)
+		return w
+	}
+	post("ann")
+	post("ann")
+	w := post("ann")
+	if wait := wantRefusal(t, w, http.StatusTooManyRequests, t0); wait != 30*time.Second {
+		t.Fatalf("Retry-After %v, want 30s", wait)
+	}
+	if got := w.Header().Get("RateLimit"); got != `"login";r=0;t=30` {
+		t.Fatalf("RateLimit %q", got)
+	}
+	if w := post("bob"); w.Code != http.StatusOK {
+		t.Fatalf("another user refused: %d", w.Code)
+	}
+	if len(limited) != 1 || limited[0] != "ann" {
+		t.Fatalf("limited hook saw %q", limited)
+	}
+}
+
+// TestAllConstruction checks what All, Shared and ChargedAfter refuse to build.
+func TestAllConstruction(t *testing.T) {
+	plain := limiterFunc(func(context.Context) (Decision, error) { return Decision{Allowed: true}, nil })
+	wantPanics(t, map[string]func(){
+		"no limiter":        func() { All() },
+		"nil limiter":       func() { All(NewTokenBucket(1, 1), nil) },
+		"17 layers":         func() { All(make17()...) },
+		"two not refunding": func() { All(plain, NewTokenBucket(1, 1), plain) },
+		"shared nil":        func() { Shared(nil, "k") },
+		"charged plain":     func() { ChargedAfter(plain) },
+		"nil middleware":    func() { NewMiddleware(nil) },
+	})
+	All(plain, NewTokenBucket(1, 1)) // one that cannot give back is decided last
+}
+
+func make17() []Limiter {
+	var ls []Limiter
+	for range 17 {
+		ls = append(ls, NewTokenBucket(1, 1))
+	}
+	return ls
+}
+
+func BenchmarkAll(b *testing.B) {
+	ctx := context.Background()
+	one := NewTokenBucket(plentyRate, plentyBurst)
+	two := All(NewTokenBucket(plentyRate, plentyBurst), Shared(NewTokenBucket(plentyRate, plentyBurst), "service"))
+	for _, bc := range []struct {
+		name string
+		l    Limiter
+	}{{"one", one}, {"two", two}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if d, _ := bc.l.Decide(ctx, "192.0.2.1", 1, t0.Add(time.Duration(i))); !d.Allowed {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+	b.Run("middleware/two", func(b *testing.B) {
+		run(b, LimitWith(two, WithKeyFunc(hostKey))(okBench), requests(1), http.StatusOK)
+	})
+}
