@@ -79,9 +79,9 @@ const maxLayers = 16
 //
 // A refusal by any spends nothing in any, and its RetryAfter is the exact wait until all would
 // admit the request: the largest of their waits, each taken at the same instant. The Decision's
-// Limit and Reset are those of the layer that binds (on a refusal the one with the longest
-// wait, otherwise the one with the least quota left), and Remaining the least that any layer
-// would admit, so that the rate-limit fields report that layer.
+// Limit, Remaining and Reset are those of the layer that binds: on a refusal the one with the
+// longest wait, otherwise the one with the least of its quota left as a share of its Limit (the
+// layers count in their own units). So the rate-limit fields report that layer.
 //
 // How atomic it is depends on where the limits are kept:
 //   - TokenBuckets of one process are decided under the locks of every part of their tables
@@ -258,30 +258,26 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 	return d, nil
 }
 
-// tighter merges the Decision of one more layer (or group) into d: refused if either is, with
-// the longer wait; the Limit and Reset of the layer that binds, and the least Remaining.
+// tighter merges the Decision of one more layer (or group) into d: refused if either is, and
+// the quota of the layer that binds: on a refusal the one with the longest wait, otherwise the
+// one with the least of its quota left, as a share of its Limit (layers count in their own
+// units: requests, tokens).
 func tighter(d, e Decision, first bool) Decision {
 	if first {
 		return e
 	}
-	binds := false
+	var binds bool
 	switch {
 	case d.Allowed != e.Allowed:
 		binds = !e.Allowed
 	case !e.Allowed:
 		binds = e.RetryAfter > d.RetryAfter
 	default:
-		binds = e.Limit > 0 && (d.Limit == 0 || e.Remaining < d.Remaining)
-	}
-	remaining := d.Remaining
-	if e.Limit > 0 && (d.Limit == 0 || e.Remaining < remaining) {
-		remaining = e.Remaining
+		binds = e.Limit > 0 && (d.Limit == 0 || int64(e.Remaining)*int64(d.Limit) < int64(d.Remaining)*int64(e.Limit))
 	}
 	if binds {
-		d.Allowed, d.RetryAfter, d.Limit, d.Reset = e.Allowed, e.RetryAfter, e.Limit, e.Reset
+		return e
 	}
-	d.Allowed = d.Allowed && e.Allowed
-	d.Remaining = remaining
 	return d
 }
 
