@@ -380,3 +380,26 @@ func Charge(r *http.Request, cost int) bool {
 	s.cost.Add(int64(cost))
 	return true
 }
+
+// Peek returns a Limiter that admits every request and spends nothing in l: it asks l at cost 0
+// and reports l's quota. Behind middleware with [WithRateLimitFields], it adds the fields to
+// responses that l does not limit (a status route, reads beside limited writes). It panics if l
+// is nil.
+func Peek(l Limiter) Limiter {
+	if l == nil {
+		panic("retryafter: Peek(nil)")
+	}
+	return peek{l}
+}
+
+type peek struct{ l Limiter }
+
+// Decide implements [Limiter]: l's quota at cost 0, admitted whatever l says.
+func (p peek) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	d, err := p.l.Decide(ctx, key, 0, now)
+	d.Allowed, d.RetryAfter = true, 0
+	return d, err
+}

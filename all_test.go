@@ -438,6 +438,7 @@ func TestAllConstruction(t *testing.T) {
 		"shared nil":        func() { Shared(nil, "k") },
 		"charged plain":     func() { ChargedAfter(plain) },
 		"nil middleware":    func() { NewMiddleware(nil) },
+		"peek nil":          func() { Peek(nil) },
 	})
 	All(plain, NewTokenBucket(1, 1)) // one that cannot give back is decided last
 }
@@ -470,4 +471,23 @@ func BenchmarkAll(b *testing.B) {
 	b.Run("middleware/two", func(b *testing.B) {
 		run(b, LimitWith(two, WithKeyFunc(hostKey))(okBench), requests(1), http.StatusOK)
 	})
+}
+
+// TestPeek checks that Peek admits every request, spends nothing, and reports the quota.
+func TestPeek(t *testing.T) {
+	ctx := context.Background()
+	b := NewTokenBucket(rate.Every(time.Minute), 2)
+	p := Peek(b)
+	b.Decide(ctx, "k", 2, t0)
+	for range 5 {
+		if d, err := p.Decide(ctx, "k", 3, t0); err != nil || !d.Allowed || d.Remaining != 0 || d.Limit != 2 || d.Reset != 2*time.Minute {
+			t.Fatalf("peek: %+v, %v", d, err)
+		}
+	}
+	if _, err := p.Decide(ctx, "k", -1, t0); !errors.Is(err, ErrNegativeCost) {
+		t.Fatalf("negative cost: %v", err)
+	}
+	if d, _ := b.Decide(ctx, "k", 1, t0.Add(time.Minute)); !d.Allowed {
+		t.Fatal("the peeks spent quota")
+	}
 }

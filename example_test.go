@@ -111,3 +111,34 @@ func ExampleWithProblemDetails() {
 	// 429 text/plain; charset=utf-8 Retry-After: 8
 	// Too Many Requests
 }
+
+// A status endpoint that reports a client's quota without spending any: a cost of 0 is a peek.
+// Peek puts the same quota in the RateLimit fields of a route that is not limited.
+func ExampleLimiter_status() {
+	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	perClient := retryafter.NewTokenBucket(rate.Every(time.Second), 5)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /work", retryafter.LimitWith(perClient, retryafter.WithClock(now))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "done") })))
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		key, _ := retryafter.ClientIP()(r)
+		d, _ := perClient.Decide(r.Context(), key, 0, now())
+		fmt.Fprintf(w, "limit %d, remaining %d, full again in %v", d.Limit, d.Remaining, d.Reset)
+	})
+	mux.Handle("GET /read", retryafter.LimitWith(retryafter.Peek(perClient), retryafter.WithClock(now),
+		retryafter.WithRateLimitFields(""))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+
+	for _, path := range []string{"/work", "/work", "/status", "/status", "/read"} {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		fmt.Println(path, w.Code, w.Body.String(), w.Header().Values("RateLimit"))
+	}
+	// Output:
+	// /work 200 done []
+	// /work 200 done []
+	// /status 200 limit 5, remaining 3, full again in 2s []
+	// /status 200 limit 5, remaining 3, full again in 2s []
+	// /read 200  ["default";r=3;t=2]
+}

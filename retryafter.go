@@ -20,7 +20,7 @@
 // can count every client against one key ([Shared], for a whole service or a route) or be
 // charged what a request really cost once it ran ([ChargedAfter] and [Charge], for tokens a
 // model produced). A cost of 0 is a peek: the quota of a key, for a status endpoint, spending
-// nothing. A handler that limits by something only it knows uses a [Middleware]'s Allow, and
+// nothing; [Peek] puts it in the rate-limit fields of routes that are not limited. A handler that limits by something only it knows uses a [Middleware]'s Allow, and
 // answers with the same 429.
 //
 // [Maintenance] is the 503 form: a switch that answers every request with Service Unavailable
