@@ -63,16 +63,16 @@ func TestRetryTiming(t *testing.T) {
 		// obeying at 550 + 2000 + 100; the next refusal r2 at once; the early retry at
 		// r2 + 1000; obeying after it at r2 + 2000 + 100, refused; obeying that alone, again
 		// 2100 later.
-		{"charges refused requests", func() http.Handler { return &tokenBucket{charge: true} },
+		{"charges refused requests", func() http.Handler { return withCORS("", &tokenBucket{charge: true}) },
 			ms(50, 150, 250, 350, 450, 550, 2650, 2750, 3750, 4850, 6950)},
 		// A 503 until 10.5 s, announced as the date 00:00:11 with Date 00:00:00: the
-		// refusal, the early retry 2 s before the date (Date has whole seconds), obeying at
-		// 11 s after the refusal arrived.
+		// refusal, the HEAD, the early retry 2 s before the date (Date has whole seconds),
+		// obeying at 11 s after the refusal arrived.
 		{"maintenance, HTTP-date", func() http.Handler { return maintenance(true, 10500*time.Millisecond, 0, false) },
-			ms(50, 9050, 11150)},
+			ms(50, 150, 9050, 11150)},
 		// The same with delay-seconds ("11"): the early retry 1 s before it.
 		{"maintenance, delay-seconds", func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, false) },
-			ms(50, 10050, 11150)},
+			ms(50, 150, 10050, 11150)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := retryTimeline(t, c.server, len(c.want))
@@ -126,26 +126,26 @@ func TestRetryVerdicts(t *testing.T) {
 		script   []int // r1, then the retries in turn
 		want     string
 		seen     map[string]string
-		requests int
+		requests int // the last two are the refused GET and the HEAD of the head check
 	}{
 		{"all admitted as told", []int{no, ok, no, no, ok},
-			"obey=pass tight=pass refusal-free=pass", nil, 5},
+			"obey=pass tight=pass refusal-free=pass", nil, 7},
 		// Obeying was refused on its own already: the probe does not obey again to find out.
 		{"obeying refused, then obeying after an early retry refused too", []int{no, no, no, no},
 			"obey=fail tight=pass refusal-free=n/a",
 			map[string]string{
 				checkObey: "waited 1 s as told, then retried: refused",
 				checkFree: "obeying alone is refused too, so what the early retry cost cannot be told apart",
-			}, 4},
+			}, 6},
 		{"obeying admitted once, then refused alone", []int{no, ok, no, no, no, no},
 			"obey=fail tight=pass refusal-free=n/a",
-			map[string]string{checkObey: "on request 6: waited 1 s as told, then retried: refused"}, 6},
+			map[string]string{checkObey: "on request 6: waited 1 s as told, then retried: refused"}, 8},
 		{"obeying admitted alone, refused after an early retry", []int{no, ok, no, no, no, ok},
 			"obey=pass tight=pass refusal-free=fail",
-			map[string]string{checkFree: "the refused early retry was charged"}, 6},
+			map[string]string{checkFree: "the refused early retry was charged"}, 8},
 		{"early retry admitted", []int{no, ok, no, ok},
 			"obey=pass tight=fail refusal-free=n/a",
-			map[string]string{checkFree: "the early retry was admitted"}, 4},
+			map[string]string{checkFree: "the early retry was admitted"}, 6},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := &scriptClock{now: testkit.T0}

@@ -12,6 +12,8 @@
 //	obey          waiting exactly what Retry-After said (a date less Date), a retry is admitted
 //	tight         a retry one second earlier is refused: the wait is not padded
 //	refusal-free  that refused early retry cost nothing: waiting the rest is then admitted
+//	head          HEAD, right after a refused GET, is refused alike
+//	cors          with -origin, a browser script of that origin can read Retry-After
 //
 // A 503 of a maintenance window is checked the same way; point the probe at one while it is on
 // and give -timeout room for the window to end.
@@ -74,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, rt http.R
 	fs.StringVar(&p.Method, "X", "GET", "the request `method`")
 	fs.Var(headerFlags(p.Header), "H", "a request header, `Name: value` (repeatable)")
 	body := fs.String("d", "", "the request `body`, or @file to read it from a file")
+	fs.StringVar(&p.Origin, "origin", "", "send Origin: `ORIGIN` and check that a browser script of it can read Retry-After")
 	fs.IntVar(&p.Budget, "budget", defaultBudget, "the most `requests` to send")
 	fs.DurationVar(&p.Pace, "pace", defaultPace, "the least `time` between requests while seeking a refusal")
 	fs.DurationVar(&p.Timeout, "timeout", defaultTimeout, "the time budget of the whole run")

@@ -53,7 +53,7 @@ func TestRun(t *testing.T) {
 		n := serve(t, ours())
 		defer n.close()
 		var out, errb strings.Builder
-		code := run(t.Context(), []string{"-budget", "100", testURL, "-json"}, &out, &errb, n.tr)
+		code := run(t.Context(), []string{"-origin", testOrigin, testURL, "-json"}, &out, &errb, n.tr)
 		if code != exitPass || errb.Len() > 0 {
 			t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errb.String(), out.String())
 		}
@@ -61,12 +61,12 @@ func TestRun(t *testing.T) {
 		if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
 			t.Fatal(err)
 		}
-		if rep.Requests != 10 || rep.Exit != exitPass || len(rep.Checks) != len(checkNames) || rep.URL != testURL {
+		if rep.Requests != 12 || rep.Exit != exitPass || len(rep.Checks) != len(checkNames) || rep.URL != testURL {
 			t.Fatalf("report %+v", rep)
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		n := serve(t, newSlidingWindow(5, 500*time.Millisecond))
+		n := serve(t, withCORS("", newSlidingWindow(5, 500*time.Millisecond)))
 		defer n.close()
 		var out, errb strings.Builder
 		body := filepath.Join(t.TempDir(), "body")

@@ -22,14 +22,19 @@ type Probe struct {
 	// URL is the one URL every request goes to: absolute, http or https.
 	URL string
 
-	// Method is the method of every request. If empty, the default is GET.
+	// Method is the method of every request but the HEAD of the head check. If empty, the
+	// default is GET.
 	Method string
 
 	// Header is sent with every request (an API key, say).
 	Header http.Header
 
-	// Body is sent with every request.
+	// Body is sent with every request but HEAD.
 	Body []byte
+
+	// Origin, if not empty, is sent as the Origin of every request, and the cors check judges
+	// whether a script of that origin can read Retry-After.
+	Origin string
 
 	// Budget is the most requests the probe sends. If zero or negative, the default is 300.
 	Budget int
@@ -116,6 +121,9 @@ func (p Probe) Run(ctx context.Context) *Report {
 	if h == nil {
 		h = make(http.Header)
 	}
+	if p.Origin != "" {
+		h.Set("Origin", p.Origin)
+	}
 	if h.Get("User-Agent") == "" {
 		h.Set("User-Agent", "retryafter-check")
 	}
@@ -151,14 +159,39 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 	t1 := readTold(r1)
 	retryAfter := checkRetryAfterField(r1, t1)
 	date := checkDateField(r1)
+	cors := checkCORSExposure(r1, t1, q.p.Origin)
 
-	var obey, tight, free Check
+	var obey, tight, free, head Check
 	if r1.status == http.StatusServiceUnavailable {
-		obey, tight, free = q.retriesAfter503(ctx, r1)
+		// A maintenance window ends: HEAD goes first, while it is still on.
+		head = q.checkHEADAfter(ctx, r1)
+		if q.stop != nil {
+			obey, tight, free = q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
+		} else {
+			obey, tight, free = q.retriesAfter503(ctx, r1)
+		}
 	} else {
+		// HEAD goes last, so that whatever it costs falls on no other check.
 		obey, tight, free = q.retriesAfter429(ctx, r1)
+		head = q.headLast(ctx)
 	}
-	rep.Checks = []Check{retryAfter, date, obey, tight, free}
+	rep.Checks = []Check{retryAfter, date, obey, tight, free, head, cors}
+}
+
+// headLast seeks one more refusal and runs the head check on it.
+func (q *session) headLast(ctx context.Context) Check {
+	if q.p.Method != http.MethodGet {
+		return na(checkHEAD, "HEAD mirrors GET; the probe sends "+q.p.Method)
+	}
+	if q.stop != nil {
+		return q.notChecked(checkHEAD)
+	}
+	get, err := q.s.provoke(ctx)
+	if err != nil {
+		q.stopWith(err)
+		return q.notChecked(checkHEAD)
+	}
+	return q.checkHEADAfter(ctx, get)
 }
 
 // explain turns why the probe stopped into a sentence for the report; refused says whether it

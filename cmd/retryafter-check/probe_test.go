@@ -9,14 +9,18 @@ import (
 	"time"
 )
 
-const testURL = "http://api.test/v1/things"
+const (
+	testURL    = "http://api.test/v1/things"
+	testOrigin = "https://app.test"
+)
 
 // A probeCase is a server and every verdict the probe must reach on it.
 type probeCase struct {
 	name   string
 	server func() http.Handler // built inside the bubble
 	delay  time.Duration       // how long after the server starts the probe starts
-	probe  Probe               // URL and Transport are filled in
+	probe  Probe               // URL, Transport and Origin are filled in unless set
+	noOrig bool                // send no Origin
 
 	want     string            // "name=result ..." for every check, in report order
 	seen     map[string]string // check name: a phrase its Seen must hold
@@ -26,32 +30,40 @@ type probeCase struct {
 }
 
 // allPass is the verdicts of a server that gets everything right.
-const allPass = "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass"
+const allPass = "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass"
 
 var probeCases = []probeCase{
 	{
 		name: "ours", server: ours,
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass",
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass",
 		seen: map[string]string{
 			checkRetryAfter: `"1": delay-seconds`,
 			checkDate:       "agrees with the probe's clock to the second",
 			checkObey:       "waited 1 s as told, then retried: admitted (200 OK)",
 			checkTight:      "retried 1 s early: refused (429 Too Many Requests, Retry-After: 1)",
 			checkFree:       "waited the rest (1 s in all), then retried: admitted (200 OK)",
+			checkHEAD:       "HEAD: 429 Too Many Requests, Retry-After: 1, like GET",
+			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date",
 		},
 		// 5 admitted, the refusal, the obeying retry, the next refusal, the early retry, the
-		// retry after it.
-		requests: 10,
+		// retry after it, a refused GET and the HEAD.
+		requests: 12,
+	},
+	{
+		name: "ours without -origin", server: ours, noOrig: true,
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=n/a",
+		seen: map[string]string{checkCORS: "no -origin given"},
 	},
 	{
 		name: "maintenance, delay-seconds", server: func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, false) },
 		want: allPass,
 		seen: map[string]string{
 			checkRetryAfter: `"11": delay-seconds`,
+			checkHEAD:       "HEAD: 503 Service Unavailable, Retry-After: 11, like GET",
 			checkTight:      "retried 1 s early: refused (503 Service Unavailable, Retry-After: 1)",
 			checkObey:       "waited 11 s as told, then retried: admitted (200 OK)",
 		},
-		requests: 3, // the refusal, the early retry, the obeying retry
+		requests: 4, // the refusal, the HEAD, the early retry, the obeying retry
 	},
 	{
 		name: "maintenance, HTTP-date", server: func() http.Handler { return maintenance(true, 10500*time.Millisecond, 0, false) },
@@ -60,12 +72,13 @@ var probeCases = []probeCase{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:11 GMT": IMF-fixdate, 11 s after Date`,
 			checkTight:      "retried at least 1 s before the date: refused (503 Service Unavailable",
 			checkObey:       "waited 11 s (the date less Date), then retried: admitted (200 OK)",
+			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date",
 		},
-		requests: 3,
+		requests: 4,
 	},
 	{
 		name: "maintenance, HTTP-date, server clock two hours slow", server: func() http.Handler { return maintenance(true, 10500*time.Millisecond, -2*time.Hour, false) },
-		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass",
+		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass",
 		seen: map[string]string{
 			checkDate: `"Fri, 31 Dec 1999 22:00:00 GMT": IMF-fixdate, at least 1h59m59s behind the probe's clock; one of the two clocks is wrong`,
 			checkObey: "waited 11 s (the date less Date), then retried: admitted",
@@ -74,7 +87,7 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "maintenance overrun", server: func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, true) },
-		want: "retry-after=pass date=pass obey=fail tight=pass refusal-free=n/a",
+		want: "retry-after=pass date=pass obey=fail tight=pass refusal-free=n/a head=pass cors=pass",
 		seen: map[string]string{
 			checkObey: "waited 11 s as told, then retried: refused (503 Service Unavailable, Retry-After: 60): obeying is not enough",
 			checkFree: "a maintenance window cannot be obeyed twice",
@@ -82,18 +95,19 @@ var probeCases = []probeCase{
 		exit: exitFail,
 	},
 	{
-		name: "httprate-like, a window under a second: Retry-After 0", server: func() http.Handler { return newSlidingWindow(5, 500*time.Millisecond) },
-		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a",
+		name: "httprate-like, a window under a second: Retry-After 0", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 500*time.Millisecond)) },
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail",
 		seen: map[string]string{
 			checkRetryAfter: `"0": a wait of 0 tells clients to retry at once`,
 			checkObey:       `retried at once as told ("0"), then retried: refused (429 Too Many Requests, Retry-After: 0): obeying is not enough`,
 			checkTight:      `Retry-After "0" leaves no second to take off`,
+			checkCORS:       "Access-Control-Expose-Headers: (none): does not expose Retry-After",
 		},
 		exit: exitFail,
 	},
 	{
-		name: "httprate-like, the whole window", server: func() http.Handler { return newSlidingWindow(5, 10*time.Second) },
-		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a",
+		name: "httprate-like, the whole window", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 10*time.Second)) },
+		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail",
 		seen: map[string]string{
 			checkObey:  "waited 10 s as told, then retried: refused (429 Too Many Requests, Retry-After: 10)",
 			checkTight: "retried 1 s early: admitted (200 OK): the wait is padded by a second or more",
@@ -103,8 +117,8 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "go-limiter-like, reset mid-second", delay: 900 * time.Millisecond,
-		server: func() http.Handler { return newIntervalBucket(5, 2*time.Second) },
-		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a",
+		server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
+		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail",
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:02 UTC": not an HTTP-date: zone UTC (Go's time.RFC1123 or RFC1123Z); an HTTP-date ends in GMT`,
 			checkObey:       "waited 1 s (the date less Date), then retried: refused (429 Too Many Requests",
@@ -113,8 +127,8 @@ var probeCases = []probeCase{
 		exit: exitFail,
 	},
 	{
-		name: "go-limiter-like, reset on a whole second", server: func() http.Handler { return newIntervalBucket(5, 2*time.Second) },
-		want: "retry-after=fail date=pass obey=pass tight=pass refusal-free=pass",
+		name: "go-limiter-like, reset on a whole second", server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
+		want: "retry-after=fail date=pass obey=pass tight=pass refusal-free=pass head=pass cors=fail",
 		seen: map[string]string{
 			checkRetryAfter: "zone UTC",
 			checkObey:       "waited 2 s (the date less Date), then retried: admitted (200 OK)",
@@ -123,8 +137,8 @@ var probeCases = []probeCase{
 		exit: exitFail,
 	},
 	{
-		name: "charges refused requests", server: func() http.Handler { return &tokenBucket{charge: true} },
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=fail",
+		name: "charges refused requests", server: func() http.Handler { return withCORS("", &tokenBucket{charge: true}) },
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=fail head=pass cors=pass",
 		seen: map[string]string{
 			checkObey: "waited 2 s as told, then retried: admitted (200 OK)",
 			checkFree: "after the refused early retry, waited the rest (2 s in all), then retried: refused (429 Too Many Requests, Retry-After: 2), while obeying alone is admitted: the refused early retry was charged",
@@ -132,18 +146,25 @@ var probeCases = []probeCase{
 		exit: exitFail,
 	},
 	{
-		name: "exact, but no Date", server: func() http.Handler { return &tokenBucket{noDate: true} },
-		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass",
+		name: "exact, but no Date", server: func() http.Handler { return withCORS("", &tokenBucket{noDate: true}) },
+		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass",
 		seen: map[string]string{checkDate: "absent from the 429"},
 		exit: exitFail,
 	},
 	{
-		name: "no Retry-After", server: func() http.Handler { return &tokenBucket{noRetryAfter: true} },
-		want: "retry-after=fail date=pass obey=n/a tight=n/a refusal-free=n/a",
+		name: "no Retry-After", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true}) },
+		want: "retry-after=fail date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=n/a",
 		seen: map[string]string{
 			checkRetryAfter: "absent from the 429: a client cannot know when to come back",
 			checkObey:       "no Retry-After to obey",
+			checkCORS:       "no Retry-After to expose",
 		},
+		exit: exitFail,
+	},
+	{
+		name: "HEAD not limited", server: oursGETOnly,
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=fail cors=pass",
+		seen: map[string]string{checkHEAD: "HEAD admitted (200 OK) right after GET was refused (429 Too Many Requests)"},
 		exit: exitFail,
 	},
 	{
@@ -165,12 +186,12 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "a wait beyond the time budget", server: func() http.Handler { return maintenanceUnknownEnd(time.Hour) },
-		want: "retry-after=pass date=pass obey=n/a tight=n/a refusal-free=n/a",
+		want: "retry-after=pass date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=pass",
 		seen: map[string]string{
 			checkObey:  "not checked: waiting 59m59s would pass the time budget (-timeout 3m0s, 3m0s left)",
 			checkTight: "not checked: waiting 59m59s would pass",
 		},
-		exit: exitGaveUp, gaveUp: "waiting 59m59s would pass the time budget (-timeout 3m0s, 3m0s left), after 1 request", requests: 1,
+		exit: exitGaveUp, gaveUp: "waiting 59m59s would pass the time budget (-timeout 3m0s, 3m0s left), after 2 requests", requests: 2,
 	},
 }
 
@@ -192,6 +213,9 @@ func runCase(t *testing.T, c probeCase) (rep *Report, served, dialled []string) 
 		time.Sleep(c.delay)
 		p := c.probe
 		p.URL, p.Transport = testURL, n.tr
+		if !c.noOrig {
+			p.Origin = testOrigin
+		}
 		rep = p.Run(t.Context())
 		served, dialled = n.served(), n.dialled
 	})

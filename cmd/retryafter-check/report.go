@@ -26,10 +26,12 @@ const (
 	checkObey       = "obey"         // waiting what Retry-After said, a retry is admitted
 	checkTight      = "tight"        // retrying a second early is refused
 	checkFree       = "refusal-free" // that early retry cost nothing: waiting the rest is admitted
+	checkHEAD       = "head"         // HEAD is refused like GET
+	checkCORS       = "cors"         // a browser script of -origin can read Retry-After
 )
 
 // checkNames lists every check, in report order.
-var checkNames = []string{checkRetryAfter, checkDate, checkObey, checkTight, checkFree}
+var checkNames = []string{checkRetryAfter, checkDate, checkObey, checkTight, checkFree, checkHEAD, checkCORS}
 
 // The exit codes of the command.
 const (

@@ -21,29 +21,29 @@ type recorder struct {
 }
 
 type recorded struct {
-	at                  time.Time
-	method, auth, agent string
-	body                string
+	at                          time.Time
+	method, auth, origin, agent string
+	body                        string
 }
 
 func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	rec.mu.Lock()
 	rec.seen = append(rec.seen, recorded{at: time.Now(), method: r.Method, auth: r.Header.Get("Authorization"),
-		agent: r.Header.Get("User-Agent"), body: string(b)})
+		origin: r.Header.Get("Origin"), agent: r.Header.Get("User-Agent"), body: string(b)})
 	rec.mu.Unlock()
 	rec.next.ServeHTTP(w, r)
 }
 
 // TestPaceAndRequests checks that the probe seeks a refusal no faster than its pace, and sends
-// the headers and body it is given with every request.
+// the method, headers, body and Origin it is given with every request (no body with HEAD).
 func TestPaceAndRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{next: ours()}
 		n := serve(t, rec)
 		defer n.close()
 		start := time.Now()
-		p := Probe{URL: testURL, Transport: n.tr, Pace: 200 * time.Millisecond,
+		p := Probe{URL: testURL, Transport: n.tr, Pace: 200 * time.Millisecond, Origin: testOrigin,
 			Header: http.Header{"Authorization": {"Bearer t0ken"}}, Body: []byte(`{"q":1}`)}
 		rep := p.Run(t.Context())
 		if rep.Exit != exitPass {
@@ -63,9 +63,16 @@ func TestPaceAndRequests(t *testing.T) {
 			t.Errorf("first refusal at request %d, want 7", rep.Refusal.Request)
 		}
 		for i, s := range rec.seen {
-			if s.method != http.MethodGet || s.auth != "Bearer t0ken" || s.agent != "retryafter-check" || s.body != `{"q":1}` {
-				t.Errorf("request %d: %s, Authorization %q, User-Agent %q, body %q", i+1, s.method, s.auth, s.agent, s.body)
+			wantBody := `{"q":1}`
+			if s.method == http.MethodHead {
+				wantBody = ""
 			}
+			if s.auth != "Bearer t0ken" || s.origin != testOrigin || s.agent != "retryafter-check" || s.body != wantBody {
+				t.Errorf("request %d (%s): Authorization %q, Origin %q, User-Agent %q, body %q", i+1, s.method, s.auth, s.origin, s.agent, s.body)
+			}
+		}
+		if last := rec.seen[len(rec.seen)-1]; last.method != http.MethodHead {
+			t.Errorf("the last request is a %s, want the HEAD", last.method)
 		}
 	})
 }
@@ -117,7 +124,7 @@ func TestSenderBudgets(t *testing.T) {
 // TestProbeInterrupted checks that a probe whose context ends reports what it had.
 func TestProbeInterrupted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := serve(t, newSlidingWindow(5, 10*time.Second))
+		n := serve(t, withCORS("", newSlidingWindow(5, 10*time.Second)))
 		defer n.close()
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(5*time.Second, cancel) // during the 10 s wait of the obey check

@@ -22,9 +22,38 @@ func hello() http.Handler {
 	})
 }
 
-// ours is this package's middleware, 1 request a second with bursts of 5.
+// withCORS is CORS middleware mounted outside the limiter, as deployments do: it allows every
+// origin and exposes the fields in expose ("" exposes none), as rs/cors or go-chi/cors do when
+// so configured.
+func withCORS(expose string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Origin") != "" {
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			if expose != "" {
+				w.Header().Set("Access-Control-Expose-Headers", expose)
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ours is this package's middleware, 1 request a second with bursts of 5, behind CORS
+// middleware that exposes nothing itself.
 func ours() http.Handler {
-	return retryafter.Limit(1, 5)(hello())
+	return withCORS("", retryafter.Limit(1, 5)(hello()))
+}
+
+// oursGETOnly limits GET only, as a router does whose limiter is mounted on the GET route
+// alone: HEAD reaches the handler unlimited.
+func oursGETOnly() http.Handler {
+	limited := retryafter.Limit(1, 5)(hello())
+	return withCORS("", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			limited.ServeHTTP(w, r)
+			return
+		}
+		hello().ServeHTTP(w, r)
+	}))
 }
 
 // maintenance is this package's Maintenance, on from now for end, announced in the HTTP-date
@@ -39,14 +68,14 @@ func maintenance(httpDate bool, end, skew time.Duration, overrun bool) http.Hand
 	if !overrun {
 		time.AfterFunc(end, m.Stop)
 	}
-	return m.Handler(hello())
+	return withCORS("", m.Handler(hello()))
 }
 
 // maintenanceUnknownEnd is a Maintenance whose end is not known: Retry-After is its Wait.
 func maintenanceUnknownEnd(wait time.Duration) http.Handler {
 	m := &retryafter.Maintenance{Wait: wait}
 	m.Start(time.Time{})
-	return m.Handler(hello())
+	return withCORS("", m.Handler(hello()))
 }
 
 // A slidingWindow counts as go-chi/httprate v0.16 does: limit requests per window, windows
@@ -141,7 +170,7 @@ func (b *intervalBucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // A tokenBucket is a hand-written token bucket of 1 token a second and bursts of 5, with the
 // ways of answering that real limiters have: by default exact (Retry-After the time until a
-// whole token is back, rounded up, a refusal costs nothing).
+// whole token is back, rounded up, a refusal costs nothing) and exposing Retry-After and Date.
 type tokenBucket struct {
 	// charge makes a refused request take its token too, into debt; Retry-After is then the
 	// time until a whole token is back for a client that waits alone.
@@ -176,6 +205,9 @@ func (b *tokenBucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	if b.noDate {
 		h["Date"] = nil // net/http then sends none
+	}
+	if r.Header.Get("Origin") != "" {
+		h.Set("Access-Control-Expose-Headers", "Retry-After, Date")
 	}
 	if ok {
 		b.next(w, r)
