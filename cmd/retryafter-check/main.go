@@ -14,6 +14,8 @@
 //	refusal-free  that refused early retry cost nothing: waiting the rest is then admitted
 //	head          HEAD, right after a refused GET, is refused alike
 //	cors          with -origin, a browser script of that origin can read Retry-After
+//	ratelimit     the RateLimit and RateLimit-Policy fields, if any, parse (RFC 9651 Lists,
+//	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After
 //
 // A 503 of a maintenance window is checked the same way; point the probe at one while it is on
 // and give -timeout room for the window to end.

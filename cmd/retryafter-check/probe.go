@@ -160,6 +160,7 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 	retryAfter := checkRetryAfterField(r1, t1)
 	date := checkDateField(r1)
 	cors := checkCORSExposure(r1, t1, q.p.Origin)
+	rateLimit := checkRateLimitFields(r1, t1)
 
 	var obey, tight, free, head Check
 	if r1.status == http.StatusServiceUnavailable {
@@ -175,7 +176,7 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 		obey, tight, free = q.retriesAfter429(ctx, r1)
 		head = q.headLast(ctx)
 	}
-	rep.Checks = []Check{retryAfter, date, obey, tight, free, head, cors}
+	rep.Checks = []Check{retryAfter, date, obey, tight, free, head, cors, rateLimit}
 }
 
 // headLast seeks one more refusal and runs the head check on it.

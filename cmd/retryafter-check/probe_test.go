@@ -30,12 +30,12 @@ type probeCase struct {
 }
 
 // allPass is the verdicts of a server that gets everything right.
-const allPass = "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass"
+const allPass = "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=n/a"
 
 var probeCases = []probeCase{
 	{
 		name: "ours", server: ours,
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass",
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: `"1": delay-seconds`,
 			checkDate:       "agrees with the probe's clock to the second",
@@ -43,7 +43,8 @@ var probeCases = []probeCase{
 			checkTight:      "retried 1 s early: refused (429 Too Many Requests, Retry-After: 1)",
 			checkFree:       "waited the rest (1 s in all), then retried: admitted (200 OK)",
 			checkHEAD:       "HEAD: 429 Too Many Requests, Retry-After: 1, like GET",
-			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date",
+			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date, RateLimit, RateLimit-Policy",
+			checkRateLimit:  `RateLimit: "default";r=0;t=1: t=1 agrees with Retry-After`,
 		},
 		// 5 admitted, the refusal, the obeying retry, the next refusal, the early retry, the
 		// retry after it, a refused GET and the HEAD.
@@ -51,7 +52,7 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "ours without -origin", server: ours, noOrig: true,
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=n/a",
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=n/a ratelimit=pass",
 		seen: map[string]string{checkCORS: "no -origin given"},
 	},
 	{
@@ -78,7 +79,7 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "maintenance, HTTP-date, server clock two hours slow", server: func() http.Handler { return maintenance(true, 10500*time.Millisecond, -2*time.Hour, false) },
-		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass",
+		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
 			checkDate: `"Fri, 31 Dec 1999 22:00:00 GMT": IMF-fixdate, at least 1h59m59s behind the probe's clock; one of the two clocks is wrong`,
 			checkObey: "waited 11 s (the date less Date), then retried: admitted",
@@ -87,7 +88,7 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "maintenance overrun", server: func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, true) },
-		want: "retry-after=pass date=pass obey=fail tight=pass refusal-free=n/a head=pass cors=pass",
+		want: "retry-after=pass date=pass obey=fail tight=pass refusal-free=n/a head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
 			checkObey: "waited 11 s as told, then retried: refused (503 Service Unavailable, Retry-After: 60): obeying is not enough",
 			checkFree: "a maintenance window cannot be obeyed twice",
@@ -96,18 +97,19 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "httprate-like, a window under a second: Retry-After 0", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 500*time.Millisecond)) },
-		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail",
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: `"0": a wait of 0 tells clients to retry at once`,
 			checkObey:       `retried at once as told ("0"), then retried: refused (429 Too Many Requests, Retry-After: 0): obeying is not enough`,
 			checkTight:      `Retry-After "0" leaves no second to take off`,
 			checkCORS:       "Access-Control-Expose-Headers: (none): does not expose Retry-After",
+			checkRateLimit:  "X-RateLimit-Limit and its kin follow no standard and are not checked",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "httprate-like, the whole window", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 10*time.Second)) },
-		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail",
+		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail ratelimit=n/a",
 		seen: map[string]string{
 			checkObey:  "waited 10 s as told, then retried: refused (429 Too Many Requests, Retry-After: 10)",
 			checkTight: "retried 1 s early: admitted (200 OK): the wait is padded by a second or more",
@@ -118,7 +120,7 @@ var probeCases = []probeCase{
 	{
 		name: "go-limiter-like, reset mid-second", delay: 900 * time.Millisecond,
 		server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
-		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail",
+		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:02 UTC": not an HTTP-date: zone UTC (Go's time.RFC1123 or RFC1123Z); an HTTP-date ends in GMT`,
 			checkObey:       "waited 1 s (the date less Date), then retried: refused (429 Too Many Requests",
@@ -128,7 +130,7 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "go-limiter-like, reset on a whole second", server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
-		want: "retry-after=fail date=pass obey=pass tight=pass refusal-free=pass head=pass cors=fail",
+		want: "retry-after=fail date=pass obey=pass tight=pass refusal-free=pass head=pass cors=fail ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: "zone UTC",
 			checkObey:       "waited 2 s (the date less Date), then retried: admitted (200 OK)",
@@ -138,7 +140,7 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "charges refused requests", server: func() http.Handler { return withCORS("", &tokenBucket{charge: true}) },
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=fail head=pass cors=pass",
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=fail head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
 			checkObey: "waited 2 s as told, then retried: admitted (200 OK)",
 			checkFree: "after the refused early retry, waited the rest (2 s in all), then retried: refused (429 Too Many Requests, Retry-After: 2), while obeying alone is admitted: the refused early retry was charged",
@@ -147,13 +149,13 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "exact, but no Date", server: func() http.Handler { return withCORS("", &tokenBucket{noDate: true}) },
-		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass",
+		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{checkDate: "absent from the 429"},
 		exit: exitFail,
 	},
 	{
 		name: "no Retry-After", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true}) },
-		want: "retry-after=fail date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=n/a",
+		want: "retry-after=fail date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=n/a ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: "absent from the 429: a client cannot know when to come back",
 			checkObey:       "no Retry-After to obey",
@@ -163,8 +165,20 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "HEAD not limited", server: oursGETOnly,
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=fail cors=pass",
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=fail cors=pass ratelimit=n/a",
 		seen: map[string]string{checkHEAD: "HEAD admitted (200 OK) right after GET was refused (429 Too Many Requests)"},
+		exit: exitFail,
+	},
+	{
+		name: "RateLimit t truncated", server: func() http.Handler { return withCORS("", &tokenBucket{fields: "early"}) },
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=fail",
+		seen: map[string]string{checkRateLimit: `RateLimit: "default";r=0;t=0: t=0 but Retry-After says 1 s: a client reading RateLimit comes back early`},
+		exit: exitFail,
+	},
+	{
+		name: "RateLimit in an old draft's syntax", server: func() http.Handler { return withCORS("", &tokenBucket{fields: "old"}) },
+		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=fail",
+		seen: map[string]string{checkRateLimit: `RateLimit: "limit=5, remaining=0, reset=1": not a Structured Field List: a comma or the end expected at byte 5`},
 		exit: exitFail,
 	},
 	{
@@ -186,7 +200,7 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "a wait beyond the time budget", server: func() http.Handler { return maintenanceUnknownEnd(time.Hour) },
-		want: "retry-after=pass date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=pass",
+		want: "retry-after=pass date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
 			checkObey:  "not checked: waiting 59m59s would pass the time budget (-timeout 3m0s, 3m0s left)",
 			checkTight: "not checked: waiting 59m59s would pass",

@@ -28,10 +28,11 @@ const (
 	checkFree       = "refusal-free" // that early retry cost nothing: waiting the rest is admitted
 	checkHEAD       = "head"         // HEAD is refused like GET
 	checkCORS       = "cors"         // a browser script of -origin can read Retry-After
+	checkRateLimit  = "ratelimit"    // RateLimit fields parse and agree with Retry-After
 )
 
 // checkNames lists every check, in report order.
-var checkNames = []string{checkRetryAfter, checkDate, checkObey, checkTight, checkFree, checkHEAD, checkCORS}
+var checkNames = []string{checkRetryAfter, checkDate, checkObey, checkTight, checkFree, checkHEAD, checkCORS, checkRateLimit}
 
 // The exit codes of the command.
 const (

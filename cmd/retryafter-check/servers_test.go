@@ -37,10 +37,10 @@ func withCORS(expose string, next http.Handler) http.Handler {
 	})
 }
 
-// ours is this package's middleware, 1 request a second with bursts of 5, behind CORS
-// middleware that exposes nothing itself.
+// ours is this package's middleware, 1 request a second with bursts of 5, with the RateLimit
+// fields, behind CORS middleware that exposes nothing itself.
 func ours() http.Handler {
-	return withCORS("", retryafter.Limit(1, 5)(hello()))
+	return withCORS("", retryafter.Limit(1, 5, retryafter.WithRateLimitFields(""))(hello()))
 }
 
 // oursGETOnly limits GET only, as a router does whose limiter is mounted on the GET route
@@ -179,6 +179,9 @@ type tokenBucket struct {
 	noDate bool
 	// noRetryAfter refuses with no Retry-After, as ulule/limiter and didip/tollbooth do.
 	noRetryAfter bool
+	// fields writes RateLimit fields: "early" with t truncated, "old" in the syntax of the
+	// drafts before 07.
+	fields string
 
 	mu     sync.Mutex
 	tokens float64
@@ -200,6 +203,7 @@ func (b *tokenBucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.tokens--
 	}
 	wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
+	left := max(0, math.Floor(b.tokens))
 	b.mu.Unlock()
 
 	h := w.Header()
@@ -214,6 +218,13 @@ func (b *tokenBucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	secs := int64(math.Ceil(wait.Seconds()))
+	switch b.fields {
+	case "early":
+		h.Set("RateLimit-Policy", `"default";q=5;w=5`)
+		h.Set("RateLimit", `"default";r=`+strconv.Itoa(int(left))+`;t=`+strconv.FormatInt(int64(wait.Seconds()), 10))
+	case "old":
+		h.Set("RateLimit", "limit=5, remaining=0, reset="+strconv.FormatInt(secs, 10))
+	}
 	if !b.noRetryAfter {
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
