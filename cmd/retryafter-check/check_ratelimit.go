@@ -1,0 +1,177 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The RateLimit fields of draft-ietf-httpapi-ratelimit-headers (revision 11): two Structured
+// Field Lists whose members are Items naming a quota policy with a String.
+//
+//	RateLimit-Policy: "default";q=5;w=5     q the quota (required), w its window in seconds
+//	RateLimit: "default";r=0;t=1            r what is left (required), t seconds until more is
+//
+// On a refusal the policy that refused has r=0, and its t tells a client when it may come back,
+// as Retry-After does: the two must agree, or a client that reads one of them comes back early
+// or waits for nothing. With several policies exhausted at once, the last of them to refill
+// decides.
+
+// A quotaItem is one member of a RateLimit or RateLimit-Policy field.
+type quotaItem struct {
+	name   string
+	params map[string]int64 // the Integer parameters checked
+	has    map[string]bool
+}
+
+// parseQuotaField parses the lines of field as a List of Items, each a String naming a policy,
+// with the Integer parameters ints, of which required must be present. It returns a sentence
+// saying what is wrong, or "".
+func parseQuotaField(field string, lines []string, ints []string, required string) ([]quotaItem, string) {
+	members, err := parseSFList(lines)
+	q := fmt.Sprintf("%s: %q", field, strings.Join(lines, ", "))
+	if err != nil {
+		return nil, q + ": " + err.Error()
+	}
+	items := make([]quotaItem, 0, len(members))
+	for i, m := range members {
+		if m.isInner {
+			return nil, fmt.Sprintf("%s: member %d is an inner list, not an Item", q, i+1)
+		}
+		if m.bare.kind != sfString {
+			return nil, fmt.Sprintf("%s: member %d names its policy with a %s, not a String", q, i+1, kindName(m.bare.kind))
+		}
+		it := quotaItem{name: m.bare.s, params: map[string]int64{}, has: map[string]bool{}}
+		for _, key := range ints {
+			v, ok := m.param(key)
+			if !ok {
+				continue
+			}
+			if v.kind != sfInteger || v.n < 0 {
+				return nil, fmt.Sprintf("%s: %s of %q is not a non-negative Integer", q, key, it.name)
+			}
+			it.params[key], it.has[key] = v.n, true
+		}
+		if !it.has[required] {
+			return nil, fmt.Sprintf("%s: %q has no %s, which is required", q, it.name, required)
+		}
+		items = append(items, it)
+	}
+	return items, ""
+}
+
+func kindName(k sfKind) string {
+	switch k {
+	case sfInteger:
+		return "Integer"
+	case sfDecimal:
+		return "Decimal"
+	case sfToken:
+		return "Token"
+	case sfBytes:
+		return "Byte Sequence"
+	case sfBoolean:
+		return "Boolean"
+	case sfDate:
+		return "Date"
+	case sfDisplay:
+		return "Display String"
+	}
+	return "String"
+}
+
+// checkRateLimitFields judges the RateLimit and RateLimit-Policy fields of the refusal e: they
+// parse, RateLimit names only policies RateLimit-Policy lists, some policy is exhausted, and the
+// t of the exhausted ones agrees with Retry-After (to the second for a date, whose Date has
+// whole seconds).
+func checkRateLimitFields(e *exchange, t told) Check {
+	rl, pol := e.header["Ratelimit"], e.header["Ratelimit-Policy"]
+	if len(rl) == 0 && len(pol) == 0 {
+		for _, old := range []string{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset"} {
+			if len(e.header[old]) > 0 {
+				return na(checkRateLimit, "only RateLimit-Limit, -Remaining or -Reset, the fields of drafts up to 06; the draft's fields now are RateLimit and RateLimit-Policy")
+			}
+		}
+		for _, legacy := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+			if len(e.header[legacy]) > 0 {
+				return na(checkRateLimit, "no RateLimit or RateLimit-Policy field; X-RateLimit-Limit and its kin follow no standard and are not checked")
+			}
+		}
+		return na(checkRateLimit, "no RateLimit or RateLimit-Policy field")
+	}
+	c := Check{Name: checkRateLimit, Result: Fail}
+	var policies []quotaItem
+	if len(pol) > 0 {
+		var why string
+		if policies, why = parseQuotaField("RateLimit-Policy", pol, []string{"q", "w"}, "q"); why != "" {
+			c.Seen = why
+			return c
+		}
+	}
+	if len(rl) == 0 {
+		c.Result, c.Seen = Pass, fmt.Sprintf("RateLimit-Policy: %s parses; no RateLimit on the refusal to compare with Retry-After", strings.Join(pol, ", "))
+		return c
+	}
+	limits, why := parseQuotaField("RateLimit", rl, []string{"r", "t"}, "r")
+	if why != "" {
+		c.Seen = why
+		return c
+	}
+	seen := "RateLimit: " + strings.Join(rl, ", ")
+	if len(policies) > 0 {
+		for _, l := range limits {
+			if !hasPolicy(policies, l.name) {
+				c.Seen = fmt.Sprintf("%s names %q, which RateLimit-Policy: %s does not list", seen, l.name, strings.Join(pol, ", "))
+				return c
+			}
+		}
+	}
+	var exhausted []quotaItem
+	for _, l := range limits {
+		if l.params["r"] == 0 {
+			exhausted = append(exhausted, l)
+		}
+	}
+	if len(exhausted) == 0 {
+		c.Seen = seen + ": refused, yet every policy has quota left (r above 0)"
+		return c
+	}
+	if !t.usable {
+		c.Result, c.Seen = Pass, seen+": parses; no usable Retry-After to compare with"
+		return c
+	}
+	var latest int64 = -1
+	for _, l := range exhausted {
+		if l.has["t"] {
+			latest = max(latest, l.params["t"])
+		}
+	}
+	if latest < 0 {
+		c.Result, c.Seen = Pass, seen+": parses; the exhausted policy has no t to compare with Retry-After"
+		return c
+	}
+	slack := time.Duration(0)
+	if t.date {
+		slack = time.Second
+	}
+	want := (t.wait + time.Second - 1).Truncate(time.Second) // Retry-After in whole seconds, rounded up
+	got := time.Duration(latest) * time.Second
+	switch {
+	case got < want-slack:
+		c.Seen = fmt.Sprintf("%s: t=%d but Retry-After says %s: a client reading RateLimit comes back early", seen, latest, seconds(want))
+	case got > want+slack:
+		c.Seen = fmt.Sprintf("%s: t=%d but Retry-After says %s: a client reading RateLimit waits longer than it must", seen, latest, seconds(want))
+	default:
+		c.Result, c.Seen = Pass, fmt.Sprintf("%s: t=%d agrees with Retry-After", seen, latest)
+	}
+	return c
+}
+
+func hasPolicy(policies []quotaItem, name string) bool {
+	for _, p := range policies {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
+}

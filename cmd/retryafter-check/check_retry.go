@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The retry checks obey what a refusal told, as a client would:
+//
+//   - obey: wait exactly the Retry-After, counted from when the response arrived (a date less
+//     Date), and retry: the retry must be admitted.
+//   - tight: retry one second earlier, counted from when the refused request was sent, so that
+//     the round trip cannot make the retry late: it must be refused, or the wait was padded. A
+//     date is one second less Date's resolution: the retry goes two seconds before it, and so
+//     reaches the server at least one second before it.
+//   - refusal-free: after that early retry was refused, wait the rest and retry: it must be
+//     admitted, or the refused early retry was charged.
+//
+// Every wait is timed on the probe's clock; the checks give the server the benefit of the
+// round trip, never the client.
+
+// unobeyable says why t cannot be obeyed, or returns "".
+func unobeyable(t told) string {
+	switch {
+	case !t.present:
+		return "no Retry-After to obey"
+	case !t.usable:
+		return fmt.Sprintf("Retry-After %q cannot be read as a wait", t.value)
+	}
+	return ""
+}
+
+// earlyBy is how much earlier than told the tight check retries.
+func earlyBy(t told) time.Duration {
+	if t.date {
+		return 2 * time.Second
+	}
+	return time.Second
+}
+
+// tooShortForEarly says why t leaves no room for an early retry.
+func tooShortForEarly(t told) string {
+	if t.date {
+		return fmt.Sprintf("Retry-After %q is %s after %s: no room for an early retry at a date's resolution of a second", t.value, seconds(t.wait), t.ref)
+	}
+	return fmt.Sprintf("Retry-After %q leaves no second to take off", t.value)
+}
+
+// obeyed describes how the probe obeyed t.
+func obeyed(t told) string {
+	switch {
+	case t.wait == 0 && t.past > 0:
+		return fmt.Sprintf("retried at once, the date being %s before %s", seconds(t.past), t.ref)
+	case t.wait == 0:
+		return fmt.Sprintf("retried at once as told (%q)", t.value)
+	case t.date:
+		return fmt.Sprintf("waited %s (the date less %s)", seconds(t.wait), t.ref)
+	}
+	return fmt.Sprintf("waited %s as told", seconds(t.wait))
+}
+
+// answer describes the response to a retry.
+func answer(e *exchange) string {
+	if !e.refused() {
+		return "admitted (" + statusText(e.status) + ")"
+	}
+	if t := readTold(e); t.present {
+		return fmt.Sprintf("refused (%s, Retry-After: %s)", statusText(e.status), t.value)
+	}
+	return "refused (" + statusText(e.status) + ", no Retry-After)"
+}
+
+// obeyVerdict judges the retry o made after obeying t.
+func obeyVerdict(t told, o *exchange) Check {
+	c := Check{Name: checkObey, Result: Pass, Seen: obeyed(t) + ", then retried: " + answer(o)}
+	if o.refused() {
+		c.Result, c.Seen = Fail, obeyed(t)+", then retried: "+answer(o)+": obeying is not enough"
+	}
+	return c
+}
+
+// tightVerdict judges the early retry e made against t.
+func tightVerdict(t told, e *exchange) Check {
+	what := "retried 1 s early"
+	if t.date {
+		what = "retried at least 1 s before the date"
+	}
+	if e.refused() {
+		return Check{Name: checkTight, Result: Pass, Seen: what + ": " + answer(e)}
+	}
+	return Check{Name: checkTight, Result: Fail, Seen: what + ": " + answer(e) + ": the wait is padded by a second or more"}
+}
+
+// retriesAfter429 runs the retry checks on a 429. Obeying comes first, on the first refusal,
+// and on its own, so that it is judged apart from whatever an early retry costs; the early
+// retry goes to the next refusal.
+func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tight, free Check) {
+	t1 := readTold(r1)
+	if why := unobeyable(t1); why != "" {
+		return na(checkObey, why), na(checkTight, why), na(checkFree, why)
+	}
+	o1, err := q.s.sendAt(ctx, r1.received.Add(t1.wait), q.p.Method)
+	if err != nil {
+		q.stopWith(err)
+		return q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
+	}
+	obey = obeyVerdict(t1, o1)
+
+	r2 := o1 // a refused retry is itself the next refusal
+	if !o1.refused() {
+		if r2, err = q.s.provoke(ctx); err != nil {
+			q.stopWith(err)
+			return obey, q.notChecked(checkTight), q.notChecked(checkFree)
+		}
+	}
+	t2 := readTold(r2)
+	if why := unobeyable(t2); why != "" {
+		why = fmt.Sprintf("the next refusal (request %d): %s", r2.n, why)
+		return obey, na(checkTight, why), na(checkFree, why)
+	}
+	early := earlyBy(t2)
+	if t2.wait < early {
+		why := tooShortForEarly(t2)
+		return obey, na(checkTight, why), na(checkFree, why)
+	}
+	e, err := q.s.sendAt(ctx, r2.sent.Add(t2.wait-early), q.p.Method)
+	if err != nil {
+		q.stopWith(err)
+		return obey, q.notChecked(checkTight), q.notChecked(checkFree)
+	}
+	tight = tightVerdict(t2, e)
+	if !e.refused() {
+		return obey, tight, na(checkFree, "the early retry was admitted")
+	}
+	o2, err := q.s.sendAt(ctx, r2.received.Add(t2.wait), q.p.Method)
+	if err != nil {
+		q.stopWith(err)
+		return obey, tight, q.notChecked(checkFree)
+	}
+	rest := fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(t2.wait), answer(o2))
+	switch {
+	case !o2.refused():
+		return obey, tight, Check{Name: checkFree, Result: Pass, Seen: rest}
+	case obey.Result != Pass:
+		return obey, tight, na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
+	}
+
+	// Obeying alone was admitted and obeying after an early retry was not: obey this refusal
+	// alone too, so that the blame falls on the early retry only if obeying still works.
+	t3 := readTold(o2)
+	if why := unobeyable(t3); why != "" {
+		return obey, tight, Check{Name: checkFree, Result: Fail, Seen: rest + ", and " + why}
+	}
+	o3, err := q.s.sendAt(ctx, o2.received.Add(t3.wait), q.p.Method)
+	if err != nil {
+		q.stopWith(err)
+		return obey, tight, q.notChecked(checkFree)
+	}
+	if o3.refused() {
+		obey = obeyVerdict(t3, o3)
+		obey.Seen = fmt.Sprintf("on request %d: %s", o3.n, obey.Seen)
+		return obey, tight, na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
+	}
+	return obey, tight, Check{Name: checkFree, Result: Fail, Seen: rest + ", while obeying alone is admitted: the refused early retry was charged"}
+}
+
+// retriesAfter503 runs the retry checks on a 503. A maintenance window is over once a retry is
+// admitted, so the early retry and the obeying one both go to the first refusal.
+func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tight, free Check) {
+	t1 := readTold(r1)
+	if why := unobeyable(t1); why != "" {
+		return na(checkObey, why), na(checkTight, why), na(checkFree, why)
+	}
+	var e *exchange
+	if early := earlyBy(t1); t1.wait >= early {
+		var err error
+		if e, err = q.s.sendAt(ctx, r1.sent.Add(t1.wait-early), q.p.Method); err != nil {
+			q.stopWith(err)
+			return q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
+		}
+		tight = tightVerdict(t1, e)
+	} else {
+		tight = na(checkTight, tooShortForEarly(t1))
+	}
+	o, err := q.s.sendAt(ctx, r1.received.Add(t1.wait), q.p.Method)
+	if err != nil {
+		q.stopWith(err)
+		return q.notChecked(checkObey), tight, q.notChecked(checkFree)
+	}
+	obey = obeyVerdict(t1, o)
+	switch {
+	case e == nil:
+		free = na(checkFree, tight.Seen)
+	case !e.refused():
+		free = na(checkFree, "the early retry was admitted")
+	case o.refused():
+		free = na(checkFree, "obeying after the early retry was refused, and a maintenance window cannot be obeyed twice: what the early retry cost cannot be told apart")
+	default:
+		free = Check{Name: checkFree, Result: Pass, Seen: fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(t1.wait), answer(o))}
+	}
+	return obey, tight, free
+}
+
+// na is a check that does not apply, for the reason why.
+func na(name, why string) Check { return Check{Name: name, Result: NA, Seen: why} }

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/retryafter/retryafter/internal/testkit"
+)
+
+// A slowTransport delays every request and every response by each, as a network does.
+type slowTransport struct {
+	rt   http.RoundTripper
+	each time.Duration
+}
+
+func (s slowTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	time.Sleep(s.each)
+	resp, err := s.rt.RoundTrip(r)
+	time.Sleep(s.each)
+	return resp, err
+}
+
+// retryTimeline runs the probe against server over a network 50 ms each way and returns when
+// the first n requests reached the server, from the start.
+func retryTimeline(t *testing.T, server func() http.Handler, n int) []time.Duration {
+	var got []time.Duration
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{next: server()}
+		net := serve(t, rec)
+		defer net.close()
+		start := time.Now()
+		Probe{URL: testURL, Transport: slowTransport{net.tr, 50 * time.Millisecond}}.Run(t.Context())
+		for _, s := range rec.seen[:min(n, len(rec.seen))] {
+			got = append(got, s.at.Sub(start))
+		}
+	})
+	return got
+}
+
+// TestRetryTiming checks when the retries reach the server. The obeying retry waits from when
+// the refusal arrived, so it reaches the server the round trip later than told; the early
+// retry counts from when the refused request was sent, so it reaches the server exactly a
+// second before told after the refusal did, the round trip cancelling: both give the server the
+// benefit of the round trip.
+func TestRetryTiming(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x) * time.Millisecond
+		}
+		return d
+	}
+	for _, c := range []struct {
+		name   string
+		server func() http.Handler
+		want   []time.Duration
+	}{
+		// Retry-After 2 each time: 5 admitted 100 ms apart, then the refusal r1 at 550;
+		// obeying at 550 + 2000 + 100; the next refusal r2 at once; the early retry at
+		// r2 + 1000; obeying after it at r2 + 2000 + 100, refused; obeying that alone, again
+		// 2100 later.
+		{"charges refused requests", func() http.Handler { return withCORS("", &tokenBucket{charge: true}) },
+			ms(50, 150, 250, 350, 450, 550, 2650, 2750, 3750, 4850, 6950)},
+		// A 503 until 10.5 s, announced as the date 00:00:11 with Date 00:00:00: the
+		// refusal, the HEAD, the early retry 2 s before the date (Date has whole seconds),
+		// obeying at 11 s after the refusal arrived.
+		{"maintenance, HTTP-date", func() http.Handler { return maintenance(true, 10500*time.Millisecond, 0, false) },
+			ms(50, 150, 9050, 11150)},
+		// The same with delay-seconds ("11"): the early retry 1 s before it.
+		{"maintenance, delay-seconds", func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, false) },
+			ms(50, 150, 10050, 11150)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := retryTimeline(t, c.server, len(c.want))
+			if len(got) != len(c.want) {
+				t.Fatalf("requests reached the server at %v, want %v", got, c.want)
+			}
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("requests reached the server at %v, want %v", got, c.want)
+				}
+			}
+		})
+	}
+}
+
+// A scriptClock is a clock that moves only when the probe sleeps.
+type scriptClock struct{ now time.Time }
+
+func (c *scriptClock) Now() time.Time { return c.now }
+
+func (c *scriptClock) Sleep(_ context.Context, d time.Duration) error {
+	c.now = c.now.Add(d)
+	return nil
+}
+
+// scripted answers the probe's requests in turn with the statuses of script (429 with
+// Retry-After: 1, 200 without), then 429 to everything, with a Date from clk.
+func scripted(clk *scriptClock, script ...int) http.RoundTripper {
+	i := 0
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		status := http.StatusTooManyRequests
+		if i < len(script) {
+			status = script[i]
+		}
+		i++
+		h := http.Header{"Date": {clk.now.UTC().Format(http.TimeFormat)}}
+		if status == http.StatusTooManyRequests {
+			h.Set("Retry-After", "1")
+		}
+		return &http.Response{StatusCode: status, Header: h, Body: http.NoBody, Request: r}, nil
+	})
+}
+
+// TestRetryVerdicts runs the retry checks against scripted answers, on a clock that moves only
+// when the probe sleeps, for the branches no realistic server above reaches: which check the
+// blame falls on when retries are refused.
+func TestRetryVerdicts(t *testing.T) {
+	const ok, no = http.StatusOK, http.StatusTooManyRequests
+	for _, c := range []struct {
+		name     string
+		script   []int // r1, then the retries in turn
+		want     string
+		seen     map[string]string
+		requests int // the last two are the refused GET and the HEAD of the head check
+	}{
+		{"all admitted as told", []int{no, ok, no, no, ok},
+			"obey=pass tight=pass refusal-free=pass", nil, 7},
+		// Obeying was refused on its own already: the probe does not obey again to find out.
+		{"obeying refused, then obeying after an early retry refused too", []int{no, no, no, no},
+			"obey=fail tight=pass refusal-free=n/a",
+			map[string]string{
+				checkObey: "waited 1 s as told, then retried: refused",
+				checkFree: "obeying alone is refused too, so what the early retry cost cannot be told apart",
+			}, 6},
+		{"obeying admitted once, then refused alone", []int{no, ok, no, no, no, no},
+			"obey=fail tight=pass refusal-free=n/a",
+			map[string]string{checkObey: "on request 6: waited 1 s as told, then retried: refused"}, 8},
+		{"obeying admitted alone, refused after an early retry", []int{no, ok, no, no, no, ok},
+			"obey=pass tight=pass refusal-free=fail",
+			map[string]string{checkFree: "the refused early retry was charged"}, 8},
+		{"early retry admitted", []int{no, ok, no, ok},
+			"obey=pass tight=fail refusal-free=n/a",
+			map[string]string{checkFree: "the early retry was admitted"}, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &scriptClock{now: testkit.T0}
+			rep := Probe{URL: testURL, Transport: scripted(clk, c.script...), Now: clk.Now, Sleep: clk.Sleep}.Run(t.Context())
+			var got []string
+			for _, name := range []string{checkObey, checkTight, checkFree} {
+				got = append(got, name+"="+string(rep.check(name).Result))
+			}
+			if g := strings.Join(got, " "); g != c.want {
+				t.Errorf("got %s, want %s", g, c.want)
+			}
+			for name, phrase := range c.seen {
+				if s := rep.check(name).Seen; !strings.Contains(s, phrase) {
+					t.Errorf("%s: %q, want it to hold %q", name, s, phrase)
+				}
+			}
+			if rep.Requests != c.requests {
+				t.Errorf("sent %d requests, want %d", rep.Requests, c.requests)
+			}
+		})
+	}
+}
