@@ -13,7 +13,7 @@ import (
 // Charge implements [Charger]: it spends cost tokens from key's bucket at now whether or not
 // it holds them, so that the bucket may go into debt, or with a negative cost gives tokens back,
 // never beyond the burst. It fails only when key is new and the table is full (see
-// [WithMaxKeys]). Decide then refuses key, whatever its cost, until the debt is repaid, with the
+// [WithMaxMemory]). Decide then refuses key, whatever its cost, until the debt is repaid, with the
 // exact wait; a debt that would take longer than [rate.InfDuration] to repay is never.
 func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.Time) error {
 	if cost == 0 || b.limit == rate.Inf {
@@ -48,13 +48,26 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 
 // at returns the instant p decides a request of the caller's now at, the latest it has seen,
 // and records it. p must be locked.
+//
+// A clock without monotonic readings (an injected one, or a wall clock that was set back) can
+// step back. Were p to wait for it to reach the latest instant again, every key of p would be
+// frozen for the length of the step: so a now more than maxLag behind is taken as the clock's
+// new reading. The buckets then count on from it, and each may have a burst's worth of tokens
+// credited twice, once. time.Now's readings are monotonic, and never step back.
 func (p *part) at(now time.Time) time.Time {
 	if now.Before(p.latest) {
-		return p.latest
+		if p.latest.Sub(now) <= maxLag || now != now.Round(0) {
+			return p.latest
+		}
 	}
 	p.latest = now
 	return now
 }
+
+// maxLag is how far behind the latest instant a part has seen a reading can be and still be
+// taken for a request that read the clock before another took the lock, rather than a step of
+// the clock.
+const maxLag = time.Second
 
 // Combine implements [Combiner]: TokenBuckets combine with each other, whichever their rates,
 // bursts and tables, and decide a request under the locks of every part of their tables it
@@ -130,8 +143,8 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	// One instant for every layer: the latest any of their parts has seen.
 	at := now
 	for _, p := range order[:locked] {
-		if at.Before(p.latest) {
-			at = p.latest
+		if lat := p.at(now); at.Before(lat) {
+			at = lat
 		}
 	}
 	for _, p := range order[:locked] {

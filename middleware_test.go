@@ -295,7 +295,7 @@ func TestConstructionPanics(t *testing.T) {
 		"nil clock":      func() { WithClock(nil) },
 		"nil key func":   func() { WithKeyFunc(nil) },
 		"nil responder":  func() { WithResponder(nil) },
-		"max keys 0":     func() { WithMaxKeys(0) },
+		"max memory 0":   func() { WithMaxMemory(0) },
 		"nil option":     func() { Limit(1, 1, nil) },
 		"nil cost":       func() { WithCost(nil) },
 		"policy name":    func() { WithRateLimitFields("r\u00e9sum\u00e9") },

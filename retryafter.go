@@ -40,9 +40,11 @@
 //
 // # Memory
 //
-// A [TokenBucket] drops the keys whose bucket has refilled, without a goroutine, and holds at
-// most [WithMaxKeys] at once; a flood of new clients at the bound is refused, never admitted to
-// make room.
+// A [TokenBucket] keeps every client until its table needs the room, so that a client that comes
+// back finds its bucket, and holds at most [WithMaxMemory] bytes (192 MiB by default, about a
+// million IPv4 clients), whatever its keys weigh, without a goroutine. At the bound, clients
+// whose bucket has refilled make room; a flood of new clients is refused, never admitted by
+// forgetting one that is over its limit.
 //
 // # The other side
 //

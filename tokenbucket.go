@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -20,48 +18,26 @@ import (
 // magnitude above that error and orders below anything a client can observe.
 const slack = time.Microsecond
 
-// defaultMaxKeys is the bound on the keys a [TokenBucket] tracks when no WithMaxKeys is given.
-const defaultMaxKeys = 1 << 20
-
-// shardCount is the number of independently locked parts of a TokenBucket's key table.
-const shardCount = 64
-
-// sweepFloor is how many keys a part of the table holds before it first looks for refilled ones
-// to drop, and the least it lets grow between two looks. A sweep scans the whole part, and the
-// next one waits until the part has doubled, so each new key pays for O(1) of scanning; the
-// floor keeps a few thousand recently seen keys (about 2 MB over all parts) so that clients
-// that come back every few seconds are not dropped and created again each time.
-const sweepFloor = 256
-
 // A TokenBucket is a [Limiter] that gives every key its own golang.org/x/time/rate token bucket
 // of the same rate and burst, held in memory.
 //
-// Keys whose bucket has refilled are indistinguishable from keys never seen, and are dropped
-// when the table grows, without any goroutine; the number of keys held at once is bounded (see
-// [WithMaxKeys]). A TokenBucket is safe for concurrent use.
+// Its table keeps every key until it needs the room, so that a client that comes back finds its
+// bucket; the bytes it holds are bounded (see [WithMaxMemory]), and at the bound the keys whose
+// bucket has refilled, which are indistinguishable from keys never seen, make room for new ones,
+// without any goroutine. A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
-	limit   rate.Limit
-	burst   int
-	seed    maphash.Seed
-	perPart int
-	parts   [shardCount]part
-}
-
-// part is one independently locked slice of a TokenBucket's keys.
-type part struct {
-	mu     sync.Mutex
-	keys   map[string]*rate.Limiter
-	sweep  int            // sweep reclaimable keys when len(keys) reaches this
-	full   time.Time      // after a sweep that freed nothing: no new key before this instant
-	latest time.Time      // the latest instant a Decide in this part was made at
-	_      [128 - 72]byte // two cache lines a part, so that parts do not share one
+	limit  rate.Limit
+	burst  int
+	seed   maphash.Seed
+	budget int // bytes each part holds at most
+	parts  [shardCount]part
 }
 
 // A TokenBucketOption configures [NewTokenBucket].
 type TokenBucketOption func(*bucketConfig)
 
 type bucketConfig struct {
-	maxKeys int
+	maxMemory int
 }
 
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
@@ -76,7 +52,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 	if burst < 1 {
 		panic("retryafter: burst below 1")
 	}
-	c := bucketConfig{maxKeys: defaultMaxKeys}
+	c := bucketConfig{maxMemory: defaultMaxMemory}
 	for _, o := range opts {
 		if o == nil {
 			panic("retryafter: nil TokenBucketOption")
@@ -84,14 +60,13 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		o(&c)
 	}
 	b := &TokenBucket{
-		limit:   limit,
-		burst:   burst,
-		seed:    maphash.MakeSeed(),
-		perPart: max(1, c.maxKeys/shardCount),
+		limit:  limit,
+		burst:  burst,
+		seed:   maphash.MakeSeed(),
+		budget: c.maxMemory / shardCount,
 	}
 	for i := range b.parts {
 		b.parts[i].keys = make(map[string]*rate.Limiter)
-		b.parts[i].sweep = min(b.perPart, sweepFloor)
 	}
 	return b
 }
@@ -115,7 +90,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 //     when the bucket is full, rate.InfDuration when the rate is 0 and it is not. It is never
 //     shorter than RetryAfter, except that a cost above the burst has a RetryAfter of
 //     rate.InfDuration and the bucket's own Reset.
-//   - A new key refused because the table is full (see [WithMaxKeys]) has Remaining 0 and a
+//   - A new key refused because the table is full (see [WithMaxMemory]) has Remaining 0 and a
 //     Reset equal to its RetryAfter, after which it starts with a full bucket.
 //   - With a limit of [rate.Inf], Remaining is always the burst and Reset 0.
 func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
@@ -212,40 +187,6 @@ func (b *TokenBucket) fillQuota(d *Decision, tokens float64) {
 	}
 }
 
-// add creates the bucket of key, a key new to p, which the caller has locked. When p is full of
-// keys that have not refilled, it returns nil and how long until the first of them will have.
-func (b *TokenBucket) add(p *part, key string, now time.Time) (*rate.Limiter, time.Duration) {
-	if len(p.keys) >= p.sweep {
-		if now.Before(p.full) {
-			return nil, p.full.Sub(now)
-		}
-		soonest := b.reclaim(p, now)
-		if len(p.keys) >= b.perPart {
-			p.full = now.Add(soonest)
-			return nil, soonest
-		}
-		p.sweep = min(b.perPart, max(sweepFloor, 2*len(p.keys)))
-	}
-	lim := rate.NewLimiter(b.limit, b.burst)
-	p.keys[strings.Clone(key)] = lim
-	return lim, 0
-}
-
-// reclaim drops the keys of p whose bucket is full at now (within slack), and returns how long
-// until the first of the others will be.
-func (b *TokenBucket) reclaim(p *part, now time.Time) time.Duration {
-	soonest := rate.InfDuration
-	for k, lim := range p.keys {
-		refill := b.refill(float64(b.burst) - lim.TokensAt(now))
-		if refill <= slack {
-			delete(p.keys, k)
-			continue
-		}
-		soonest = min(soonest, refill-slack)
-	}
-	return soonest
-}
-
 // refill returns how long b's rate takes to add missing tokens: 0 when none are missing,
 // rate.InfDuration when the time does not fit a Duration or the rate is 0.
 func (b *TokenBucket) refill(missing float64) time.Duration {
@@ -257,32 +198,4 @@ func (b *TokenBucket) refill(missing float64) time.Duration {
 		return rate.InfDuration
 	}
 	return time.Duration(ns)
-}
-
-// Len returns the number of keys b holds state for.
-func (b *TokenBucket) Len() int {
-	n := 0
-	for i := range b.parts {
-		p := &b.parts[i]
-		p.mu.Lock()
-		n += len(p.keys)
-		p.mu.Unlock()
-	}
-	return n
-}
-
-// WithMaxKeys bounds the number of keys a [TokenBucket] holds state for at once; the default is
-// 1,048,576 (about 160 MB at most: a key costs about 150 bytes). Keys whose bucket has refilled
-// are dropped to make room; when none has, a new key is refused with 429 and a Retry-After of
-// when the first one will have, so that no client over its limit is ever admitted to make room
-// for another. That Retry-After is the one answer of the package that is an estimate rather
-// than exact: the held key it counts on may spend again meanwhile, or another new key may take
-// the slot first, and the client is then refused again. The table is split in 64 independently
-// locked parts of n/64 keys each (at least one), so it holds at most max(n, 64) keys, and a new
-// key can meet a full part a little before the whole table holds n. It panics if n < 1.
-func WithMaxKeys(n int) TokenBucketOption {
-	if n < 1 {
-		panic("retryafter: WithMaxKeys below 1")
-	}
-	return func(c *bucketConfig) { c.maxKeys = n }
 }

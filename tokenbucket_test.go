@@ -37,21 +37,48 @@ func TestTokenBucketCostAboveBurst(t *testing.T) {
 	}
 }
 
-// TestTokenBucketReclaimsRefilledKeys floods the bucket with distinct keys while time passes:
-// the keys whose bucket has refilled are dropped, so the table stays small.
+// TestTokenBucketReclaimsRefilledKeys sends a stream of distinct keys while time passes, through a
+// table that holds a few thousand: the keys whose bucket has refilled make room for the new ones,
+// every new key is admitted, and the table never holds more than its bound.
 func TestTokenBucketReclaimsRefilledKeys(t *testing.T) {
-	b := NewTokenBucket(1, 1)
+	bound := 4000 * cost("199999") // four times the live keys: the hash spreads them unevenly
+	b := NewTokenBucket(1, 1, WithMaxMemory(bound))
 	now := t0
+	most := 0
 	for i := range 200_000 {
 		now = now.Add(time.Millisecond)
 		if d := decide(t, b, fmt.Sprint(i), 1, now); !d.Allowed {
-			t.Fatalf("new key %d refused", i)
+			t.Fatalf("new key %d refused, with 1,000 live keys", i)
+		}
+		if i%1000 == 0 {
+			most = max(most, b.Len())
 		}
 	}
-	// A bucket refills in 1 s: 1,000 keys are live at any instant, and a part of the table
-	// sweeps once it holds sweepFloor keys or twice its live ones.
-	if n := b.Len(); n > 2*1000+shardCount*sweepFloor {
-		t.Fatalf("%d keys held after 200,000 clients of which 1,000 are live", n)
+	// A bucket refills in 1 s: 1,000 keys are live at any instant.
+	if want := 4000; most > want || most < 1000 {
+		t.Fatalf("the table held up to %d keys, want between the 1,000 live and its bound, %d", most, want)
+	}
+}
+
+// TestTokenBucketKeepsReturningClients checks that a client that comes back after its bucket
+// refilled finds its key, below the bound: it costs no allocation.
+func TestTokenBucketKeepsReturningClients(t *testing.T) {
+	b := NewTokenBucket(1000, 10)
+	keys := make([]string, 20_000)
+	for i := range keys {
+		keys[i] = clientAddr(i)
+		decide(t, b, keys[i], 1, t0)
+	}
+	now := t0.Add(time.Hour) // every bucket refilled
+	i := 0
+	if n := testing.AllocsPerRun(10_000, func() {
+		b.decide(keys[i%len(keys)], 1, now, new(Decision), false)
+		i++
+	}); n > 0.01 {
+		t.Fatalf("a returning client costs %v allocations", n)
+	}
+	if b.Len() != len(keys) {
+		t.Fatalf("%d keys held, want %d", b.Len(), len(keys))
 	}
 }
 
@@ -60,7 +87,7 @@ func TestTokenBucketReclaimsRefilledKeys(t *testing.T) {
 // client over its limit is admitted to make room.
 func TestTokenBucketAtTheBound(t *testing.T) {
 	const maxKeys = shardCount * 4
-	b := NewTokenBucket(rate.Every(10*time.Second), 1, WithMaxKeys(maxKeys))
+	b := NewTokenBucket(rate.Every(10*time.Second), 1, WithMaxMemory(maxKeys*cost("client-1000")))
 	var held []string
 	refusedNew := 0
 	for i := range 10 * maxKeys {
@@ -96,7 +123,7 @@ func TestTokenBucketAtTheBound(t *testing.T) {
 // not fit a Duration never makes a key look refilled (and so forgotten).
 func TestTokenBucketTinyRateKeepsKeys(t *testing.T) {
 	for _, limit := range []rate.Limit{0, 1e-12, 1e-300} {
-		b := NewTokenBucket(limit, 1000, WithMaxKeys(shardCount))
+		b := NewTokenBucket(limit, 1000, WithMaxMemory(64<<10))
 		decide(t, b, "spender", 1000, t0)
 		for i := range 200 {
 			decide(t, b, fmt.Sprint("new-", i), 1, t0.Add(time.Duration(i)*time.Hour))
@@ -213,7 +240,7 @@ func TestTokenBucketConcurrent(t *testing.T) {
 		burst = 50
 		run   = 200 * time.Millisecond
 	)
-	b := NewTokenBucket(limit, burst, WithMaxKeys(shardCount))
+	b := NewTokenBucket(limit, burst, WithMaxMemory(64<<10))
 	var admitted, calls atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -244,17 +271,18 @@ func TestTokenBucketConcurrent(t *testing.T) {
 }
 
 // TestTokenBucketFlood sends floodClients distinct client addresses, each over its limit after
-// its first request, at a table bounded by WithMaxKeys: the heap the table holds stays under
-// 200 bytes per key of the bound, and no client the table holds is forgotten to make room.
-// floodClients is 1,000,000, or 20,000 under the race detector, which is far slower; the
-// bound is a quarter of it.
+// its first request, at a table bounded by WithMaxMemory: the heap the table holds stays under
+// the bound, and no client the table holds is forgotten to make room. floodClients is
+// 1,000,000, or 20,000 under the race detector, which is far slower; the bound holds a quarter
+// of them.
 func TestTokenBucketFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods a million clients")
 	}
 	const maxKeys = floodClients / 4
+	bound := maxKeys * cost("10.15.66.64")
 	before := heapInUse()
-	b := NewTokenBucket(rate.Every(time.Minute), 1, WithMaxKeys(maxKeys))
+	b := NewTokenBucket(rate.Every(time.Minute), 1, WithMaxMemory(bound))
 	ctx := context.Background()
 	admitted := 0
 	for i := range floodClients {
@@ -272,8 +300,8 @@ func TestTokenBucketFlood(t *testing.T) {
 	if n > maxKeys || n != admitted {
 		t.Fatalf("%d keys held, %d admitted, bound %d", n, admitted, maxKeys)
 	}
-	if held > maxKeys*200 {
-		t.Fatalf("%d clients at WithMaxKeys(%d) hold %d bytes, more than 200 per key of the bound", floodClients, maxKeys, held)
+	if held > uint64(bound) {
+		t.Fatalf("%d clients at WithMaxMemory(%d) hold %d bytes", floodClients, bound, held)
 	}
 	// Half a minute on, every client is still over its limit: none may be admitted, whether its
 	// key was held or refused.
@@ -383,4 +411,63 @@ func BenchmarkTokenBucketDecide(b *testing.B) {
 			}
 		})
 	})
+}
+
+// TestTokenBucketBoundInBytes sends 2,000 clients with keys of 64 KiB each, as a key function
+// that returns a header value allows: the table holds no more bytes than its bound, whatever
+// the keys weigh, and refuses the keys that do not fit rather than admitting them.
+func TestTokenBucketBoundInBytes(t *testing.T) {
+	const bound = 8 << 20
+	b := NewTokenBucket(rate.Every(time.Minute), 1, WithMaxMemory(bound))
+	before := heapInUse()
+	buf := make([]byte, 64<<10)
+	admitted := 0
+	for i := range 2000 {
+		copy(buf, fmt.Sprintf("client-%d-", i))
+		if d := decide(t, b, string(buf), 1, t0); d.Allowed {
+			admitted++
+		}
+	}
+	held := heapInUse() - before
+	t.Logf("%d of 2,000 keys of 64 KiB held, %d bytes", b.Len(), held)
+	if held > bound {
+		t.Fatalf("2,000 keys of 64 KiB: the table holds %d bytes, over its bound of %d", held, bound)
+	}
+	if admitted != b.Len() || admitted == 0 || admitted > bound/(64<<10) {
+		t.Fatalf("admitted %d, held %d", admitted, b.Len())
+	}
+	runtime.KeepAlive(b)
+}
+
+// TestTokenBucketClockStepsBack sets an injected clock, which has no monotonic readings, back an
+// hour: the buckets count on from the new reading within a second, instead of deciding every key
+// at the old latest instant until the clock has caught up an hour later.
+func TestTokenBucketClockStepsBack(t *testing.T) {
+	b := NewTokenBucket(1, 5)
+	now := t0
+	for range 5 {
+		decide(t, b, "spent", 1, now)
+	}
+	now = now.Add(-time.Hour)
+	if d := decide(t, b, "spent", 1, now); d.Allowed || d.RetryAfter > time.Second {
+		t.Fatalf("right after the step: %+v, want a refusal of about a second", d)
+	}
+	admitted := 0
+	for range 600 { // a fresh client polling once a second for ten minutes
+		now = now.Add(time.Second)
+		if d := decide(t, b, "fresh", 1, now); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted < 595 {
+		t.Fatalf("a fresh client polling once a second after the step was admitted %d times in 600", admitted)
+	}
+	// A reading a little late, as from a request that read the clock before another took the
+	// lock, is still decided at the later instant.
+	for range 5 {
+		decide(t, b, "late", 1, now)
+	}
+	if d := decide(t, b, "late", 1, now.Add(-500*time.Millisecond)); d.Allowed || d.RetryAfter != 1500*time.Millisecond-slack {
+		t.Fatalf("a reading half a second late: %+v, want refused until a token is due from the later instant", d)
+	}
 }
