@@ -123,6 +123,11 @@ type clientKeyer struct {
 
 // key is the function that [ClientIPPrefix] returns.
 func (k *clientKeyer) key(r *http.Request) (string, error) {
+	// The common case first: an IPv4 peer, written as net/http writes it, keyed by its address.
+	if host, a, ok := canonicalIPv4(r.RemoteAddr); ok && k.v4Bits == 32 &&
+		(len(k.trusted) == 0 || !k.isTrusted(netip.AddrFrom4(a))) {
+		return host, nil
+	}
 	text, addr, ok := clientIPParseHost(r.RemoteAddr)
 	if !ok {
 		return k.socketKey(r)
@@ -254,6 +259,36 @@ func clientIPParseHost(s string) (text string, a netip.Addr, ok bool) {
 		return "", netip.Addr{}, false
 	}
 	return text, a.Unmap().WithZone(""), true
+}
+
+// canonicalIPv4 parses "a.b.c.d" or "a.b.c.d:port" whose address is in canonical form, as
+// netip.Addr.String writes it (decimal, no leading zeros): the form of RemoteAddr for an IPv4
+// peer. It returns the address's text, a slice of s, and its bytes; any other form is not ok
+// and is left to the general parser.
+func canonicalIPv4(s string) (host string, a [4]byte, ok bool) {
+	i, n := 0, 0
+	for ; n < 4; n++ {
+		if n > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return "", a, false
+			}
+			i++
+		}
+		start, v := i, 0
+		for i < len(s) && i-start < 3 && s[i] >= '0' && s[i] <= '9' {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || (s[start] == '0' && i-start > 1) {
+			return "", a, false
+		}
+		a[n] = byte(v)
+	}
+	host = s[:i]
+	if i < len(s) && (s[i] != ':' || !clientIPIsPort(s[i+1:])) {
+		return "", a, false
+	}
+	return host, a, true
 }
 
 // clientIPIsPort reports whether s is 1 to 5 ASCII digits.
