@@ -174,17 +174,35 @@ func late(wait, lag time.Duration) time.Duration {
 // fillQuota sets d's Limit, Remaining and Reset from the tokens left in a bucket.
 func (b *TokenBucket) fillQuota(d *Decision, tokens float64) {
 	d.Limit = b.burst
-	// With the tokens the slack lends a request, Remaining is exactly the largest cost that
-	// Decide admits now.
-	lent := tokens
-	if b.limit > 0 {
-		lent += float64(b.limit) * slack.Seconds()
+	// Remaining is exactly the largest cost that decide admits now, the tokens the slack lends
+	// included: a first guess from the float arithmetic, then the admission rule itself.
+	n := int(max(0, min(float64(b.burst), math.Floor(tokens+float64(b.limit)*slack.Seconds()))))
+	for n < b.burst && b.admits(n+1, tokens) {
+		n++
 	}
-	d.Remaining = int(max(0, min(float64(b.burst), math.Floor(lent))))
+	for n > 0 && !b.admits(n, tokens) {
+		n--
+	}
+	d.Remaining = n
 	d.Reset = b.refill(float64(b.burst) - tokens)
 	if d.RetryAfter != rate.InfDuration {
 		d.Reset = max(d.Reset, d.RetryAfter)
 	}
+}
+
+// admits reports whether decide admits a cost of n, at most the burst, from a bucket holding
+// tokens: x/time/rate's reservation is due at once, or within the slack, computed as
+// x/time/rate computes it.
+func (b *TokenBucket) admits(n int, tokens float64) bool {
+	left := tokens - float64(n)
+	if left >= 0 {
+		return true
+	}
+	if b.limit <= 0 {
+		return false
+	}
+	wait := (-left / float64(b.limit)) * float64(time.Second)
+	return wait <= float64(math.MaxInt64) && time.Duration(wait) <= slack
 }
 
 // refill returns how long b's rate takes to add missing tokens: 0 when none are missing,

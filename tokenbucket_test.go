@@ -471,3 +471,58 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 		t.Fatalf("a reading half a second late: %+v, want refused until a token is due from the later instant", d)
 	}
 }
+
+// TestTokenBucketRemainingAtTheEdges checks that Remaining is the largest cost admitted at the
+// instants where it changes: the end of every RetryAfter and every Reset, and a nanosecond and a
+// microsecond before each, where the slack the bucket lends decides. (At 1 per 7 s with a burst
+// of 2, spent at t0, a cost of 1 is admitted at t0 + 6.999999 s: Remaining must be 1 there.)
+func TestTokenBucketRemainingAtTheEdges(t *testing.T) {
+	rng := mathrand.New(mathrand.NewPCG(5, 6))
+	check := func(limit rate.Limit, burst int, history []step, at time.Duration) {
+		t.Helper()
+		now := t0.Add(at)
+		d := decide(t, replay(t, limit, burst, history), "k", 0, now)
+		if d.Remaining > 0 {
+			if got := decide(t, replay(t, limit, burst, history), "k", d.Remaining, now); !got.Allowed {
+				t.Fatalf("%v/%d after %v, at %v: Remaining %d, but that cost is refused", limit, burst, history, at, d.Remaining)
+			}
+		}
+		if d.Remaining < burst {
+			if got := decide(t, replay(t, limit, burst, history), "k", d.Remaining+1, now); got.Allowed {
+				t.Fatalf("%v/%d after %v, at %v: Remaining %d, but %d is admitted", limit, burst, history, at, d.Remaining, d.Remaining+1)
+			}
+		}
+	}
+	check(rate.Every(7*time.Second), 2, []step{{0, 2}}, 7*time.Second-time.Microsecond)
+	edges := 0
+	for _, pol := range []struct {
+		limit rate.Limit
+		burst int
+	}{{rate.Every(7 * time.Second), 2}, {3, 4}, {0.3, 3}, {rate.Every(time.Minute), 5}, {1000, 2}, {10, 7}} {
+		for range 15 {
+			b := NewTokenBucket(pol.limit, pol.burst)
+			var history []step
+			var at time.Duration
+			for range 12 {
+				at += time.Duration(rng.Int64N(int64(3 * time.Second)))
+				s := step{at, 1 + rng.IntN(pol.burst)}
+				d := decide(t, b, "k", s.cost, t0.Add(at))
+				history = append(history, s)
+				for _, end := range []time.Duration{d.RetryAfter, d.Reset} {
+					if end <= 0 || end >= rate.InfDuration {
+						continue
+					}
+					for _, before := range []time.Duration{0, 1, slack, slack + 1} {
+						if end-before > 0 {
+							check(pol.limit, pol.burst, history, at+end-before)
+							edges++
+						}
+					}
+				}
+			}
+		}
+	}
+	if edges < 1000 {
+		t.Fatalf("only %d edges checked", edges)
+	}
+}
