@@ -22,11 +22,14 @@ func TestMain(m *testing.M) {
 }
 
 // TestSubjects checks that every subject's server answers each kind of traffic as the table
-// says: allowed traffic is admitted, refused traffic gets 429 after the first request, and the
-// bare server admits everything.
+// says: allowed traffic is admitted, refused traffic gets 429 after the first request (from the
+// first with no limiter behind it), and the bare server admits everything.
 func TestSubjects(t *testing.T) {
 	for _, s := range subjects {
 		for _, tr := range []traffic{allowed, refused} {
+			if s.only != "" && s.only != tr {
+				continue
+			}
 			t.Run(s.name+"/"+string(tr), func(t *testing.T) {
 				h, closeFn, err := newHandler(s, tr)
 				if err != nil {
@@ -46,7 +49,10 @@ func TestSubjects(t *testing.T) {
 					got = append(got, resp.StatusCode)
 				}
 				want := []int{200, 200, 200}
-				if wantStatus(s.name, tr) == http.StatusTooManyRequests {
+				switch {
+				case s.name == "refusal":
+					want = []int{429, 429, 429}
+				case wantStatus(s.name, tr) == http.StatusTooManyRequests:
 					want = []int{200, 429, 429}
 				}
 				if !slices.Equal(got, want) {
@@ -148,6 +154,19 @@ func TestMedianSpread(t *testing.T) {
 	}
 	if got, want := times(math.Inf(1)), "–"; got != want {
 		t.Errorf("times(+Inf) = %q, want %q", got, want)
+	}
+}
+
+// TestCells: the A/A control comes first under each kind of traffic, and a subject that makes
+// sense under one kind only is left out of the other.
+func TestCells(t *testing.T) {
+	cfg := config{subjects: []string{"retryafter", "refusal"}, traffics: []traffic{allowed, refused}, rounds: 2}
+	want := []cell{{allowed, "bare"}, {allowed, "retryafter"}, {refused, "bare"}, {refused, "retryafter"}, {refused, "refusal"}}
+	if got := cfg.cells(); !slices.Equal(got, want) {
+		t.Errorf("cells = %v, want %v", got, want)
+	}
+	if got := cfg.pairs(); got != 10 {
+		t.Errorf("pairs = %d, want 10", got)
 	}
 }
 

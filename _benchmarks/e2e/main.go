@@ -1,7 +1,9 @@
 // Command e2e compares rate limiters end to end: the same chi server with no limiter (bare), the
 // hand-written baseline (map[string]*rate.Limiter + sync.Mutex + Allow), retryafter.Limit,
 // go-chi/httprate and sethvargo/go-limiter, each served by a process of its own on loopback and
-// driven by a closed loop of net/http clients, each with one keep-alive connection.
+// driven by a closed loop of net/http clients, each with one keep-alive connection. Under
+// refused traffic, a server with no limiter that answers every request with a 429 like
+// retryafter's shows what the response alone costs.
 //
 // Every subject is measured in a pair with a bare server: the two are loaded in turn, in short
 // slices (bare, subject, bare, subject...), so that each slice of the subject comes right after
@@ -53,12 +55,12 @@ func main() {
 		return
 	}
 
-	subjectsFlag := flag.String("subjects", "baseline,retryafter,httprate,go-limiter",
+	subjectsFlag := flag.String("subjects", "baseline,retryafter,refusal,httprate,go-limiter",
 		"comma-separated `subjects` besides the A/A control; also: retryafter-defaultkey")
 	trafficFlag := flag.String("traffic", "allowed,refused", "comma-separated kinds of `traffic`: allowed, refused")
 	rounds := flag.Int("rounds", 5, "rounds: each runs every pair once, in a new shuffled order")
 	conns := flag.Int("conns", 8, "clients, each with one keep-alive connection and one request at a time")
-	warmup := flag.Duration("warmup", 300*time.Millisecond, "load on each server of a pair before its first slice")
+	warmup := flag.Duration("warmup", 200*time.Millisecond, "load on each server of a pair before its first slice")
 	nslices := flag.Int("slices", 8, "slices of each server in a pair")
 	settle := flag.Duration("settle", 30*time.Millisecond, "load before each slice's measurement starts")
 	duration := flag.Duration("duration", 2*time.Second, "measured time of each server in a pair, over all its slices")
@@ -154,8 +156,22 @@ func parseTraffic(list string) ([]traffic, error) {
 	return out, nil
 }
 
+// cells returns the rows of the table cfg runs, in its order: for each kind of traffic, the
+// A/A control, then each subject that makes sense under it.
+func (cfg config) cells() []cell {
+	var cells []cell
+	for _, t := range cfg.traffics {
+		for _, name := range append([]string{"bare"}, cfg.subjects...) {
+			if s, _ := lookup(name); s.only == "" || s.only == t {
+				cells = append(cells, cell{t, name})
+			}
+		}
+	}
+	return cells
+}
+
 // pairs returns how many pairs cfg runs.
-func (cfg config) pairs() int { return cfg.rounds * len(cfg.traffics) * (1 + len(cfg.subjects)) }
+func (cfg config) pairs() int { return cfg.rounds * len(cfg.cells()) }
 
 // estimate returns about how long cfg takes.
 func (cfg config) estimate() time.Duration {
@@ -183,12 +199,7 @@ func drive(cfg config) (*results, error) {
 		fmt.Fprintln(cfg.raw, "round,order,traffic,subject,server,requests,seconds,server_cpu_ns,cpu_ns_per_request,requests_per_second,p50_ns,p99_ns")
 	}
 	for round := 1; round <= cfg.rounds; round++ {
-		var cells []cell
-		for _, t := range cfg.traffics {
-			for _, s := range append([]string{"bare"}, cfg.subjects...) {
-				cells = append(cells, cell{t, s})
-			}
-		}
+		cells := cfg.cells()
 		rng.Shuffle(len(cells), func(i, j int) { cells[i], cells[j] = cells[j], cells[i] })
 		for i, c := range cells {
 			p, err := runPair(cfg, c.subject, c.t)

@@ -55,6 +55,8 @@ type subject struct {
 	title string // the table's row
 	// middleware returns the limiter for p and what releases it; nil for the bare server.
 	middleware func(p policy) (mw func(http.Handler) http.Handler, close func(), err error)
+	// only is the one kind of traffic the subject makes sense under; "" for both.
+	only traffic
 }
 
 func none() {}
@@ -77,6 +79,10 @@ var subjects = []subject{
 		middleware: func(p policy) (func(http.Handler) http.Handler, func(), error) {
 			return retryafter.Limit(p.limit(), p.burst), none, nil
 		}},
+	{name: "refusal", title: "no limiter: every request gets a 429 like retryafter's (the response alone)", only: refused,
+		middleware: func(policy) (func(http.Handler) http.Handler, func(), error) {
+			return func(http.Handler) http.Handler { return http.HandlerFunc(refuse) }, none, nil
+		}},
 	{name: "httprate", title: "go-chi/httprate v0.16.1",
 		middleware: func(p policy) (func(http.Handler) http.Handler, func(), error) {
 			return httprate.LimitBy(p.n, p.per, hostKey), none, nil
@@ -93,6 +99,15 @@ var subjects = []subject{
 			}
 			return m.Handle, func() { store.Close(context.Background()) }, nil
 		}},
+}
+
+// refuse answers as retryafter refuses a request: 429 with Date, Retry-After, Content-Type,
+// X-Content-Type-Options and a short body.
+func refuse(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
+	h["Retry-After"] = []string{"3600"}
+	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 }
 
 // lookup returns the subject called name.
