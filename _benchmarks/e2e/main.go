@@ -60,9 +60,9 @@ func main() {
 	trafficFlag := flag.String("traffic", "allowed,refused", "comma-separated kinds of `traffic`: allowed, refused")
 	rounds := flag.Int("rounds", 5, "rounds: each runs every pair once, in a new shuffled order")
 	conns := flag.Int("conns", 8, "clients, each with one keep-alive connection and one request at a time")
-	warmup := flag.Duration("warmup", 200*time.Millisecond, "load on each server of a pair before its first slice")
+	warmup := flag.Duration("warmup", 100*time.Millisecond, "load on each server of a pair before its first slice")
 	nslices := flag.Int("slices", 8, "slices of each server in a pair")
-	settle := flag.Duration("settle", 30*time.Millisecond, "load before each slice's measurement starts")
+	settle := flag.Duration("settle", 20*time.Millisecond, "load before each slice's measurement starts")
 	duration := flag.Duration("duration", 2*time.Second, "measured time of each server in a pair, over all its slices")
 	seed := flag.Uint64("seed", 0, "seed of the shuffles (0: from the clock)")
 	rawFile := flag.String("raw", "", "write each server's figures in each pair, as CSV, to `file`")
@@ -175,8 +175,11 @@ func (cfg config) pairs() int { return cfg.rounds * len(cfg.cells()) }
 
 // estimate returns about how long cfg takes.
 func (cfg config) estimate() time.Duration {
-	const start = 20 * time.Millisecond // a server process's start and stop, about
-	perServer := start + cfg.warmup + time.Duration(cfg.slices)*cfg.settle + cfg.duration
+	const (
+		start = 50 * time.Millisecond // a server process's start and stop, about
+		turn  = 20 * time.Millisecond // starting and stopping a slice's clients, about
+	)
+	perServer := start + cfg.warmup + time.Duration(cfg.slices)*(turn+cfg.settle) + cfg.duration
 	return time.Duration(cfg.pairs()) * 2 * perServer
 }
 
