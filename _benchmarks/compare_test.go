@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,10 +73,10 @@ func none() {}
 var subjects = []subject{
 	{"bare", func(*testing.B, policy) (http.Handler, func()) { return ok, none }},
 	{"baseline", func(_ *testing.B, p policy) (http.Handler, func()) {
-		return newBaseline(p.limit(), p.burst, hostKey, ok), none
+		return NewBaseline(p.limit(), p.burst, hostKey, ok), none
 	}},
 	{"baseline-defaultkey", func(_ *testing.B, p policy) (http.Handler, func()) {
-		return newBaseline(p.limit(), p.burst, retryafter.ClientIP(), ok), none
+		return NewBaseline(p.limit(), p.burst, retryafter.ClientIP(), ok), none
 	}},
 	{"retryafter", func(_ *testing.B, p policy) (http.Handler, func()) {
 		return retryafter.Limit(p.limit(), p.burst, retryafter.WithKeyFunc(hostKey))(ok), none
@@ -122,40 +121,6 @@ var subjects = []subject{
 		}
 		return (&throttled.HTTPRateLimiterCtx{RateLimiter: l, VaryBy: hostVary{}}).RateLimit(ok), none
 	}},
-}
-
-// baseline is the hand-written limiter the ratios are taken against.
-type baseline struct {
-	mu    sync.Mutex
-	keys  map[string]*rate.Limiter
-	limit rate.Limit
-	burst int
-	key   func(*http.Request) (string, error)
-	next  http.Handler
-}
-
-func newBaseline(limit rate.Limit, burst int, key func(*http.Request) (string, error), next http.Handler) *baseline {
-	return &baseline{keys: make(map[string]*rate.Limiter), limit: limit, burst: burst, key: key, next: next}
-}
-
-func (b *baseline) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key, err := b.key(r)
-	if err != nil {
-		http.Error(w, "no key", http.StatusInternalServerError)
-		return
-	}
-	b.mu.Lock()
-	lim, ok := b.keys[key]
-	if !ok {
-		lim = rate.NewLimiter(b.limit, b.burst)
-		b.keys[key] = lim
-	}
-	b.mu.Unlock()
-	if !lim.Allow() {
-		w.WriteHeader(http.StatusTooManyRequests)
-		return
-	}
-	b.next.ServeHTTP(w, r)
 }
 
 // writer is a ResponseWriter a benchmark reuses, as a server reuses its buffers; like

@@ -5,5 +5,6 @@
 // retryafter.ClientIP to match retryafter's default key function) and a bare handler.
 //
 // It is a module of its own so that the library's go.mod does not require the peers. Run
-// ./run.sh to produce the table of README.md in this folder.
+// ./run.sh to produce the table of README.md in this folder, go run ./e2e for the end-to-end
+// comparison on loopback, and ./floor.sh for what every request pays whatever counts it.
 package benchmarks

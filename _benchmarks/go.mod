@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	github.com/go-chi/chi/v5 v5.5.0 // indirect
 	github.com/go-pkgz/expirable-cache/v3 v3.0.0 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect

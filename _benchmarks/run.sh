@@ -9,12 +9,15 @@ set -euo pipefail
 cd "$(dirname "$0")"
 benchstat=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
+# The comparison's benchmarks; the floors (BenchmarkFloor*) have a command of their own in README.md.
+benchmarks='^Benchmark(Allowed|Rejected|Keys10k|Parallel1k|BytesPerKey)$'
+
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go test -c -o "$bin/compare.test" .
 : > bench.txt
 for _ in $(seq "${COUNT:-6}"); do
-	"$bin/compare.test" -test.run '^$' -test.bench . -test.benchmem -test.count 1 \
+	"$bin/compare.test" -test.run '^$' -test.bench "$benchmarks" -test.benchmem -test.count 1 \
 		-test.benchtime "${BENCHTIME:-500ms}" >> bench.txt
 done
 go run "$benchstat" -format csv -row /lib -col .name bench.txt 2>/dev/null | go run ./table -raw bench.txt
