@@ -1,0 +1,19 @@
+module github.com/retryafter/retryafter/interop
+
+go 1.26.0
+
+replace github.com/retryafter/retryafter => ../
+
+require (
+	github.com/go-chi/httprate v0.16.1
+	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/retryafter/retryafter v0.0.0
+	github.com/sethvargo/go-limiter v0.7.1
+)
+
+require (
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/zeebo/xxh3 v1.0.2 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)
