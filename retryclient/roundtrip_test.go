@@ -259,8 +259,8 @@ func TestRoundTripHerdOverOneKey(t *testing.T) {
 //
 // No client is told to come back at the very instant of Stop: which of the two would run first
 // is up to the scheduler, and a client that came first would rightly be told the work is late
-// (Maintenance.Wait, by default 60 s). The end is at +90.25 s and the arrivals 1.3 s apart, so
-// that until − arrival is never a whole number of seconds.
+// (and to come back in a second). The end is at +90.25 s and the arrivals 1.3 s apart, so that
+// until − arrival is never a whole number of seconds.
 func TestRoundTripMaintenance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 20
