@@ -110,7 +110,9 @@ func (m *Maintenance) Until() (until time.Time, on bool) {
 // calls next; otherwise it answers 503 Service Unavailable itself. With chi: r.Use(m.Handler).
 //
 // Mounted before a rate limiter such as [Limit], a request answered 503 never reaches the
-// limiter and costs no quota; mounted after it, the limiter counts the request first.
+// limiter and costs no quota; mounted after it, the limiter counts the request first. CORS
+// middleware goes before both, so that browsers can read the 503; a CORS preflight is passed
+// to next, never refused.
 func (m *Maintenance) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Maintenance.Handler(nil)")
@@ -126,7 +128,7 @@ type maintenanceHandler struct {
 
 func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	win := h.m.state.Load()
-	if win == nil || (h.m.Exempt != nil && h.m.Exempt(r)) {
+	if win == nil || isPreflight(r) || (h.m.Exempt != nil && h.m.Exempt(r)) {
 		h.next.ServeHTTP(w, r)
 		return
 	}

@@ -24,6 +24,10 @@ import (
 // [WithLegacyRateLimitFields] is on, it adds no header to them, and net/http's server adds Date
 // to each when it writes it, as it does without the middleware.
 //
+// Browsers: mount CORS middleware before the limiter (with chi, r.Use(cors.Handler(...)) first),
+// or its refusals go without Access-Control-Allow-Origin and the page cannot read them. A CORS
+// preflight is passed to next uncounted, never refused. See [LimitWith].
+//
 // Limit(limit, burst, opts...) is shorthand for LimitWith(NewTokenBucket(limit, burst), opts...).
 // It panics if limit is negative or burst is below 1. The returned middleware is safe for
 // concurrent use.
@@ -37,9 +41,18 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // When the key function or l fails, the request is answered as [WithFailOpen] says. LimitWith
 // does not change l, which may serve other middleware at the same time.
 //
-// On a request with an Origin field, a refusal names Retry-After, Date and the rate-limit fields
-// in Access-Control-Expose-Headers, and so does an admitted response when rate-limit fields are
-// on, merging with what CORS middleware mounted before it set there.
+// Browsers read a refusal only when CORS middleware has set Access-Control-Allow-Origin on it,
+// so mount CORS middleware before the limiter (outside it: with chi, r.Use(cors.Handler(...))
+// ahead of r.Use(retryafter.LimitWith(...))). Mounted after it, CORS never runs for a refusal,
+// and the page sees a network error rather than 429 and Retry-After; the middleware reports that
+// order, once, as [ErrCORSMountOrder] to the hook of [WithErrorHook] (or, without one, to the
+// standard logger) the first time a cross-origin response gets Access-Control-Allow-Origin from
+// inside it. On a request with an Origin field, a refusal names Retry-After, Date and the
+// rate-limit fields in Access-Control-Expose-Headers, and so does an admitted response when
+// rate-limit fields are on, merging with what the CORS middleware set there.
+//
+// A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not the request it
+// asks about: it is passed to next uncounted and never refused, in either mount order.
 func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 	if l == nil {
 		panic("retryafter: LimitWith(nil)")
@@ -66,9 +79,14 @@ type limitHandler struct {
 	emit          emitter
 	fields        quotaFields
 	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
+	cors          corsOrderWatch
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isPreflight(r) {
+		h.cors.serve(h.next, w, r, h.c.onError)
+		return
+	}
 	now := h.c.now()
 	key, err := h.c.key(r)
 	if err != nil {
@@ -96,6 +114,10 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if d.Allowed {
+		if hasOrigin(r) {
+			h.cors.serve(h.next, w, r, h.c.onError)
+			return
+		}
 		h.next.ServeHTTP(w, r)
 		return
 	}
