@@ -2,6 +2,7 @@ package interop
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -142,7 +143,12 @@ func httpRate(limit int, window time.Duration) upstream {
 		limit:  limit,
 		delays: []time.Duration{0, window * 3 / 10, window * 8 / 10},
 		start: func(t *testing.T) (http.Handler, func()) {
-			return httprate.LimitByIP(limit, window)(ok), func() {}
+			// Keyed by the peer's address, as LimitByIP (now deprecated) did.
+			byPeer := func(r *http.Request) (string, error) {
+				host, _, err := net.SplitHostPort(r.RemoteAddr)
+				return host, err
+			}
+			return httprate.LimitBy(limit, window, byPeer)(ok), func() {}
 		},
 	}
 }
