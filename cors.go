@@ -53,6 +53,10 @@ const (
 // got Access-Control-Allow-Origin from a handler that the limiter calls, so the limiter's own
 // refusals, which never reach that handler, go without it, and browsers hide them from the page.
 // Mount the CORS middleware before the limiter. See [WithErrorHook].
+//
+// CORS middleware mounted before the limiter that sets its headers only when the response is
+// written, through a ResponseWriter of its own, looks the same from inside and is reported too;
+// go-chi/cors, which the tests use, sets them before calling next.
 var ErrCORSMountOrder = errors.New("retryafter: Access-Control-Allow-Origin is set inside the limiter, so its refusals go without it and browsers hide them from the page: mount CORS middleware before the limiter")
 
 // isPreflight reports whether r is a CORS preflight request: OPTIONS with an Origin and an

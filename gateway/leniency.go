@@ -23,9 +23,9 @@ const (
 	// LenientSign is delay-seconds with a leading "+".
 	LenientSign = Leniency(header.LenientSign)
 
-	// LenientZero is a wait of 0 on a 429 or 503 ("0", or with Normalizer.ExactDates a date
-	// equal to Date), as a limiter that truncates its waits sends for one under a second:
-	// read as one second.
+	// LenientZero is a wait of 0 on a 429 or 503 ("0", or a date not after Date), as a limiter
+	// that truncates its waits sends for one under a second: read as one second (for a date
+	// read to the end of its second, the rest of that second).
 	LenientZero = Leniency(header.LenientZero)
 
 	// LenientDateField is an upstream Date that is not an HTTP-date but was read as one, so

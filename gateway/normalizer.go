@@ -180,9 +180,10 @@ func (k RepairKind) String() string {
 //     misspelled, measured against the upstream's own Date (read the same way) when there is
 //     one, so that the upstream's clock skew cancels, and otherwise against the gateway's
 //     clock; a date is read as the end of the second it names unless ExactDates is set;
-//   - on a 429 or 503, a 0 (or, with ExactDates, a date equal to Date) means a wait under a
-//     second, as an upstream that truncates its waits (go-chi/httprate with a window under a
-//     second) sends it: the client gets 1, the smallest honest delay-seconds.
+//   - on a 429 or 503, a 0, or a date equal to Date, means a wait under a second, as an
+//     upstream that truncates its waits (go-chi/httprate with a window under a second,
+//     go-limiter a moment before its reset) sends it: the client gets 1, the smallest honest
+//     delay-seconds.
 //
 // Then:
 //
