@@ -113,11 +113,13 @@ type Reading struct {
 //   - an HTTP-date whose zone is UTC, +0000 or -0000, or whose day name is missing or
 //     misspelled, is that instant; the response's Date is read the same way, and a date is
 //     measured against it as strictly, against now only when there is none;
-//   - with [Refusal], a wait of 0 means one under a second: one second.
+//   - with [Refusal], a wait of 0, or a date not after its reference, means one under a
+//     second: one second (for a date read to the end of its second, the rest of that second).
 //
 // A date is read as the end of the second it names (one second after it) unless mode has
 // [ExactDates]. Wherever ParseRetryAfter accepts a value, ReadRetryAfter with ExactDates
-// reads the same wait, but for a 0 on a refusal.
+// reads the same wait, but for a 0 on a refusal and a Date read generously, both of which
+// Leniency names.
 func ReadRetryAfter(h http.Header, now time.Time, mode ReadMode) Reading {
 	v, ok := singleFieldValue(h[RetryAfter])
 	if !ok || v == "" {
