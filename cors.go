@@ -1,34 +1,101 @@
 package retryafter
 
 import (
+	"errors"
+	"log"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/retryafter/retryafter/internal/header"
 )
 
-// Browsers let a cross-origin script read only the CORS-safelisted response headers (Fetch
-// standard: Cache-Control, Content-Language, Content-Length, Content-Type, Expires,
-// Last-Modified, Pragma) and those the response names in Access-Control-Expose-Headers.
-// Retry-After, Date and the rate-limit fields are not safelisted, so on a request with an Origin
-// the package names the ones it sets, merging with what CORS middleware already put there.
+// Browsers let a cross-origin script read a response only when it carries
+// Access-Control-Allow-Origin, which CORS middleware sets, and then only the CORS-safelisted
+// response headers (Fetch standard: Cache-Control, Content-Language, Content-Length,
+// Content-Type, Expires, Last-Modified, Pragma) and those the response names in
+// Access-Control-Expose-Headers. Retry-After, Date and the rate-limit fields are not
+// safelisted, so on a request with an Origin the package names the ones it sets, merging with
+// what CORS middleware already put there.
 //
-// What is supported: CORS middleware that runs before the limiter (mounted outside it, as
-// chi's r.Use(cors) ahead of r.Use(retryafter.Limit(...)) does) sets its own headers first and
-// the package merges into them; the package never removes a name, never adds one twice (names
+// Mount order. CORS middleware must run before the limiter and the maintenance switch (be
+// mounted outside them: with chi, r.Use(cors.Handler(...)) ahead of r.Use(retryafter.Limit(...))
+// and r.Use(m.Handler)), so that it sets Access-Control-Allow-Origin on their refusals too.
+// Mounted after them, it never runs for a refusal, and the page sees a network error ("Failed to
+// fetch") with no status and no Retry-After. The limiter reports that order the first time a
+// cross-origin request shows it (a preflight or an admitted request that got
+// Access-Control-Allow-Origin from inside the limiter): [ErrCORSMountOrder] goes to the hook of
+// [WithErrorHook], or, without one, to the standard logger, once per middleware.
+//
+// Preflights. A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not
+// the request it asks about: the limiter passes it to the next handler uncounted and never
+// refuses it, and so does a Maintenance, whichever side of them the CORS middleware is mounted
+// on. The request that follows is counted. An application that does real work on such OPTIONS
+// requests must limit them otherwise.
+//
+// Merging. CORS middleware that runs before the limiter sets its own headers first and the
+// package merges into them; the package never removes a name, never adds one twice (names
 // compare case-insensitively) and adds nothing when "*" is already there, unless the response
 // allows credentials, for which the Fetch standard reads "*" as a plain name. On an admitted
-// request the fields are set before next runs, so a handler (or CORS middleware mounted inside
-// the limiter) that then calls Header().Set("Access-Control-Expose-Headers", ...) replaces the
-// package's names; one that calls Header().Add keeps them. CORS middleware mounted inside the
-// limiter does not run for a refused request at all, so a browser cannot read that response
-// whatever it exposes: mount CORS outside the limiter.
+// request the fields are set before next runs, so a handler that then calls
+// Header().Set("Access-Control-Expose-Headers", ...) replaces the package's names; one that
+// calls Header().Add keeps them.
 
 const (
 	headerExpose      = "Access-Control-Expose-Headers"
 	headerCredentials = "Access-Control-Allow-Credentials"
+	headerAllowOrigin = "Access-Control-Allow-Origin"
+	headerRequest     = "Access-Control-Request-Method"
 	headerOrigin      = "Origin"
 )
+
+// ErrCORSMountOrder reports CORS middleware mounted after the limiter (inside it): a response
+// got Access-Control-Allow-Origin from a handler that the limiter calls, so the limiter's own
+// refusals, which never reach that handler, go without it, and browsers hide them from the page.
+// Mount the CORS middleware before the limiter. See [WithErrorHook].
+//
+// CORS middleware mounted before the limiter that sets its headers only when the response is
+// written, through a ResponseWriter of its own, looks the same from inside and is reported too;
+// go-chi/cors, which the tests use, sets them before calling next.
+var ErrCORSMountOrder = errors.New("retryafter: Access-Control-Allow-Origin is set inside the limiter, so its refusals go without it and browsers hide them from the page: mount CORS middleware before the limiter")
+
+// isPreflight reports whether r is a CORS preflight request: OPTIONS with an Origin and an
+// Access-Control-Request-Method.
+func isPreflight(r *http.Request) bool {
+	if r.Method != http.MethodOptions {
+		return false
+	}
+	_, origin := r.Header[headerOrigin]
+	_, method := r.Header[headerRequest]
+	return origin && method
+}
+
+// A corsOrderWatch tells, once, that Access-Control-Allow-Origin was set inside the middleware.
+// The zero value is ready to use.
+type corsOrderWatch struct {
+	told atomic.Bool
+}
+
+// serve calls next for r, a request with an Origin, and reports ErrCORSMountOrder through
+// onError (nil: the standard logger) if next set Access-Control-Allow-Origin that was not there
+// before. Once told, it only calls next.
+func (c *corsOrderWatch) serve(next http.Handler, w http.ResponseWriter, r *http.Request, onError func(*http.Request, error)) {
+	if c.told.Load() {
+		next.ServeHTTP(w, r)
+		return
+	}
+	h := w.Header()
+	_, before := h[headerAllowOrigin]
+	next.ServeHTTP(w, r)
+	if _, after := h[headerAllowOrigin]; before || !after || c.told.Swap(true) {
+		return
+	}
+	if onError != nil {
+		onError(r, ErrCORSMountOrder)
+		return
+	}
+	log.Printf("%v (seen at %s %s from Origin %q)", ErrCORSMountOrder, r.Method, r.URL.Path, r.Header.Get(headerOrigin))
+}
 
 // An exposeList is a set of header names to expose, with the header value that names them all
 // formatted ahead, so that a response with no Access-Control-Expose-Headers yet costs nothing.

@@ -36,7 +36,11 @@ func ExampleMaintenance() {
 	get("/healthz")
 	clock = clock.Add(10*time.Minute + 500*time.Millisecond)
 	get("/")
-	clock = clock.Add(10 * time.Minute) // the work runs late: no 0, no negative wait
+	// The work runs late: Retry-After is how late it is so far, from one second up to Wait
+	// (60 s by default), so that a short overrun costs returning clients a short wait.
+	clock = clock.Add(5*time.Minute + 2*time.Second)
+	get("/")
+	clock = clock.Add(5 * time.Minute)
 	get("/")
 	m.Stop()
 	get("/")
@@ -44,7 +48,8 @@ func ExampleMaintenance() {
 	// 503 Retry-After: 900 Date: Sun, 29 Nov 2026 12:00:00 GMT
 	// 200 healthy
 	// 503 Retry-After: 300 Date: Sun, 29 Nov 2026 12:10:00 GMT
-	// 503 Retry-After: 60 Date: Sun, 29 Nov 2026 12:20:00 GMT
+	// 503 Retry-After: 3 Date: Sun, 29 Nov 2026 12:15:02 GMT
+	// 503 Retry-After: 60 Date: Sun, 29 Nov 2026 12:20:02 GMT
 	// 200 hello
 }
 

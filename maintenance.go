@@ -26,10 +26,14 @@ const defaultMaintenanceWait = time.Minute
 // next whole second, as an IMF-fixdate; Date is the clock reading truncated to the second, so
 // that a client that subtracts Date from the date never waits less than the time left.
 //
-// When there is no end to count down to, Retry-After is Wait, in the chosen form. That is the
-// case when [Maintenance.Start] was given the zero time (end unknown) and when the announced end
-// has passed and [Maintenance.Stop] has not been called (an overrun): Retry-After is then never
-// 0, negative or a date in the past. To announce a new end, call Start again.
+// When the end is unknown ([Maintenance.Start] was given the zero time), Retry-After is Wait, in
+// the chosen form. When the announced end has passed and [Maintenance.Stop] has not been called
+// (an overrun), Retry-After is how late the work is so far, at least one second and at most
+// Wait: a client that comes back as told finds the work late by twice as long, so the clients
+// that return at the announced end are kept out, after Stop, no longer than the overrun itself
+// (a second or so for an overrun of a second, rather than a whole Wait), and each is refused
+// about log2(overrun in seconds) + 2 times before the waits reach Wait. Retry-After is never 0,
+// negative or a date in the past. To announce a new end, call Start again.
 //
 // The zero value is ready to use, and off. A Maintenance is safe for concurrent use: Start and
 // Stop may be called from any goroutine while requests are served, and each request sees one
@@ -48,8 +52,9 @@ type Maintenance struct {
 	// the default is time.Now.
 	Now func() time.Time
 
-	// Wait is the Retry-After when there is no end to count down to, rounded up to whole
-	// seconds. If zero or negative, the default is 60 seconds.
+	// Wait is the Retry-After when the end is unknown, and the longest one while the work
+	// overruns its announced end, rounded up to whole seconds. If zero or negative, the
+	// default is 60 seconds.
 	Wait time.Duration
 
 	// Exempt reports the requests that pass to the next handler while maintenance is on:
@@ -77,10 +82,10 @@ type window struct {
 // that counts down to until. Maintenance does not end by itself at until: the announced end is
 // what clients are told, and Stop is what ends it.
 //
-// The zero time means the end is unknown, and an until that has passed means the work is late;
-// either way Retry-After is Wait. An until in the past is
-// accepted rather than refused, since turning maintenance on must not fail for want of a good
-// estimate.
+// The zero time means the end is unknown: Retry-After is then Wait. An until that has passed
+// means the work is late: Retry-After is then how late, at least a second and at most Wait. An
+// until in the past is accepted rather than refused, since turning maintenance on must not fail
+// for want of a good estimate.
 func (m *Maintenance) Start(until time.Time) {
 	m.state.Store(&window{until: until})
 }
@@ -105,7 +110,9 @@ func (m *Maintenance) Until() (until time.Time, on bool) {
 // calls next; otherwise it answers 503 Service Unavailable itself. With chi: r.Use(m.Handler).
 //
 // Mounted before a rate limiter such as [Limit], a request answered 503 never reaches the
-// limiter and costs no quota; mounted after it, the limiter counts the request first.
+// limiter and costs no quota; mounted after it, the limiter counts the request first. CORS
+// middleware goes before both, so that browsers can read the 503; a CORS preflight is passed
+// to next, never refused.
 func (m *Maintenance) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Maintenance.Handler(nil)")
@@ -121,7 +128,7 @@ type maintenanceHandler struct {
 
 func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	win := h.m.state.Load()
-	if win == nil || (h.m.Exempt != nil && h.m.Exempt(r)) {
+	if win == nil || isPreflight(r) || (h.m.Exempt != nil && h.m.Exempt(r)) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
@@ -136,14 +143,17 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 		now = m.Now
 	}
 	at := now()
-	if until.IsZero() || !until.After(at) {
-		until = time.Time{}
-	}
 	wait := m.Wait
 	if wait <= 0 {
 		wait = defaultMaintenanceWait
 	}
 	wait = min(wait, rate.InfDuration-1)
+	if !until.IsZero() && !until.After(at) {
+		// An overrun: come back when the work will have been late twice as long, so that a
+		// short overrun costs a short wait and a long one backs off to Wait.
+		wait = min(max(at.Sub(until), time.Second), wait)
+		until = time.Time{}
+	}
 	if m.HTTPDate {
 		if until.IsZero() {
 			until = at.Add(wait)

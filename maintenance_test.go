@@ -90,11 +90,16 @@ func TestMaintenanceFixedInstants(t *testing.T) {
 		{"end with a fraction", 0, end.Add(ms), t0.Add(999 * ms), "900", "Sun, 29 Nov 2026 12:15:01 GMT"},
 		{"end in another zone", 0, end.In(time.FixedZone("EST", -5*3600)), t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
 		{"unknown end", 0, time.Time{}, t0.Add(250 * ms), "60", "Sun, 29 Nov 2026 12:01:01 GMT"},
-		{"at the end", 0, end, end, "60", "Sun, 29 Nov 2026 12:16:00 GMT"},
+		// An overrun: how late the work is, at least a second, at most Wait.
+		{"at the end", 0, end, end, "1", "Sun, 29 Nov 2026 12:15:01 GMT"},
+		{"1 ns late", 0, end, end.Add(1), "1", "Sun, 29 Nov 2026 12:15:02 GMT"},
+		{"1.5 s late", 0, end, end.Add(1500 * ms), "2", "Sun, 29 Nov 2026 12:15:03 GMT"},
+		{"59 s late", 0, end, end.Add(59 * time.Second), "59", "Sun, 29 Nov 2026 12:16:58 GMT"},
 		{"overrun", 0, end, end.Add(time.Hour + 500*ms), "60", "Sun, 29 Nov 2026 13:16:01 GMT"},
 		{"started in the past", 0, t0.Add(-time.Hour), t0, "60", "Sun, 29 Nov 2026 12:01:00 GMT"},
 		{"custom wait", 90*time.Second + ms, time.Time{}, t0, "91", "Sun, 29 Nov 2026 12:01:31 GMT"},
 		{"custom wait, overrun", 5 * time.Second, end, end.Add(time.Minute), "5", "Sun, 29 Nov 2026 12:16:05 GMT"},
+		{"custom wait, short overrun", 5 * time.Second, end, end.Add(3 * time.Second), "3", "Sun, 29 Nov 2026 12:15:06 GMT"},
 		{"custom wait, countdown", 5 * time.Second, end, t0, "900", "Sun, 29 Nov 2026 12:15:00 GMT"},
 		{"negative wait", -time.Second, time.Time{}, t0, "60", "Sun, 29 Nov 2026 12:01:00 GMT"},
 		{"endless wait", rate.InfDuration, time.Time{}, t0, "9223372037", "Tue, 11 Mar 2319 11:47:17 GMT"},
@@ -130,8 +135,9 @@ func TestMaintenanceFixedInstants(t *testing.T) {
 // required: a date rounded down would let a client with a true clock arrive early, and a Date
 // rounded up would be a clock reading the server never had.)
 //
-// With no end to count down to (unknown, overrun), the parsed wait is the configured one, rounded
-// up in the same way: never 0, never negative, never a date before Date.
+// With no end to count down to, the parsed wait is the configured one, and in an overrun how
+// late the work is, at least one second and at most the configured wait, rounded up in the same
+// way: never 0, never negative, never a date before Date.
 func TestMaintenanceRoundTrip(t *testing.T) {
 	skews := []time.Duration{-time.Hour, 0, time.Hour}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -210,8 +216,12 @@ func TestMaintenanceRoundTrip(t *testing.T) {
 				if date {
 					over = 2 * time.Second
 				}
-				if parsed < wait || parsed-wait >= over {
-					fail("want the wait %v, rounded up", wait)
+				want := wait
+				if !until.IsZero() { // an overrun: how late the work is, from 1 s to Wait
+					want = min(max(now.Sub(until), time.Second), wait)
+				}
+				if parsed < want || parsed-want >= over {
+					fail("want the wait %v, rounded up", want)
 				}
 			}
 			t.Logf("date form %v, wait %v: %d countdowns, %d open ends", date, wait, counted, open)

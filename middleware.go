@@ -26,6 +26,10 @@ import (
 // [WithLegacyRateLimitFields] is on, it adds no header to them, and net/http's server adds Date
 // to each when it writes it, as it does without the middleware.
 //
+// Browsers: mount CORS middleware before the limiter (with chi, r.Use(cors.Handler(...)) first),
+// or its refusals go without Access-Control-Allow-Origin and the page cannot read them. A CORS
+// preflight is passed to next uncounted, never refused. See [LimitWith].
+//
 // Limit(limit, burst, opts...) is shorthand for LimitWith(NewTokenBucket(limit, burst), opts...).
 // It panics if limit is negative or not a number, or burst is below 1. The returned middleware
 // is safe for concurrent use.
@@ -43,9 +47,18 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // error hook, since the store did not fail. LimitWith does not change l, which may serve other
 // middleware at the same time.
 //
-// On a request with an Origin field, a refusal names Retry-After, Date and the rate-limit fields
-// in Access-Control-Expose-Headers, and so does an admitted response when rate-limit fields are
-// on, merging with what CORS middleware mounted before it set there.
+// Browsers read a refusal only when CORS middleware has set Access-Control-Allow-Origin on it,
+// so mount CORS middleware before the limiter (outside it: with chi, r.Use(cors.Handler(...))
+// ahead of r.Use(retryafter.LimitWith(...))). Mounted after it, CORS never runs for a refusal,
+// and the page sees a network error rather than 429 and Retry-After; the middleware reports that
+// order, once, as [ErrCORSMountOrder] to the hook of [WithErrorHook] (or, without one, to the
+// standard logger) the first time a cross-origin response gets Access-Control-Allow-Origin from
+// inside it. On a request with an Origin field, a refusal names Retry-After, Date and the
+// rate-limit fields in Access-Control-Expose-Headers, and so does an admitted response when
+// rate-limit fields are on, merging with what the CORS middleware set there.
+//
+// A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not the request it
+// asks about: it is passed to next uncounted and never refused, in either mount order.
 func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 	return NewMiddleware(l, opts...).Handler
 }
@@ -72,6 +85,7 @@ type Middleware struct {
 	emit          emitter
 	fields        quotaFields
 	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
+	cors          corsOrderWatch
 }
 
 // NewMiddleware returns a [Middleware] that asks l, configured by opts. It panics if l is nil.
@@ -106,8 +120,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // is not called). The cost is the one [WithCost] gives r. When the limiter fails, it reports
 // true if the Middleware fails open and otherwise writes the 503. A limiter with layers charged
 // afterwards ([ChargedAfter]) is charged by the caller, which knows the key: with [Charger]'s
-// Charge.
+// Charge. A CORS preflight is admitted uncounted.
 func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) bool {
+	if isPreflight(r) {
+		return true // a CORS preflight is not the request it asks about
+	}
 	return m.decide(w, r, m.c.now(), key)
 }
 
@@ -119,6 +136,10 @@ type limitHandler struct {
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
+	if isPreflight(r) {
+		m.cors.serve(h.next, w, r, m.c.onError)
+		return
+	}
 	now := m.c.now()
 	key, err := m.c.key(r)
 	if err != nil {
@@ -132,12 +153,21 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m.after == nil {
+		if hasOrigin(r) {
+			m.cors.serve(h.next, w, r, m.c.onError)
+			return
+		}
 		h.next.ServeHTTP(w, r)
 		return
 	}
 	// Layers charged afterwards: the handler reports what the request cost with Charge.
 	slot := new(chargeSlot)
-	h.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot)))
+	r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))
+	if hasOrigin(r) {
+		m.cors.serve(h.next, w, r, m.c.onError)
+	} else {
+		h.next.ServeHTTP(w, r)
+	}
 	if cost := slot.cost.Load(); cost > 0 {
 		// The request's context may have ended with the handler; what it cost is still owed.
 		ctx := context.WithoutCancel(r.Context())

@@ -68,8 +68,10 @@ func WithResponder(fn Responder) Option {
 }
 
 // WithErrorHook sets a function that is told of every error of the key function or the limiter,
-// for logs or metrics. It runs on the request's goroutine before the request is answered and
-// must be safe for concurrent use. The default is none.
+// for logs or metrics, and, once, of [ErrCORSMountOrder] when CORS middleware is mounted after the
+// middleware. It runs on the request's goroutine, before the request is answered for the errors
+// (after it for ErrCORSMountOrder), and must be safe for concurrent use. The default is none: the
+// errors are only answered, and ErrCORSMountOrder is logged by the standard logger.
 func WithErrorHook(fn func(r *http.Request, err error)) Option {
 	return func(c *config) { c.onError = fn }
 }

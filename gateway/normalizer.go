@@ -5,7 +5,8 @@
 //	proxy.ModifyResponse = new(gateway.Normalizer).ModifyResponse
 //
 // Every client behind it gets Retry-After in delay-seconds, which depends on nobody's clock,
-// with a Date from the gateway's own clock.
+// with a Date from the gateway's own clock. What the upstream sent is read the way it evidently
+// meant it, and each value that did not conform is reported with what was understood.
 package gateway
 
 import (
@@ -50,10 +51,19 @@ type Normalizer struct {
 	// rules. If false, the default, such a response passes untouched.
 	FillMissing bool
 
+	// ExactDates reads an upstream's Retry-After date as the very instant it names. If false,
+	// the default, a date is read as the end of the second it names, one second later: most
+	// upstreams cut the instant they mean to the second (sethvargo/go-limiter, anything
+	// formatted with time.Format), and a client sent back at the start of that second arrives
+	// early about half the time, to be refused. Set it for upstreams known to round their dates
+	// up, as retryafter.Maintenance does, to spare their clients that second.
+	ExactDates bool
+
 	// OnRepair, if not nil, is told of every response whose Retry-After was repaired, so that
 	// operators can find the upstream at fault. It runs on the proxy's goroutine, after the
 	// header has been rewritten and before it is sent, and must be safe for concurrent use.
-	// It is not told of a valid value passed on faithfully (a date turned into delay-seconds).
+	// It is not told of a conforming value passed on faithfully (a date turned into
+	// delay-seconds).
 	OnRepair func(Repair)
 
 	date header.DateCache
@@ -89,6 +99,16 @@ type Repair struct {
 	UpstreamRetryAfter []string
 	UpstreamDate       []string
 
+	// Leniency says how the upstream's Retry-After departed from RFC 9110 and was read as
+	// its sender meant; 0 when it conformed or could not be read at all. It is set for every
+	// Kind: a value read leniently may also have been clamped.
+	Leniency Leniency
+
+	// Understood is the wait the gateway read from the upstream's Retry-After, measured
+	// against the upstream's Date (or the gateway's clock), before rounding to whole seconds
+	// and clamping; 0 when it read none (the value was unusable or missing).
+	Understood time.Duration
+
 	// ClientRetryAfter is the Retry-After the client got, in whole seconds, or 0 when it
 	// got none.
 	ClientRetryAfter time.Duration
@@ -116,6 +136,11 @@ const (
 	// RepairRemoved is a Retry-After on a redirect that was unusable or 0, removed: a
 	// redirect without one may be followed at once, which is all such a value could mean.
 	RepairRemoved
+
+	// RepairUnderstood is a Retry-After that did not conform, or said 0 on a 429 or 503, but
+	// whose meaning was evident (Repair.Leniency says how it departed): the client got the
+	// delay-seconds it meant.
+	RepairUnderstood
 )
 
 // String returns the kind's name in lower case, as "invalid" or "clamped".
@@ -129,6 +154,8 @@ func (k RepairKind) String() string {
 		return "missing"
 	case RepairRemoved:
 		return "removed"
+	case RepairUnderstood:
+		return "understood"
 	}
 	return "RepairKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -144,16 +171,29 @@ func (k RepairKind) String() string {
 // Retry-After.
 //
 // The clock is read once, and that one reading is used to measure the upstream's value and is
-// sent as Date, so that the client sees one consistent pair. The upstream's value is read as
-// retryafter.ParseRetryAfter reads it: an HTTP-date in any of its three formats is measured against the
-// upstream's own Date when that is valid, so the upstream's clock skew cancels, and otherwise
-// against the gateway's clock. Then:
+// sent as Date, so that the client sees one consistent pair. The upstream's value is read the
+// way its sender evidently meant it:
+//
+//   - delay-seconds, also with a leading "+" or a decimal fraction ("1.5" means 2);
+//   - an HTTP-date in any of its three formats, also in zone UTC, +0000 or -0000 (Go's
+//     time.RFC1123, which sethvargo/go-limiter sends) or with its day name missing or
+//     misspelled, measured against the upstream's own Date (read the same way) when there is
+//     one, so that the upstream's clock skew cancels, and otherwise against the gateway's
+//     clock; a date is read as the end of the second it names unless ExactDates is set;
+//   - on a 429 or 503, a 0, or a date equal to Date, means a wait under a second, as an
+//     upstream that truncates its waits (go-chi/httprate with a window under a second,
+//     go-limiter a moment before its reset) sends it: the client gets 1, the smallest honest
+//     delay-seconds.
+//
+// Then:
 //
 //   - A wait above 0 becomes delay-seconds, rounded up, and is clamped to Max.
-//   - On a 429 or 503, an unusable value (one that does not parse, several lines that
-//     disagree, 0, a date not after Date) is replaced with the Fallback; a missing one gets
-//     the Fallback only with FillMissing.
+//   - On a 429 or 503, an unusable value (negative, an exponent, hex, a list, several lines
+//     that disagree, a date before Date, garbage) is replaced with the Fallback; a missing one
+//     gets the Fallback only with FillMissing.
 //   - On a redirect, an unusable value or 0 is removed.
+//
+// OnRepair is told of every value that did not conform, with what was understood of it.
 //
 // Each response it changes gets the gateway's Date; no other header is changed.
 func (n *Normalizer) ModifyResponse(resp *http.Response) error {
@@ -184,19 +224,29 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 	fallback, maxWait := n.limits()
 	var kind RepairKind
 	var wait time.Duration
+	var read header.Reading
 	switch {
 	case len(sent) == 0:
 		wait, kind = fallback, RepairMissing
 	default:
-		var ok bool
-		wait, ok = header.ParseRetryAfter(h, now)
+		var mode header.ReadMode
+		if !redirect {
+			mode |= header.Refusal
+		}
+		if n.ExactDates {
+			mode |= header.ExactDates
+		}
+		read = header.ReadRetryAfter(h, now, mode)
+		wait = read.Wait
 		switch {
-		case (!ok || wait <= 0) && redirect:
+		case (!read.OK || wait <= 0) && redirect:
 			wait, kind = 0, RepairRemoved
-		case !ok || wait <= 0:
+		case !read.OK:
 			wait, kind = fallback, RepairInvalid
 		case wait > maxWait:
 			wait, kind = maxWait, RepairClamped
+		case read.Leniency != 0:
+			kind = RepairUnderstood
 		}
 	}
 
@@ -216,6 +266,8 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 			Kind:               kind,
 			UpstreamRetryAfter: sent,
 			UpstreamDate:       sentDate,
+			Leniency:           Leniency(read.Leniency),
+			Understood:         read.Wait,
 			ClientRetryAfter:   time.Duration(secs) * time.Second,
 			ClientDate:         now.Truncate(time.Second).UTC(),
 		})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -59,19 +60,7 @@ func TestNormalizer(t *testing.T) {
 	skewed := t0.Add(hour) // an upstream whose clock is an hour fast
 	slow := t0.Add(-hour)  // and one whose clock is an hour slow
 	lines := func(v ...string) []string { return v }
-	tests := []struct {
-		name       string
-		set        func(*Normalizer) // sets fields before the clock and repair hook; nil for none
-		status     int
-		retryAfter []string // what the upstream sent; nil for none
-		date       []string
-		now        time.Time // the gateway's clock; t0 when zero
-
-		untouched bool       // the response must come out exactly as it went in
-		want      []string   // the client's Retry-After lines, nil for none
-		kind      RepairKind // what the repair hook must be told, 0 for nothing
-		full      bool       // depends on the full parser (parse.go), not the stand-in
-	}{
+	tests := []normalizerCase{
 		// Statuses and responses that pass untouched.
 		{name: "200 passes", status: 200, retryAfter: lines("0"), date: lines("garbage"), untouched: true},
 		{name: "500 passes", status: 500, retryAfter: lines("0"), untouched: true},
@@ -89,51 +78,70 @@ func TestNormalizer(t *testing.T) {
 		{name: "repeated identical lines", status: 429, retryAfter: lines("30", "30"), want: lines("30")},
 		{name: "surrounding whitespace", status: 429, retryAfter: lines("\t120 "), want: lines("120"), full: true},
 		{name: "IMF-fixdate, upstream an hour fast", status: 503,
-			retryAfter: lines(imfDate(skewed.Add(90 * time.Second))), date: lines(imfDate(skewed)), want: lines("90")},
+			retryAfter: lines(imfDate(skewed.Add(90 * time.Second))), date: lines(imfDate(skewed)), want: lines("91"), exact: lines("90")},
 		{name: "IMF-fixdate, upstream an hour slow", status: 503,
-			retryAfter: lines(imfDate(slow.Add(90 * time.Second))), date: lines(imfDate(slow)), want: lines("90")},
+			retryAfter: lines(imfDate(slow.Add(90 * time.Second))), date: lines(imfDate(slow)), want: lines("91"), exact: lines("90")},
 		{name: "RFC 850 date, upstream an hour fast", status: 503,
-			retryAfter: lines(rfc850Date(skewed.Add(90 * time.Second))), date: lines(imfDate(skewed)), want: lines("90")},
+			retryAfter: lines(rfc850Date(skewed.Add(90 * time.Second))), date: lines(imfDate(skewed)), want: lines("91"), exact: lines("90")},
 		{name: "asctime date, upstream an hour fast", status: 429,
-			retryAfter: lines(asctimeDate(skewed.Add(90 * time.Second))), date: lines(imfDate(skewed)), want: lines("90")},
+			retryAfter: lines(asctimeDate(skewed.Add(90 * time.Second))), date: lines(imfDate(skewed)), want: lines("91"), exact: lines("90")},
 		{name: "asctime date with a one-digit day", status: 503, now: time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC),
-			retryAfter: lines("Sun Dec  6 08:49:37 2026"), date: lines("Sun, 06 Dec 2026 08:49:00 GMT"), want: lines("37")},
+			retryAfter: lines("Sun Dec  6 08:49:37 2026"), date: lines("Sun, 06 Dec 2026 08:49:00 GMT"), want: lines("38"), exact: lines("37")},
 		{name: "RFC 850 Date from the upstream", status: 503,
-			retryAfter: lines(imfDate(skewed.Add(45 * time.Second))), date: lines(rfc850Date(skewed)), want: lines("45")},
+			retryAfter: lines(imfDate(skewed.Add(45 * time.Second))), date: lines(rfc850Date(skewed)), want: lines("46"), exact: lines("45")},
 		{name: "date without upstream Date, measured on the gateway's clock, rounded up", status: 503,
-			now: t0.Add(250 * time.Millisecond), retryAfter: lines(imfDate(t0.Add(90 * time.Second))), want: lines("90")},
+			now: t0.Add(250 * time.Millisecond), retryAfter: lines(imfDate(t0.Add(90 * time.Second))), want: lines("91"), exact: lines("90")},
 		{name: "date with an unusable upstream Date, measured on the gateway's clock", status: 503,
-			retryAfter: lines(imfDate(t0.Add(30 * time.Second))), date: lines("yesterday"), want: lines("30")},
+			retryAfter: lines(imfDate(t0.Add(30 * time.Second))), date: lines("yesterday"), want: lines("31"), exact: lines("30")},
 		{name: "redirect with a date", status: 307,
-			retryAfter: lines(imfDate(skewed.Add(20 * time.Second))), date: lines(imfDate(skewed)), want: lines("20")},
+			retryAfter: lines(imfDate(skewed.Add(20 * time.Second))), date: lines(imfDate(skewed)), want: lines("21"), exact: lines("20")},
 		{name: "301 with seconds", status: 301, retryAfter: lines("15"), want: lines("15")},
 
-		// Unusable values on a 429 or 503 get the fallback.
-		{name: "0", status: 429, retryAfter: lines("0"), want: lines("5"), kind: RepairInvalid},
-		{name: "0 with a skewed Date", status: 503, retryAfter: lines("0"), date: lines(imfDate(slow)), want: lines("5"), kind: RepairInvalid},
+		// Values that do not conform, or say 0 on a refusal, read as their senders meant.
+		{name: "0: under a second", status: 429, retryAfter: lines("0"), want: lines("1"), kind: RepairUnderstood, lenient: LenientZero},
+		{name: "0 with a skewed Date", status: 503, retryAfter: lines("0"), date: lines(imfDate(slow)), want: lines("1"), kind: RepairUnderstood, lenient: LenientZero},
 		{name: "0, gateway clock mid-second in another zone", status: 429, retryAfter: lines("0"),
-			now: t0.Add(600 * time.Millisecond).In(time.FixedZone("CET", 3600)), want: lines("5"), kind: RepairInvalid},
-		{name: "000", status: 429, retryAfter: lines("000"), want: lines("5"), kind: RepairInvalid},
+			now: t0.Add(600 * time.Millisecond).In(time.FixedZone("CET", 3600)), want: lines("1"), kind: RepairUnderstood, lenient: LenientZero},
+		{name: "000", status: 429, retryAfter: lines("000"), want: lines("1"), kind: RepairUnderstood, lenient: LenientZero},
+		{name: "signed", status: 429, retryAfter: lines("+7"), want: lines("7"), kind: RepairUnderstood, lenient: LenientSign, full: true},
+		{name: "fraction, rounded up", status: 429, retryAfter: lines("1.5"), want: lines("2"), kind: RepairUnderstood, lenient: LenientFraction},
+		{name: "fraction under a second", status: 503, retryAfter: lines("0.25"), want: lines("1"), kind: RepairUnderstood, lenient: LenientFraction},
+		{name: "UTC instead of GMT (time.RFC1123)", status: 503,
+			retryAfter: lines(t0.Add(2 * time.Minute).Format(time.RFC1123)), date: lines(imfDate(t0)), want: lines("121"), exact: lines("120"),
+			kind: RepairUnderstood, lenient: LenientZone},
+		{name: "+0000 (time.RFC1123Z)", status: 429,
+			retryAfter: lines(t0.Add(2 * time.Minute).Format(time.RFC1123Z)), date: lines(imfDate(t0)), want: lines("121"), exact: lines("120"),
+			kind: RepairUnderstood, lenient: LenientZone},
+		{name: "RFC 850 date in UTC", status: 503,
+			retryAfter: lines(t0.Add(2 * time.Minute).Format(time.RFC850)), date: lines(imfDate(t0)), want: lines("121"), exact: lines("120"),
+			kind: RepairUnderstood, lenient: LenientZone, full: true},
+		{name: "no day name, upstream an hour fast", status: 503,
+			retryAfter: lines(skewed.Add(time.Minute).Format("02 Jan 2006 15:04:05 GMT")), date: lines(imfDate(skewed)), want: lines("61"), exact: lines("60"),
+			kind: RepairUnderstood, lenient: LenientDayName},
+		{name: "UTC Date, upstream an hour fast", status: 503,
+			retryAfter: lines(imfDate(skewed.Add(time.Minute))), date: lines(skewed.Format(time.RFC1123)), want: lines("61"), exact: lines("60"),
+			kind: RepairUnderstood, lenient: LenientDateField},
+		{name: "date equal to the upstream's Date", status: 503,
+			retryAfter: lines(imfDate(skewed)), date: lines(imfDate(skewed)), want: lines("1"), kind: RepairUnderstood, lenient: LenientZero},
+		{name: "UTC date above the cap", status: 503,
+			retryAfter: lines(skewed.Add(2 * time.Hour).Format(time.RFC1123)), date: lines(imfDate(skewed)), want: lines("3600"), kind: RepairClamped, lenient: LenientZone},
+
+		// Unusable values on a 429 or 503 get the fallback.
 		{name: "garbage", status: 429, retryAfter: lines("soon"), want: lines("5"), kind: RepairInvalid},
 		{name: "empty", status: 503, retryAfter: lines(""), want: lines("5"), kind: RepairInvalid},
 		{name: "negative", status: 429, retryAfter: lines("-1"), want: lines("5"), kind: RepairInvalid},
-		{name: "signed", status: 429, retryAfter: lines("+7"), want: lines("5"), kind: RepairInvalid, full: true},
-		{name: "fraction", status: 429, retryAfter: lines("1.5"), want: lines("5"), kind: RepairInvalid},
+		{name: "exponent", status: 429, retryAfter: lines("1e3"), want: lines("5"), kind: RepairInvalid},
 		{name: "hex", status: 429, retryAfter: lines("0x10"), want: lines("5"), kind: RepairInvalid},
 		{name: "comma list", status: 429, retryAfter: lines("30, 30"), want: lines("5"), kind: RepairInvalid},
 		{name: "lines that disagree", status: 429, retryAfter: lines("30", "60"), want: lines("5"), kind: RepairInvalid, full: true},
-		{name: "UTC instead of GMT", status: 503,
-			retryAfter: lines(t0.Add(2 * time.Minute).Format(time.RFC1123)), date: lines(imfDate(t0)), want: lines("5"), kind: RepairInvalid},
-		{name: "RFC 850 date in UTC", status: 503,
-			retryAfter: lines(t0.Add(2 * time.Minute).Format(time.RFC850)), date: lines(imfDate(t0)), want: lines("5"), kind: RepairInvalid, full: true},
+		{name: "other zone", status: 503,
+			retryAfter: lines(t0.Add(2 * time.Minute).In(time.FixedZone("PST", -8*3600)).Format(time.RFC1123Z)), date: lines(imfDate(t0)), want: lines("5"), kind: RepairInvalid},
 		{name: "date before the upstream's Date", status: 503,
 			retryAfter: lines(imfDate(skewed.Add(-time.Second))), date: lines(imfDate(skewed)), want: lines("5"), kind: RepairInvalid},
-		{name: "date equal to the upstream's Date", status: 503,
-			retryAfter: lines(imfDate(skewed)), date: lines(imfDate(skewed)), want: lines("5"), kind: RepairInvalid},
 		{name: "past date measured on the gateway's clock", status: 429,
 			retryAfter: lines(imfDate(t0.Add(-time.Minute))), want: lines("5"), kind: RepairInvalid},
 		{name: "fallback set, rounded up", status: 429, set: func(n *Normalizer) { n.Fallback = 1500 * time.Millisecond },
-			retryAfter: lines("0"), want: lines("2"), kind: RepairInvalid},
+			retryAfter: lines("soon"), want: lines("2"), kind: RepairInvalid},
 
 		// Values above the cap are clamped.
 		{name: "above the cap", status: 429, retryAfter: lines("7200"), want: lines("3600"), kind: RepairClamped},
@@ -147,7 +155,7 @@ func TestNormalizer(t *testing.T) {
 		{name: "cap rounded down", status: 503, set: func(n *Normalizer) { n.Max = 2500 * time.Millisecond },
 			retryAfter: lines("3"), want: lines("2"), kind: RepairClamped},
 		{name: "fallback clamped to the cap", status: 503, set: func(n *Normalizer) { n.Max = 2 * time.Second },
-			retryAfter: lines("0"), want: lines("2"), kind: RepairInvalid},
+			retryAfter: lines("soon"), want: lines("2"), kind: RepairInvalid},
 		{name: "redirect above the cap", status: 308, retryAfter: lines("86400"), want: lines("3600"), kind: RepairClamped},
 
 		// Missing values get the fallback only when asked.
@@ -164,99 +172,164 @@ func TestNormalizer(t *testing.T) {
 			retryAfter: lines(imfDate(skewed.Add(-time.Minute))), date: lines(imfDate(skewed)), want: nil, kind: RepairRemoved},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			now := tt.now
-			if now.IsZero() {
-				now = t0
-			}
-			var repairs []Repair
-			n := new(Normalizer)
-			if tt.set != nil {
-				tt.set(n)
-			}
-			n.Now = func() time.Time { return now }
-			n.OnRepair = func(r Repair) { repairs = append(repairs, r) }
-			req := httptest.NewRequest("GET", "http://upstream.test/x", nil)
-			resp := upstreamResponse(t, tt.status, slices.Clone(tt.retryAfter), slices.Clone(tt.date))
-			resp.Request = req
-			before := resp.Header.Clone()
+		// Each case with the default, which reads a date to the end of the second it names,
+		// and with ExactDates.
+		for _, exact := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/exact=%v", tt.name, exact), func(t *testing.T) {
+				if exact && tt.exact != nil {
+					tt.want = tt.exact
+				}
+				tt.check(t, exact)
+			})
+		}
+	}
+}
 
-			if err := n.ModifyResponse(resp); err != nil {
-				t.Fatalf("ModifyResponse: %v", err)
-			}
-			note := ""
-			if tt.full {
-				note = " (this case needs the full parser, parse.go)"
-			}
-			if resp.StatusCode != tt.status {
-				t.Fatalf("status = %d, want %d", resp.StatusCode, tt.status)
-			}
-			if tt.untouched {
-				if !maps.EqualFunc(resp.Header, before, slices.Equal) {
-					t.Fatalf("header changed:\n got %q\nwant %q", resp.Header, before)
-				}
-				if len(repairs) != 0 {
-					t.Fatalf("hook told of %+v for an untouched response", repairs)
-				}
-				return
-			}
-			if got := resp.Header["Retry-After"]; !slices.Equal(got, tt.want) {
-				t.Errorf("Retry-After = %q, want %q%s", got, tt.want, note)
-			}
-			if got, want := resp.Header["Date"], []string{imfDate(now)}; !slices.Equal(got, want) {
-				t.Errorf("Date = %q, want %q", got, want)
-			}
-			for k, v := range before {
-				if k != "Retry-After" && k != "Date" && !slices.Equal(resp.Header[k], v) {
-					t.Errorf("%s changed from %q to %q", k, v, resp.Header[k])
-				}
-			}
-			if len(resp.Header) > len(before)+2 {
-				t.Errorf("header grew: %q", resp.Header)
-			}
+// A normalizerCase is one case of TestNormalizer.
+type normalizerCase struct {
+	name       string
+	set        func(*Normalizer) // sets fields before the clock and repair hook; nil for none
+	status     int
+	retryAfter []string // what the upstream sent; nil for none
+	date       []string
+	now        time.Time // the gateway's clock; t0 when zero
 
-			if tt.kind == 0 {
-				if len(repairs) != 0 {
-					t.Errorf("hook told of %+v for a faithful rewrite%s", repairs, note)
-				}
-				return
-			}
-			if len(repairs) != 1 {
-				t.Fatalf("hook told of %d repairs, want 1 (%v)%s", len(repairs), tt.kind, note)
-			}
-			r := repairs[0]
-			var wantWait time.Duration
-			if len(tt.want) == 1 {
-				s, _ := strconv.Atoi(tt.want[0])
-				wantWait = time.Duration(s) * time.Second
-			}
-			if r.Kind != tt.kind || r.Status != tt.status || r.Request != req ||
-				!slices.Equal(r.UpstreamRetryAfter, tt.retryAfter) || !slices.Equal(r.UpstreamDate, tt.date) ||
-				r.ClientRetryAfter != wantWait || !r.ClientDate.Equal(now.Truncate(time.Second)) || r.ClientDate.Location() != time.UTC {
-				t.Errorf("hook told of %+v, want kind %v, status %d, upstream %q %q, client %v at %v%s",
-					r, tt.kind, tt.status, tt.retryAfter, tt.date, wantWait, now.Truncate(time.Second), note)
-			}
-		})
+	untouched bool       // the response must come out exactly as it went in
+	want      []string   // the client's Retry-After lines, nil for none
+	exact     []string   // the same with ExactDates, when it differs from want
+	kind      RepairKind // what the repair hook must be told, 0 for nothing
+	lenient   Leniency   // the hook's Leniency
+	full      bool       // depends on the full parser (parse.go), not the stand-in
+}
+
+// check runs the case through a Normalizer, with ExactDates as given.
+func (tt normalizerCase) check(t *testing.T, exact bool) {
+	now := tt.now
+	if now.IsZero() {
+		now = t0
+	}
+	var repairs []Repair
+	n := &Normalizer{ExactDates: exact}
+	if tt.set != nil {
+		tt.set(n)
+	}
+	n.Now = func() time.Time { return now }
+	n.OnRepair = func(r Repair) { repairs = append(repairs, r) }
+	req := httptest.NewRequest("GET", "http://upstream.test/x", nil)
+	resp := upstreamResponse(t, tt.status, slices.Clone(tt.retryAfter), slices.Clone(tt.date))
+	resp.Request = req
+	before := resp.Header.Clone()
+
+	if err := n.ModifyResponse(resp); err != nil {
+		t.Fatalf("ModifyResponse: %v", err)
+	}
+	note := ""
+	if tt.full {
+		note = " (this case needs the full parser, parse.go)"
+	}
+	if resp.StatusCode != tt.status {
+		t.Fatalf("status = %d, want %d", resp.StatusCode, tt.status)
+	}
+	if tt.untouched {
+		if !maps.EqualFunc(resp.Header, before, slices.Equal) {
+			t.Fatalf("header changed:\n got %q\nwant %q", resp.Header, before)
+		}
+		if len(repairs) != 0 {
+			t.Fatalf("hook told of %+v for an untouched response", repairs)
+		}
+		return
+	}
+	if got := resp.Header["Retry-After"]; !slices.Equal(got, tt.want) {
+		t.Errorf("Retry-After = %q, want %q%s", got, tt.want, note)
+	}
+	if got, want := resp.Header["Date"], []string{imfDate(now)}; !slices.Equal(got, want) {
+		t.Errorf("Date = %q, want %q", got, want)
+	}
+	for k, v := range before {
+		if k != "Retry-After" && k != "Date" && !slices.Equal(resp.Header[k], v) {
+			t.Errorf("%s changed from %q to %q", k, v, resp.Header[k])
+		}
+	}
+	if len(resp.Header) > len(before)+2 {
+		t.Errorf("header grew: %q", resp.Header)
+	}
+
+	if tt.kind == 0 {
+		if len(repairs) != 0 {
+			t.Errorf("hook told of %+v for a faithful rewrite%s", repairs, note)
+		}
+		return
+	}
+	if len(repairs) != 1 {
+		t.Fatalf("hook told of %d repairs, want 1 (%v)%s", len(repairs), tt.kind, note)
+	}
+	r := repairs[0]
+	var wantWait time.Duration
+	if len(tt.want) == 1 {
+		s, _ := strconv.Atoi(tt.want[0])
+		wantWait = time.Duration(s) * time.Second
+	}
+	if r.Kind != tt.kind || r.Status != tt.status || r.Request != req ||
+		!slices.Equal(r.UpstreamRetryAfter, tt.retryAfter) || !slices.Equal(r.UpstreamDate, tt.date) ||
+		r.ClientRetryAfter != wantWait || !r.ClientDate.Equal(now.Truncate(time.Second)) || r.ClientDate.Location() != time.UTC {
+		t.Errorf("hook told of %+v, want kind %v, status %d, upstream %q %q, client %v at %v%s",
+			r, tt.kind, tt.status, tt.retryAfter, tt.date, wantWait, now.Truncate(time.Second), note)
+	}
+	if r.Leniency != tt.lenient {
+		t.Errorf("hook told of leniency %v, want %v", r.Leniency, tt.lenient)
+	}
+	// What was understood is what the client got, before rounding and clamping.
+	switch {
+	case r.Kind == RepairInvalid || r.Kind == RepairMissing:
+		if r.Understood != 0 {
+			t.Errorf("hook told of %v understood from an unusable value", r.Understood)
+		}
+	case r.Kind == RepairClamped:
+		if r.Understood <= r.ClientRetryAfter {
+			t.Errorf("hook told of %v understood, clamped to %v", r.Understood, r.ClientRetryAfter)
+		}
+	case r.Kind == RepairUnderstood:
+		if r.Understood <= 0 || header.DelaySeconds(r.Understood) != int64(r.ClientRetryAfter/time.Second) {
+			t.Errorf("hook told of %v understood, yet the client got %v", r.Understood, r.ClientRetryAfter)
+		}
 	}
 }
 
 // TestNormalizerMeaning checks, over many upstream waits, clock skews, date formats and gateway
 // clock readings, that the client is told to wait what the upstream meant: exactly, when the
-// upstream sent delay-seconds or a date with its own Date; rounded up by less than a second when
-// a date had to be measured against the gateway's clock; never less.
+// upstream sent delay-seconds or (with ExactDates) a date with its own Date; rounded up by less
+// than a second when a date had to be measured against the gateway's clock; never less. Without
+// ExactDates a date means the end of the second it names: one second more.
 func TestNormalizerMeaning(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		testNormalizerMeaning(t, exact)
+	}
+}
+
+func testNormalizerMeaning(t *testing.T, exact bool) {
 	formats := []struct {
 		name   string
 		format func(time.Time) string
-	}{{"IMF-fixdate", imfDate}, {"RFC 850", rfc850Date}, {"asctime", asctimeDate}}
+	}{
+		{"IMF-fixdate", imfDate}, {"RFC 850", rfc850Date}, {"asctime", asctimeDate},
+		// Not HTTP-dates, but what real upstreams send: read as the same instant.
+		{"time.RFC1123", func(t time.Time) string { return t.UTC().Format(time.RFC1123) }},
+		{"time.RFC1123Z", func(t time.Time) string { return t.UTC().Format(time.RFC1123Z) }},
+		{"no day name", func(t time.Time) string { return t.UTC().Format("02 Jan 2006 15:04:05 GMT") }},
+	}
 	skews := []time.Duration{-25 * time.Hour, -time.Hour, -time.Second, 0, 37 * time.Second, time.Hour, 48 * time.Hour}
 	fractions := []time.Duration{0, time.Nanosecond, 250 * time.Millisecond, 999 * time.Millisecond}
 	clock := newClock(t0)
-	n := &Normalizer{Now: clock.Now}
+	n := &Normalizer{Now: clock.Now, ExactDates: exact}
+	end := time.Second // a date's second, read to its end
+	if exact {
+		end = 0
+	}
 	checks := 0
 	for wait := time.Second; wait < 2*time.Hour; wait = wait*7/4 + time.Second {
 		wait = wait.Truncate(time.Second)
 		want := min(wait, time.Hour)
+		wantDate := min(wait+end, time.Hour)
 		for _, frac := range fractions {
 			now := t0.Add(frac)
 			clock.Set(now)
@@ -276,10 +349,10 @@ func TestNormalizerMeaning(t *testing.T) {
 				for _, skew := range skews {
 					upstreamNow := t0.Add(skew) // whole seconds: a Date carries no fraction
 					check(f.name+" with a skewed Date",
-						[]string{f.format(upstreamNow.Add(wait))}, []string{imfDate(upstreamNow)}, want, want)
+						[]string{f.format(upstreamNow.Add(wait))}, []string{imfDate(upstreamNow)}, wantDate, wantDate)
 				}
 				// Without a Date the date is measured against the gateway's clock, rounded up.
-				meant := wait - frac
+				meant := wait - frac + end
 				check(f.name+" without Date", []string{f.format(t0.Add(wait))}, nil,
 					min(meant, time.Hour), min(meant+time.Second-1, time.Hour))
 			}
@@ -347,14 +420,17 @@ func TestNormalizerEndToEnd(t *testing.T) {
 		repaired   bool
 	}{
 		{429, []string{"120"}, true, 120 * time.Second, 120 * time.Second, false},
-		{503, []string{imfDate(upstreamAt(90 * time.Second))}, true, 90 * time.Second, 90 * time.Second, false},
-		{503, []string{rfc850Date(upstreamAt(75 * time.Second))}, true, 75 * time.Second, 75 * time.Second, false},
-		{429, []string{asctimeDate(upstreamAt(61 * time.Second))}, true, 61 * time.Second, 61 * time.Second, false},
+		// A date is read to the end of the second it names.
+		{503, []string{imfDate(upstreamAt(90 * time.Second))}, true, 91 * time.Second, 91 * time.Second, false},
+		{503, []string{rfc850Date(upstreamAt(75 * time.Second))}, true, 76 * time.Second, 76 * time.Second, false},
+		{429, []string{asctimeDate(upstreamAt(61 * time.Second))}, true, 62 * time.Second, 62 * time.Second, false},
 		// A date without Date: the gateway measures it on its own clock (an hour behind the
 		// upstream's), which is all anyone can do; it must still be >= 1 s and capped.
 		{503, []string{imfDate(upstreamAt(90 * time.Second))}, false, time.Hour, time.Hour, true},
-		{429, []string{"0"}, true, 5 * time.Second, 5 * time.Second, true},
-		{503, []string{upstreamAt(30 * time.Second).Format(time.RFC1123)}, true, 5 * time.Second, 5 * time.Second, true},
+		{429, []string{"0"}, true, time.Second, time.Second, true},
+		{429, []string{"1.5"}, true, 2 * time.Second, 2 * time.Second, true},
+		{503, []string{upstreamAt(30 * time.Second).Format(time.RFC1123)}, true, 31 * time.Second, 31 * time.Second, true},
+		{429, []string{"soon"}, true, 5 * time.Second, 5 * time.Second, true},
 		{503, nil, false, 5 * time.Second, 5 * time.Second, true},
 		{307, []string{"0"}, true, 0, 0, true},
 		{200, []string{"0"}, true, -1, -1, false}, // untouched: the client sees the upstream's own
@@ -437,25 +513,25 @@ func TestNormalizerFieldDefaults(t *testing.T) {
 		want       string
 		kind       RepairKind
 	}{
-		{name: "Fallback 0", fallback: 0, retryAfter: "0", want: "5", kind: RepairInvalid},
-		{name: "Fallback -1s", fallback: -time.Second, retryAfter: "0", want: "5", kind: RepairInvalid},
+		{name: "Fallback 0", fallback: 0, retryAfter: "soon", want: "5", kind: RepairInvalid},
+		{name: "Fallback -1s", fallback: -time.Second, retryAfter: "soon", want: "5", kind: RepairInvalid},
 		{name: "Fallback -1s, missing", fallback: -time.Second, want: "5", kind: RepairMissing},
 		{name: "Max 999ms", max: 999 * time.Millisecond, retryAfter: "7200", want: "3600", kind: RepairClamped},
 		{name: "Max 0", max: 0, retryAfter: "7200", want: "3600", kind: RepairClamped},
 		{name: "Max -1h", max: -time.Hour, retryAfter: "7200", want: "3600", kind: RepairClamped},
 		{name: "Max 999ms passes a value under the default cap", max: 999 * time.Millisecond, retryAfter: "3600", want: "3600"},
-		{name: "Fallback and Max both out of range", fallback: -1, max: 1, retryAfter: "0", want: "5", kind: RepairInvalid},
-		{name: "Fallback 2h clamped to the default Max", fallback: 2 * time.Hour, retryAfter: "0", want: "3600", kind: RepairInvalid},
+		{name: "Fallback and Max both out of range", fallback: -1, max: 1, retryAfter: "soon", want: "5", kind: RepairInvalid},
+		{name: "Fallback 2h clamped to the default Max", fallback: 2 * time.Hour, retryAfter: "soon", want: "3600", kind: RepairInvalid},
 		{name: "Fallback 2h clamped to the default Max for Max 999ms", fallback: 2 * time.Hour, max: 999 * time.Millisecond,
-			retryAfter: "0", want: "3600", kind: RepairInvalid},
-		{name: "Fallback 10s clamped to Max 3s", fallback: 10 * time.Second, max: 3 * time.Second, retryAfter: "0", want: "3", kind: RepairInvalid},
+			retryAfter: "soon", want: "3600", kind: RepairInvalid},
+		{name: "Fallback 10s clamped to Max 3s", fallback: 10 * time.Second, max: 3 * time.Second, retryAfter: "soon", want: "3", kind: RepairInvalid},
 		{name: "Fallback 10s clamped to Max 3s, missing", fallback: 10 * time.Second, max: 3 * time.Second, want: "3", kind: RepairMissing},
 		{name: "Fallback 10s clamped to Max 3.9s, rounded down", fallback: 10 * time.Second, max: 3900 * time.Millisecond,
 			retryAfter: "soon", want: "3", kind: RepairInvalid},
 		// The smallest values in range are used as set.
-		{name: "Fallback 1ns", fallback: 1, retryAfter: "0", want: "1", kind: RepairInvalid},
+		{name: "Fallback 1ns", fallback: 1, retryAfter: "soon", want: "1", kind: RepairInvalid},
 		{name: "Max 1s", max: time.Second, retryAfter: "2", want: "1", kind: RepairClamped},
-		{name: "Fallback 1ns, Max 1s", fallback: 1, max: time.Second, retryAfter: "0", want: "1", kind: RepairInvalid},
+		{name: "Fallback 1ns, Max 1s", fallback: 1, max: time.Second, retryAfter: "soon", want: "1", kind: RepairInvalid},
 		{name: "Max 1s passes 1", max: time.Second, retryAfter: "1", want: "1"},
 	}
 	for _, tt := range tests {
@@ -496,7 +572,7 @@ func TestNormalizerFieldDefaults(t *testing.T) {
 
 func TestRepairKindString(t *testing.T) {
 	seen := map[string]bool{}
-	for k := RepairInvalid; k <= RepairRemoved; k++ {
+	for k := RepairInvalid; k <= RepairUnderstood; k++ {
 		s := k.String()
 		if s == "" || strings.HasPrefix(s, "RepairKind(") || seen[s] {
 			t.Errorf("RepairKind(%d).String() = %q", k, s)
@@ -520,7 +596,9 @@ func touchedStatus(status int) bool {
 // FuzzNormalizer feeds the normalizer arbitrary statuses, Retry-After and Date values
 // ("\n" separates several field lines) and checks that it never panics, leaves other statuses
 // untouched, and otherwise sends a single Retry-After of 1*DIGIT within [1, cap] (none on a
-// redirect whose value was unusable) with the gateway's Date, and nothing else changed.
+// redirect whose value was unusable) with the gateway's Date, and nothing else changed; that
+// the client is told what the generous reading understood, and, wherever the strict reader
+// reads a wait, that wait (a date to the end of its second).
 func FuzzNormalizer(f *testing.F) {
 	f.Add(429, "0", "")
 	f.Add(503, "Sun, 29 Nov 2026 13:01:30 GMT", "Sun, 29 Nov 2026 13:00:00 GMT")
@@ -537,14 +615,19 @@ func FuzzNormalizer(f *testing.F) {
 				resp.Header["Date"] = strings.Split(date, "\n")
 			}
 			before := resp.Header.Clone()
-			meant, meantOK := header.ParseRetryAfter(before, now)
+			redirect := status != 429 && status != 503
+			var mode header.ReadMode
+			if !redirect {
+				mode = header.Refusal
+			}
+			meant := header.ReadRetryAfter(before, now, mode)
+			strict, strictOK := header.ParseRetryAfter(before, now)
 
 			if err := n.ModifyResponse(resp); err != nil {
 				t.Fatal(err)
 			}
 			h := resp.Header
 			_, had := before["Retry-After"]
-			redirect := status != 429 && status != 503
 			if !touchedStatus(status) || (!had && (redirect || !missing)) {
 				if !maps.EqualFunc(h, before, slices.Equal) {
 					t.Fatalf("status %d: header changed from %q to %q", status, before, h)
@@ -559,7 +642,7 @@ func FuzzNormalizer(f *testing.F) {
 			}
 			ra, ok := h["Retry-After"]
 			if !ok {
-				if !redirect || (meantOK && meant > 0) {
+				if !redirect || (meant.OK && meant.Wait > 0) {
 					t.Fatalf("status %d, Retry-After %q: none sent", status, before["Retry-After"])
 				}
 				continue
@@ -571,11 +654,23 @@ func FuzzNormalizer(f *testing.F) {
 			if err != nil || secs < 1 || secs > int64(maxWait/time.Second) {
 				t.Fatalf("Retry-After %q is not within [1, %d]", ra, int64(maxWait/time.Second))
 			}
-			if meantOK && meant > 0 {
-				want := min(header.DelaySeconds(meant), int64(maxWait/time.Second))
+			if meant.OK && meant.Wait > 0 {
+				want := min(header.DelaySeconds(meant.Wait), int64(maxWait/time.Second))
 				if secs != want {
 					t.Fatalf("upstream meant %v (Retry-After %q, Date %q), client got %d s, want %d",
 						meant, before["Retry-After"], before["Date"], secs, want)
+				}
+			}
+			// Wherever the strict reader reads a wait above 0, the client gets it, rounded
+			// up, a second more for a date (the end of the second it names), and clamped.
+			if strictOK && strict > 0 {
+				if v := header.TrimOWS(before["Retry-After"][0]); strings.Trim(v, "0123456789") != "" {
+					strict = min(strict, math.MaxInt64-time.Second) + time.Second // saturating
+				}
+				if want := min(header.DelaySeconds(strict), int64(maxWait/time.Second)); secs != want &&
+					meant.Leniency&header.LenientDateField == 0 {
+					t.Fatalf("the strict reader reads %v from Retry-After %q, Date %q; client got %d s, want %d",
+						strict, before["Retry-After"], before["Date"], secs, want)
 				}
 			}
 		}
@@ -607,7 +702,7 @@ func BenchmarkNormalizerRewrite(b *testing.B) {
 		resp.Header["Retry-After"], resp.Header["Date"] = ra, date
 		n.ModifyResponse(resp)
 	}
-	if got := resp.Header.Get("Retry-After"); got != "90" {
+	if got := resp.Header.Get("Retry-After"); got != "91" { // the end of the second the date names
 		b.Fatalf("Retry-After = %q", got)
 	}
 }

@@ -11,9 +11,10 @@ import (
 	"github.com/retryafter/retryafter/retryclient"
 )
 
-// Retry-After is read as retryafter.ParseRetryAfter reads it: both forms. A
-// date is measured from the response's own Date, so the client's clock (here a
-// day off) plays no part, and all three HTTP-date formats are read.
+// The strict reader, retryafter.ParseRetryAfter, reads both forms of Retry-After. A date is
+// measured from the response's own Date, so the client's clock (here a day off) plays no part,
+// and all three HTTP-date formats are read. A Backoff reads the same values, and more: see
+// ExampleBackoff_Wait.
 func Example_allForms() {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC) // the local clock, wrong by a day
 	for _, h := range []http.Header{
@@ -36,26 +37,28 @@ func Example_allForms() {
 	// "-1"                               0s false
 }
 
-// A Transport in an http.Client retries 429 and 503 answers, waiting as the
-// server's Retry-After says (here 0 seconds, to keep the example quick),
-// capped, and with a backoff of its own when the server gives no usable wait.
+// A Transport in an http.Client retries 429 and 503 answers, waiting as the server's
+// Retry-After says, capped, and with a backoff of its own when the server gives no usable wait:
+// here a Retry-After that means nothing, then none at all, to keep the example quick.
 func ExampleTransport() {
 	tries := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tries++
-		if tries < 3 {
-			w.Header().Set("Retry-After", "0")
+		switch tries {
+		case 1:
+			w.Header().Set("Retry-After", "soon")
 			w.WriteHeader(http.StatusTooManyRequests)
-			return
+		case 2:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "done")
 		}
-		fmt.Fprintln(w, "done")
 	}))
 	defer srv.Close()
 
 	client := &http.Client{Transport: &retryclient.Transport{
-		// A Retry-After of 0 says "now", which is how retry storms start: it gets the
-		// client's own backoff instead, here 1 ms doubling per try (Rand fixed at its
-		// top so that the output is stable).
+		// The client's own backoff: 1 ms doubling per try (Rand fixed at its top so that
+		// the output is stable).
 		Backoff:     &retryclient.Backoff{Base: time.Millisecond, Rand: func() float64 { return 1 }},
 		MaxAttempts: 5,
 		OnRetry: func(resp *http.Response, attempt int, wait time.Duration) {
@@ -71,14 +74,17 @@ func ExampleTransport() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Printf("try %d: %d %s", tries, resp.StatusCode, body)
 	// Output:
-	// try 1: 429, Retry-After "0", waiting 1ms
-	// try 2: 429, Retry-After "0", waiting 2ms
+	// try 1: 429, Retry-After "soon", waiting 1ms
+	// try 2: 503, Retry-After "", waiting 2ms
 	// try 3: 200 done
 }
 
 // What a client waits for each kind of answer: the server's wait when it gave a usable one,
-// measured against the response's Date, capped; otherwise a backoff of its own, never 0. Rand is
-// fixed at its top so that the fallback is the ceiling of its range: 500 ms doubling per try.
+// measured against the response's Date, capped; otherwise a backoff of its own, never 0. What
+// real servers send is read the way they meant it: a date in UTC (Go's time.RFC1123), "1.5", a
+// 0 that stands for less than a second. A date is read to the end of the second it names,
+// since most servers cut it to the second (Backoff.ExactDates turns that off). Rand is fixed at
+// its top so that the fallback is the ceiling of its range: 500 ms doubling per try.
 func ExampleBackoff_Wait() {
 	b := &retryclient.Backoff{
 		Rand: func() float64 { return 1 },
@@ -92,9 +98,13 @@ func ExampleBackoff_Wait() {
 	}{
 		{429, "120", 1},
 		{503, "Sun, 29 Nov 2026 12:01:30 GMT", 1}, // measured against Date, not the local clock
+		{429, "Sun, 29 Nov 2026 12:00:10 UTC", 1}, // time.RFC1123, as sethvargo/go-limiter sends
+		{429, "0", 1},                             // a wait under a second, truncated: one second
+		{429, "1.5", 1},                           // rounded up
 		{429, "86400", 1},                         // a day: capped at 5 minutes
 		{429, "9223372037", 1},                    // beyond a Duration: saturated, then capped
 		{429, "Sun, 29 Nov 2026 11:59:00 GMT", 1}, // before Date: unusable
+		{429, "-1", 2},                            // negative: the second try's backoff
 		{429, "soon", 3},                          // garbage: the third try's backoff
 		{503, "", 2},                              // none: the second try's backoff
 		{500, "120", 1},                           // honoured on 429 and 503 only
@@ -107,10 +117,14 @@ func ExampleBackoff_Wait() {
 	}
 	// Output:
 	// 429 "120"                            try 1: wait 2m0s
-	// 503 "Sun, 29 Nov 2026 12:01:30 GMT"  try 1: wait 1m30s
+	// 503 "Sun, 29 Nov 2026 12:01:30 GMT"  try 1: wait 1m31s
+	// 429 "Sun, 29 Nov 2026 12:00:10 UTC"  try 1: wait 11s
+	// 429 "0"                              try 1: wait 1s
+	// 429 "1.5"                            try 1: wait 2s
 	// 429 "86400"                          try 1: wait 5m0s
 	// 429 "9223372037"                     try 1: wait 5m0s
 	// 429 "Sun, 29 Nov 2026 11:59:00 GMT"  try 1: wait 500ms
+	// 429 "-1"                             try 2: wait 1s
 	// 429 "soon"                           try 3: wait 2s
 	// 503 ""                               try 2: wait 1s
 	// 500 "120"                            try 1: wait 500ms

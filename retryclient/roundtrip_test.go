@@ -259,8 +259,8 @@ func TestRoundTripHerdOverOneKey(t *testing.T) {
 //
 // No client is told to come back at the very instant of Stop: which of the two would run first
 // is up to the scheduler, and a client that came first would rightly be told the work is late
-// (Maintenance.Wait, by default 60 s). The end is at +90.25 s and the arrivals 1.3 s apart, so
-// that until − arrival is never a whole number of seconds.
+// (and to come back in a second). The end is at +90.25 s and the arrivals 1.3 s apart, so that
+// until − arrival is never a whole number of seconds.
 func TestRoundTripMaintenance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 20
@@ -294,8 +294,8 @@ func TestRoundTripMaintenance(t *testing.T) {
 
 // TestRoundTripMaintenanceHTTPDate is the round trip of the date form: the 503 states the end as
 // an IMF-fixdate with a Date beside it, and clients whose own clocks are off by up to an hour
-// either way wait exactly the Retry-After minus the Date, since both come from the server's
-// clock. A client that measured the date against its own clock would come back an hour early
+// either way wait exactly the Retry-After minus the Date (with ExactDates; a second more by
+// default), since both come from the server's clock. A client that measured the date against its own clock would come back an hour early
 // (at once, as the date would seem past) or an hour late (the wait capped at Backoff.Cap).
 func TestRoundTripMaintenanceHTTPDate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -304,31 +304,41 @@ func TestRoundTripMaintenanceHTTPDate(t *testing.T) {
 		m := maintenanceUntil(until, &retryafter.Maintenance{HTTPDate: true, Now: time.Now})
 		h := m.Handler(ok)
 
+		// Each clock skew with ExactDates, as for a server known to round its dates up, as
+		// Maintenance does, and with the default, which reads a date to the end of its second.
 		skews := []time.Duration{-time.Hour, -time.Minute, -1500 * time.Millisecond, 0, 700 * time.Millisecond, time.Minute, time.Hour}
-		clients := make([]*roundTripClient, len(skews))
-		for i, skew := range skews {
-			b := &Backoff{Now: func() time.Time { return time.Now().Add(skew) }}
-			clients[i] = newRoundTripClient(h, "192.0.2.1:1234", b, 3)
+		var clients []*roundTripClient
+		for _, exact := range []bool{true, false} {
+			for _, skew := range skews {
+				b := &Backoff{Now: func() time.Time { return time.Now().Add(skew) }, ExactDates: exact}
+				clients = append(clients, newRoundTripClient(h, "192.0.2.1:1234", b, 3))
+			}
 		}
-		runClients(clients, 2300*time.Millisecond)
+		runClients(clients, 1100*time.Millisecond)
 
 		for i, c := range clients {
-			name := fmt.Sprintf("client with clock %+v", skews[i])
-			c.check(t, name, 0)
+			exact := i < len(skews)
+			name := fmt.Sprintf("client with clock %+v, exact dates %v", skews[i%len(skews)], exact)
+			extra := time.Second // the default: the end of the second the date names
+			if exact {
+				extra = 0
+			}
+			c.check(t, name, extra)
 			if len(c.tries) != 2 || c.tries[0].status != http.StatusServiceUnavailable {
 				t.Errorf("%s: %d tries, first answered %d; want a 503, then admitted", name, len(c.tries), c.tries[0].status)
 				continue
 			}
 			// The date is the end rounded up and Date the send time truncated, both to
-			// the second: the wait is date − Date, which is up to two seconds past the end.
+			// the second: the wait is date − Date, which is up to two seconds past the end,
+			// and with the default one second more.
 			sent := c.tries[0].at
-			want := until.Add(time.Second - 1).Truncate(time.Second).Sub(sent.Truncate(time.Second))
+			want := until.Add(time.Second-1).Truncate(time.Second).Sub(sent.Truncate(time.Second)) + extra
 			if got := c.waits[0]; got != want {
 				t.Errorf("%s: sent at +%v, waited %v; want %v (Retry-After − Date)", name, sent.Sub(start), got, want)
 			}
 			back := c.tries[1].at
-			if back.Before(until) || back.After(until.Add(2*time.Second)) {
-				t.Errorf("%s: came back at +%v, want within two seconds after the end at +%v", name, back.Sub(start), until.Sub(start))
+			if back.Before(until) || back.After(until.Add(2*time.Second+extra)) {
+				t.Errorf("%s: came back at +%v, want within %v after the end at +%v", name, back.Sub(start), 2*time.Second+extra, until.Sub(start))
 			}
 		}
 	})

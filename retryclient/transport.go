@@ -4,9 +4,11 @@
 //
 //	client := &http.Client{Transport: &retryclient.Transport{}}
 //
-// It reads Retry-After as retryafter.ParseRetryAfter does: both forms, all three HTTP-date
-// formats, dates measured against the response's own Date so that clock skew cancels. A value it
-// cannot use gets the client's own backoff, never an immediate retry, and every wait is capped.
+// It reads Retry-After the way the server evidently meant it: both forms, all three HTTP-date
+// formats, dates measured against the response's own Date so that clock skew cancels, and the
+// forms real servers send that retryafter.ParseRetryAfter, the strict reader, refuses (a date in
+// UTC, "1.5", a 0 that stands for less than a second). A value it cannot use gets the client's
+// own backoff, never an immediate retry, and every wait is capped.
 package retryclient
 
 import (
@@ -33,16 +35,28 @@ const (
 // Backoff turns a response and its attempt number into the wait before the
 // next try.
 //
-// On a 429 Too Many Requests or a 503 Service Unavailable whose Retry-After
-// reads as a wait above 0, the wait is the server's, plus a random jitter of
-// up to [Backoff.Jitter], which only ever adds. Retry-After on other statuses
-// is not honoured. Otherwise (no or unusable Retry-After, a date already
-// past, a Retry-After of 0 or a date equal to the response's Date, another
-// status, or no response at all)
-// the wait is the client's own exponential backoff with jitter: for attempt
-// n it is drawn uniformly from [c/10, c], where c = min(Base·2^(n−1), Max).
-// That fallback is never zero and never negative. Every wait, the server's
-// included, is at most [Backoff.Cap].
+// On a 429 Too Many Requests or a 503 Service Unavailable with a usable
+// Retry-After, the wait is the server's, plus a random jitter of up to
+// [Backoff.Jitter], which only ever adds. Retry-After is read generously, as
+// its sender evidently meant it:
+//
+//   - delay-seconds, also with a leading "+" or a decimal fraction ("1.5"),
+//     which is rounded up to whole seconds;
+//   - an HTTP-date in any of its three formats, also in zone UTC, +0000 or
+//     -0000 (Go's time.RFC1123, which sethvargo/go-limiter sends) or with its
+//     day name missing or misspelled, measured against the response's Date
+//     (also read so) and read as the end of the second it names: see
+//     [Backoff.ExactDates];
+//   - a 0, or a date equal to Date, means a wait under a second, as a server
+//     that truncates its waits sends it: one second.
+//
+// Retry-After on other statuses is not honoured. Otherwise (no Retry-After,
+// or one that is negative, in exponent or hex form, a list, several lines
+// that disagree, a date already past, garbage; another status; or no
+// response at all) the wait is the client's own exponential backoff with
+// jitter: for attempt n it is drawn uniformly from [c/10, c], where
+// c = min(Base·2^(n−1), Max). That fallback is never zero and never
+// negative. Every wait, the server's included, is at most [Backoff.Cap].
 //
 // The zero value is ready to use with the defaults given for each field. A
 // Backoff is safe for concurrent use if Rand and Now are; its fields must
@@ -75,6 +89,15 @@ type Backoff struct {
 	// date comes without a valid Date field. If nil, the default is
 	// [time.Now].
 	Now func() time.Time
+
+	// ExactDates waits until the very instant a Retry-After date names. If
+	// false, the default, a date is read as the end of the second it names,
+	// one second later: most servers cut the instant they mean to the second
+	// (sethvargo/go-limiter, anything formatted with time.Format), and a
+	// client sent back at the start of that second arrives early about half
+	// the time, to be refused. Set it for servers known to round their dates
+	// up, as retryafter.Maintenance does, to spare their clients that second.
+	ExactDates bool
 }
 
 // Wait returns how long to wait before the try after attempt, the 1-based
@@ -92,10 +115,12 @@ func (b *Backoff) Wait(resp *http.Response, attempt int) time.Duration {
 		if c.Now != nil {
 			now = c.Now
 		}
-		// A refusal that says "retry now" is a retry storm waiting to happen
-		// (and what a server that truncates its waits sends): it gets the
-		// fallback, as gateway.Normalizer gives it.
-		if d, ok := header.ParseRetryAfter(resp.Header, now()); ok && d > 0 {
+		mode := header.Refusal
+		if c.ExactDates {
+			mode |= header.ExactDates
+		}
+		if r := header.ReadRetryAfter(resp.Header, now(), mode); r.OK {
+			d := r.Wait
 			if c.Jitter > 0 {
 				d = addSaturating(d, scale(c.Jitter, c.random()))
 			}

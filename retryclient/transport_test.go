@@ -15,6 +15,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/retryafter/retryafter"
 )
 
 // fallbackCeil is the ceiling of the fallback for attempt, computed
@@ -34,8 +36,10 @@ func TestBackoffHonoursRetryAfter(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	// The local clock is an hour off: it must not matter.
 	b := &Backoff{Now: func() time.Time { return t0.Add(time.Hour) }, Rand: constRand(0.99)}
+	exact := *b
+	exact.ExactDates = true
 	for i := 0; i < 2000; i++ {
-		secs := 1 + r.IntN(299) // within the default cap of 5 minutes; 0 gets the fallback
+		secs := 1 + r.IntN(298) // within the default cap of 5 minutes, a date's second included
 		want := time.Duration(secs) * time.Second
 		for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
 			attempt := 1 + r.IntN(10)
@@ -46,10 +50,52 @@ func TestBackoffHonoursRetryAfter(t *testing.T) {
 				resp := respWith(status,
 					"Date", t0.Format(l.layout),
 					"Retry-After", t0.Add(want).Format(l.layout))
-				if got := b.Wait(resp, attempt); got != want {
-					t.Fatalf("%d, %v: Wait = %v, want %v", status, resp.Header, got, want)
+				// By default a date is read to the end of the second it names.
+				if got := b.Wait(resp, attempt); got != want+time.Second {
+					t.Fatalf("%d, %v: Wait = %v, want %v", status, resp.Header, got, want+time.Second)
+				}
+				if got := exact.Wait(resp, attempt); got != want {
+					t.Fatalf("%d, %v with ExactDates: Wait = %v, want %v", status, resp.Header, got, want)
 				}
 			}
+		}
+	}
+}
+
+// TestBackoffGenerous pins the waits read from values that real servers send and that the
+// strict reader refuses (or, for 0, reads as "now"): each is read as its sender meant.
+func TestBackoffGenerous(t *testing.T) {
+	const date = "Sun, 29 Nov 2026 12:00:00 GMT"
+	b := &Backoff{Now: func() time.Time { return t0.Add(time.Hour) }, Rand: constRand(1)} // an hour fast
+	exact := &Backoff{Now: b.Now, Rand: b.Rand, ExactDates: true}
+	for _, tt := range []struct {
+		name        string
+		resp        *http.Response
+		want, exact time.Duration
+	}{
+		{"0: under a second", respWith(429, "Retry-After", "0"), time.Second, time.Second},
+		{"000 on a 503", respWith(503, "Retry-After", "000"), time.Second, time.Second},
+		{"1.5, rounded up", respWith(429, "Retry-After", "1.5"), 2 * time.Second, 2 * time.Second},
+		{"0.2, rounded up", respWith(429, "Retry-After", "0.2"), time.Second, time.Second},
+		{"+7", respWith(429, "Retry-After", "+7"), 7 * time.Second, 7 * time.Second},
+		{"go-limiter's time.RFC1123", respWith(429, "Retry-After", "Sun, 29 Nov 2026 12:00:10 UTC", "Date", date), 11 * time.Second, 10 * time.Second},
+		{"time.RFC1123Z", respWith(429, "Retry-After", "Sun, 29 Nov 2026 12:00:10 +0000", "Date", date), 11 * time.Second, 10 * time.Second},
+		{"no day name", respWith(503, "Retry-After", "29 Nov 2026 12:01:00 GMT", "Date", date), 61 * time.Second, 60 * time.Second},
+		{"date equal to Date", respWith(429, "Retry-After", date, "Date", date), time.Second, time.Second},
+		{"UTC date equal to UTC Date", respWith(429, "Retry-After", "Sun, 29 Nov 2026 12:00:00 UTC", "Date", "Sun, 29 Nov 2026 12:00:00 UTC"), time.Second, time.Second},
+		// A Date in UTC is read too: against the local clock (an hour fast) the date
+		// would be past.
+		{"Date in UTC", respWith(503, "Retry-After", "Sun, 29 Nov 2026 12:00:30 GMT", "Date", "Sun, 29 Nov 2026 12:00:00 UTC"), 31 * time.Second, 30 * time.Second},
+	} {
+		// The strict reader refuses each, or reads it as "now".
+		if d, ok := retryafter.ParseRetryAfter(tt.resp.Header, b.Now()); ok && d > 0 {
+			t.Errorf("%s: the strict reader reads %q as %v; the case belongs elsewhere", tt.name, tt.resp.Header, d)
+		}
+		if got := b.Wait(tt.resp, 1); got != tt.want {
+			t.Errorf("%s: Wait = %v, want %v", tt.name, got, tt.want)
+		}
+		if got := exact.Wait(tt.resp, 1); got != tt.exact {
+			t.Errorf("%s: Wait with ExactDates = %v, want %v", tt.name, got, tt.exact)
 		}
 	}
 }
@@ -104,11 +150,15 @@ func TestBackoffFallback(t *testing.T) {
 		respWith(429),
 		respWith(503),
 		respWith(429, "Retry-After", "-1"),
-		respWith(429, "Retry-After", "0"),
-		respWith(503, "Retry-After", "Sun, 29 Nov 2026 12:00:00 GMT", "Date", "Sun, 29 Nov 2026 12:00:00 GMT"), // equal to Date
-		respWith(429, "Retry-After", "1.5"),
+		respWith(429, "Retry-After", "-0"),
+		respWith(429, "Retry-After", "1e3"),
+		respWith(429, "Retry-After", "0x10"),
+		respWith(429, "Retry-After", "5, 5"),
+		respWith(429, "Retry-After", "soon"),
+		respWith(503, "Retry-After", "Sun, 29 Nov 2026 11:59:59 GMT", "Date", "Sun, 29 Nov 2026 12:00:00 GMT"), // before Date
 		respWith(429, "Retry-After", "Sun, 06 Nov 1994 08:49:37 UTC"),
-		respWith(429, "Retry-After", "Sun, 29 Nov 2026 11:59:59 GMT"), // in the past
+		respWith(429, "Retry-After", "Sun, 29 Nov 2026 11:59:58 GMT"), // in the past
+		respWith(429, "Retry-After", "Sun, 29 Nov 2026 12:00:00 PST"),
 		respWith(429, "Retry-After", "5", "Retry-After", "6"),
 		respWith(http.StatusInternalServerError, "Retry-After", "5"),
 		respWith(http.StatusMovedPermanently, "Retry-After", "5"),
@@ -179,7 +229,7 @@ func TestBackoffDefaults(t *testing.T) {
 	}
 	// The default local clock is read only without a valid Date.
 	resp := respWith(http.StatusServiceUnavailable, "Retry-After", time.Now().Add(3*time.Minute).UTC().Format(http.TimeFormat))
-	if got := (&Backoff{}).Wait(resp, 1); got < 2*time.Minute || got > 3*time.Minute {
+	if got := (&Backoff{}).Wait(resp, 1); got < 2*time.Minute || got > 3*time.Minute+time.Second {
 		t.Errorf("Wait with the default clock = %v, want about 3 minutes", got)
 	}
 }
@@ -193,7 +243,7 @@ func TestTransportWaitsExactly(t *testing.T) {
 			answer(http.StatusOK),
 		)
 		var hooked []time.Duration
-		tr := &Transport{Base: srv, OnRetry: func(resp *http.Response, n int, wait time.Duration) {
+		tr := &Transport{Base: srv, Backoff: &Backoff{ExactDates: true}, OnRetry: func(resp *http.Response, n int, wait time.Duration) {
 			if n != len(hooked)+1 {
 				t.Errorf("OnRetry attempt = %d, want %d", n, len(hooked)+1)
 			}

@@ -1,6 +1,9 @@
 // Command chi-server is a small chi service behind retryafter's limiter: 1 request per second
 // per client, with bursts of 5, so that 50 quick requests from one client see 429s.
 //
+// HEAD is served wherever GET is (chi's middleware.GetHead), so that a HEAD probe sees what a
+// GET would: 200, 429 or 503, never 405.
+//
 // It can be put into maintenance at run time through an admin endpoint that listens on loopback
 // only (-admin, default 127.0.0.1:8081; an empty value turns it off). While in maintenance every
 // request but /healthz gets 503 with a Retry-After counting down to the announced end.
@@ -45,14 +48,7 @@ func main() {
 
 	r := chi.NewRouter()
 	r.Use(middleware.Logger)
-	r.Use(maintenance.Handler) // before the limiter: a 503 costs no quota
-	r.Use(retryafter.LimitWith(newLimiter(*redisAddr, rate.Every(time.Second), 5), retryafter.WithErrorHook(logLimitError)))
-	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "hello")
-	})
-	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
+	r.Mount("/", newRouter(maintenance, newLimiter(*redisAddr, rate.Every(time.Second), 5)))
 
 	if *admin != "" {
 		if !isLoopback(*admin) {

@@ -90,7 +90,7 @@ var probeCases = []probeCase{
 		name: "maintenance overrun", server: func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, true) },
 		want: "retry-after=pass date=pass obey=fail tight=pass refusal-free=n/a head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
-			checkObey: "waited 11 s as told, then retried: refused (503 Service Unavailable, Retry-After: 60): obeying is not enough",
+			checkObey: "waited 11 s as told, then retried: refused (503 Service Unavailable, Retry-After: 1): obeying is not enough",
 			checkFree: "a maintenance window cannot be obeyed twice",
 		},
 		exit: exitFail,

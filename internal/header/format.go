@@ -1,5 +1,7 @@
-// Package header holds what the server side and the gateway share about the fields they write
-// and read: Retry-After in both forms, Date, and the one strict reader of them.
+// Package header holds what the server side, the client and the gateway share about the fields
+// they write and read: Retry-After in both forms, Date, the one strict reader of them
+// ([ParseRetryAfter], what this repository's own output is held to) and the generous reading
+// ([ReadRetryAfter], what a client waits and a gateway repairs by).
 //
 // Writing is pure: functions of a wait or an instant, and a [Lines] that hands out the header
 // values of one response from one allocation.

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+)
+
+// TestHeadWhereverGet checks that HEAD is answered wherever GET is, and as GET is: 200 with
+// GET's headers and no body when admitted, 429 with Retry-After when limited (a HEAD counts
+// as a request), 503 during maintenance but for the exempt health check. Without it chi answers
+// an admitted HEAD 405 Method Not Allowed, so that a HEAD probe saw 405 or 429 depending on load.
+func TestHeadWhereverGet(t *testing.T) {
+	m := &retryafter.Maintenance{Exempt: func(r *http.Request) bool { return r.URL.Path == "/healthz" }}
+	srv := httptest.NewServer(newRouter(m, retryafter.NewTokenBucket(rate.Every(time.Hour), 4)))
+	defer srv.Close()
+	client := srv.Client()
+	client.Timeout = 5 * time.Second
+	do := func(method, path string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(body)
+	}
+
+	for _, path := range []string{"/", "/healthz"} {
+		get, _ := do("GET", path)
+		head, body := do("HEAD", path)
+		if head.StatusCode != http.StatusOK || get.StatusCode != http.StatusOK || body != "" ||
+			head.Header.Get("Content-Type") != get.Header.Get("Content-Type") || head.ContentLength != get.ContentLength {
+			t.Fatalf("HEAD %s: %d, Content-Type %q, length %d, body %q; GET: %d, %q, %d",
+				path, head.StatusCode, head.Header.Get("Content-Type"), head.ContentLength, body,
+				get.StatusCode, get.Header.Get("Content-Type"), get.ContentLength)
+		}
+	}
+	// The burst of 4 is spent: HEAD is limited as GET is, with the same Retry-After.
+	for _, method := range []string{"HEAD", "GET"} {
+		resp, _ := do(method, "/")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s / after the burst: %d, Retry-After %q; want 429 with one", method, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	m.Start(time.Now().Add(time.Minute))
+	if resp, _ := do("HEAD", "/"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("HEAD / in maintenance: %d, Retry-After %q; want 503 with one", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resp, _ := do("HEAD", "/nowhere"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("HEAD /nowhere in maintenance: %d; want 503", resp.StatusCode)
+	}
+	m.Stop()
+	if resp, _ := do("HEAD", "/nowhere"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("HEAD /nowhere: %d; want 429, since the limiter runs before routing", resp.StatusCode)
+	}
+}

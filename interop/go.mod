@@ -1,0 +1,22 @@
+module github.com/retryafter/retryafter/interop
+
+go 1.26.0
+
+replace github.com/retryafter/retryafter => ../
+
+require (
+	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-chi/cors v1.2.2
+	github.com/go-chi/httprate v0.16.1
+	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/retryafter/retryafter v0.0.0
+	github.com/sethvargo/go-limiter v0.7.1
+	golang.org/x/time v0.16.0
+)
+
+require (
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/zeebo/xxh3 v1.0.2 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)

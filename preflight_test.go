@@ -1,0 +1,233 @@
+package retryafter
+
+import (
+	"bytes"
+	"errors"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// corsMiddleware is a stand-in for CORS middleware such as github.com/go-chi/cors, allowing
+// every origin: it answers a preflight itself with 204 (or, with passthrough, sets its headers
+// and calls next, as go-chi/cors's OptionsPassthrough does), and sets Access-Control-Allow-Origin
+// and Access-Control-Expose-Headers on the actual request before calling next.
+func corsMiddleware(passthrough bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			origin := r.Header.Get("Origin")
+			if origin == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			if isPreflight(r) {
+				h.Set("Access-Control-Allow-Methods", r.Header.Get("Access-Control-Request-Method"))
+				if passthrough {
+					next.ServeHTTP(w, r)
+					return
+				}
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			h.Set("Access-Control-Expose-Headers", "X-Request-Id")
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// corsRequest returns a request from the page at origin: a preflight when preflight is set.
+func corsRequest(method, origin string, preflight bool) *http.Request {
+	r := httptest.NewRequest(method, "http://api.test/", nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	if origin != "" {
+		r.Header.Set("Origin", origin)
+	}
+	if preflight {
+		r.Header.Set("Access-Control-Request-Method", "GET")
+		r.Header.Set("Access-Control-Request-Headers", "x-custom")
+	}
+	return r
+}
+
+func serveRequest(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestPreflightNotCounted sends many CORS preflights, then the actual requests, through a
+// limiter with a burst of 2, with CORS middleware mounted before it, after it, before it with
+// passthrough, or not at all: no preflight is counted or refused, so both actual requests are
+// admitted; and a request that only looks like one (OPTIONS without Origin or without
+// Access-Control-Request-Method) is counted as any other.
+func TestPreflightNotCounted(t *testing.T) {
+	const page = "http://page.test"
+	answer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent) // an application's own OPTIONS answer
+			return
+		}
+		w.Write([]byte("ok"))
+	})
+	for _, tt := range []struct {
+		name string
+		h    func(limit func(http.Handler) http.Handler) http.Handler
+	}{
+		{"CORS before the limiter", func(limit func(http.Handler) http.Handler) http.Handler {
+			return corsMiddleware(false)(limit(answer))
+		}},
+		{"CORS before the limiter, passing preflights through", func(limit func(http.Handler) http.Handler) http.Handler {
+			return corsMiddleware(true)(limit(answer))
+		}},
+		{"CORS after the limiter", func(limit func(http.Handler) http.Handler) http.Handler {
+			return limit(corsMiddleware(false)(answer))
+		}},
+		{"no CORS middleware", func(limit func(http.Handler) http.Handler) http.Handler { return limit(answer) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock(t0)
+			h := tt.h(Limit(rate.Every(time.Hour), 2, WithClock(clk.Now), WithErrorHook(func(*http.Request, error) {})))
+			for i := range 20 {
+				if w := serveRequest(h, corsRequest("OPTIONS", page, true)); w.Code != http.StatusNoContent {
+					t.Fatalf("preflight %d: %d, want 204", i+1, w.Code)
+				}
+			}
+			for i := range 2 {
+				if w := serveRequest(h, corsRequest("GET", page, false)); w.Code != http.StatusOK {
+					t.Fatalf("actual request %d after the preflights: %d, want 200: the preflights were counted", i+1, w.Code)
+				}
+			}
+			if w := serveRequest(h, corsRequest("GET", page, false)); w.Code != http.StatusTooManyRequests {
+				t.Fatalf("third actual request: %d, want 429", w.Code)
+			}
+			// Preflights are still not refused with the quota spent.
+			if w := serveRequest(h, corsRequest("OPTIONS", page, true)); w.Code != http.StatusNoContent {
+				t.Fatalf("preflight with the quota spent: %d, want 204", w.Code)
+			}
+		})
+	}
+	t.Run("what only looks like a preflight is counted", func(t *testing.T) {
+		clk := newClock(t0)
+		h := Limit(rate.Every(time.Hour), 2, WithClock(clk.Now))(answer)
+		serveRequest(h, corsRequest("OPTIONS", "", true))    // no Origin
+		serveRequest(h, corsRequest("OPTIONS", page, false)) // no Access-Control-Request-Method
+		if w := serveRequest(h, corsRequest("GET", "", false)); w.Code != http.StatusTooManyRequests {
+			t.Fatalf("after two OPTIONS that are not preflights: %d, want 429", w.Code)
+		}
+		if w := serveRequest(h, corsRequest("GET", page, true)); w.Code != http.StatusTooManyRequests {
+			t.Fatalf("a GET with Access-Control-Request-Method: %d, want 429", w.Code)
+		}
+	})
+}
+
+// TestPreflightDuringMaintenance checks that maintenance does not refuse a preflight either, so
+// that CORS middleware mounted on either side of it answers, and refuses the actual request.
+func TestPreflightDuringMaintenance(t *testing.T) {
+	for _, passthrough := range []bool{false, true} {
+		m := &Maintenance{Now: newClock(t0).Now}
+		m.Start(t0.Add(time.Hour))
+		for name, h := range map[string]http.Handler{
+			"CORS after maintenance":  m.Handler(corsMiddleware(passthrough)(ok)),
+			"CORS before maintenance": corsMiddleware(passthrough)(m.Handler(ok)),
+		} {
+			w := serveRequest(h, corsRequest("OPTIONS", "http://page.test", true))
+			if want := http.StatusNoContent; !passthrough && w.Code != want {
+				t.Errorf("%s: preflight %d, want %d", name, w.Code, want)
+			}
+			if passthrough && w.Code == http.StatusServiceUnavailable {
+				t.Errorf("%s with passthrough: preflight refused 503", name)
+			}
+			if w := serveRequest(h, corsRequest("GET", "http://page.test", false)); w.Code != http.StatusServiceUnavailable {
+				t.Errorf("%s: actual request %d, want 503", name, w.Code)
+			}
+		}
+	}
+}
+
+// TestCORSMountOrderReported checks that mounting CORS middleware after the limiter, which
+// leaves every refusal without Access-Control-Allow-Origin and so unreadable to the page, is
+// reported at the first cross-origin request that shows it (a preflight, or an admitted request
+// whose Access-Control-Allow-Origin was set inside the limiter), once, to the error hook; that
+// the right order and no CORS at all are never reported; and that without a hook it is logged.
+func TestCORSMountOrderReported(t *testing.T) {
+	const page = "http://page.test"
+	for _, tt := range []struct {
+		name     string
+		h        func(limit func(http.Handler) http.Handler) http.Handler
+		first    *http.Request
+		reported bool
+	}{
+		{"CORS after the limiter, seen at a preflight", func(limit func(http.Handler) http.Handler) http.Handler {
+			return limit(corsMiddleware(false)(ok))
+		}, corsRequest("OPTIONS", page, true), true},
+		{"CORS after the limiter, seen at a simple request", func(limit func(http.Handler) http.Handler) http.Handler {
+			return limit(corsMiddleware(false)(ok))
+		}, corsRequest("GET", page, false), true},
+		{"a handler that sets Access-Control-Allow-Origin itself", func(limit func(http.Handler) http.Handler) http.Handler {
+			return limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Access-Control-Allow-Origin", "*")
+			}))
+		}, corsRequest("GET", page, false), true},
+		{"CORS before the limiter", func(limit func(http.Handler) http.Handler) http.Handler {
+			return corsMiddleware(false)(limit(ok))
+		}, corsRequest("GET", page, false), false},
+		{"CORS before the limiter, passing preflights through", func(limit func(http.Handler) http.Handler) http.Handler {
+			return corsMiddleware(true)(limit(ok))
+		}, corsRequest("OPTIONS", page, true), false},
+		{"no CORS middleware", func(limit func(http.Handler) http.Handler) http.Handler {
+			return limit(ok)
+		}, corsRequest("GET", page, false), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var hooked []error
+			h := tt.h(Limit(rate.Every(time.Hour), 3, WithClock(newClock(t0).Now),
+				WithErrorHook(func(r *http.Request, err error) { hooked = append(hooked, err) })))
+			serveRequest(h, tt.first)
+			if tt.reported && (len(hooked) != 1 || !errors.Is(hooked[0], ErrCORSMountOrder)) {
+				t.Fatalf("first request: hook told of %v, want ErrCORSMountOrder", hooked)
+			}
+			if !tt.reported && len(hooked) != 0 {
+				t.Fatalf("first request: hook told of %v, want nothing", hooked)
+			}
+			for range 5 { // preflights, admitted and refused requests: reported once at most
+				serveRequest(h, corsRequest("OPTIONS", page, true))
+				serveRequest(h, corsRequest("GET", page, false))
+			}
+			if tt.reported && len(hooked) != 1 || !tt.reported && len(hooked) != 0 {
+				t.Fatalf("after more requests: hook told of %v", hooked)
+			}
+		})
+	}
+	t.Run("logged without a hook", func(t *testing.T) {
+		var buf bytes.Buffer
+		defer log.SetOutput(log.Writer())
+		log.SetOutput(&buf)
+		h := Limit(rate.Every(time.Hour), 3, WithClock(newClock(t0).Now))(corsMiddleware(false)(ok))
+		for range 3 {
+			serveRequest(h, corsRequest("OPTIONS", page, true))
+		}
+		if got := buf.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "CORS") || !strings.Contains(got, page) {
+			t.Fatalf("logged %q; want one line naming CORS and the origin", got)
+		}
+	})
+}
+
+// TestCORSMountOrderAllocs checks that watching for the order costs an admitted cross-origin
+// request no allocation.
+func TestCORSMountOrderAllocs(t *testing.T) {
+	h := Limit(1e9, 1e9, WithKeyFunc(func(*http.Request) (string, error) { return "k", nil }))(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := corsRequest("GET", "http://page.test", false)
+	pre := corsRequest("OPTIONS", "http://page.test", true)
+	w := newTestWriter()
+	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r); h.ServeHTTP(w, pre) }); n != 0 {
+		t.Fatalf("%v allocations per admitted cross-origin request and preflight", n)
+	}
+}
