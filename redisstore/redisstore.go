@@ -119,10 +119,12 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	if limit == rate.Inf {
 		s.inf = true
 	} else {
-		interval := math.Round(float64(time.Second) / float64(limit))
-		if interval < 1 {
+		// Checked on the rate, not the interval: up to 2e9 per second the interval would
+		// round to 1 ns and silently enforce 1e9.
+		if limit > 1e9 {
 			panic("redisstore: rate limit above 1e9 per second")
 		}
+		interval := math.Round(float64(time.Second) / float64(limit))
 		if interval*float64(burst) > maxHorizon {
 			panic("redisstore: refilling the burst takes longer than 2^52 ns")
 		}

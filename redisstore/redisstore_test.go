@@ -432,6 +432,8 @@ func TestNewPanics(t *testing.T) {
 		"negative":     func() { New(client, -1, 1) },
 		"NaN":          func() { New(client, rate.Limit(math.NaN()), 1) },
 		"too fast":     func() { New(client, 3e9, 1) },
+		"above 1e9":    func() { New(client, 1.5e9, 1) }, // the interval would round to 1 ns
+		"just above":   func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) },
 		"too slow":     func() { New(client, rate.Every(time.Hour), 2000) },
 		"nil option":   func() { New(client, 1, 1, nil) },
 		"zero timeout": func() { WithTimeout(0) },
@@ -447,6 +449,33 @@ func TestNewPanics(t *testing.T) {
 		})
 	}
 	New(client, rate.Every(time.Hour), 1000) // 1000 hours is within 2^52 ns
+	New(client, 1e9, 1)                      // the fastest rate: 1 ns per token
+}
+
+// TestIntervalRounded checks that the store counts each token as the emission interval rounded
+// to the nearest nanosecond, as New's doc says, at rates whose interval has a fraction of a
+// nanosecond of .5 or more (6/s: 166666666.67 ns) and below it (3/s): once a burst of 1000 is
+// spent at one instant, a request for all 1000 waits exactly 1000 rounded intervals, to the
+// microsecond above; an interval truncated (or rounded the wrong way) is a microsecond off.
+func TestIntervalRounded(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const burst = 1000
+	for _, limit := range []rate.Limit{6, 7, 11, 13, 3, 0.3, 1e6 / 3} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			s := New(client, limit, burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+			interval := math.Round(1e9 / float64(limit))
+			if math.Abs(interval-1e9/float64(limit)) > 0.5 {
+				t.Fatalf("test arithmetic: %v is not the nearest nanosecond to 1e9 / %v", interval, limit)
+			}
+			want := time.Duration(math.Ceil(burst*interval/1e3)) * time.Microsecond
+			if d := decide(t, s, "k", burst, t0); !d.Allowed || d.Reset != want {
+				t.Fatalf("the whole burst: %+v, want admitted with Reset %v", d, want)
+			}
+			if d := decide(t, s, "k", burst, t0); d.Allowed || d.RetryAfter != want || d.Reset != want {
+				t.Fatalf("the whole burst again: %+v, want refused with RetryAfter and Reset %v", d, want)
+			}
+		})
+	}
 }
 
 // TestOutage stops a real redis-server under the middleware (killed, shut down, and frozen) and
@@ -457,6 +486,9 @@ func TestOutage(t *testing.T) {
 	srv := startServer(t)
 	client := newClient(t, srv.addr())
 	const timeout = 150 * time.Millisecond
+	// margin is how late past the timeout a call may return: scheduling on a loaded machine,
+	// far below the 3 s of go-redis's ReadTimeout, which bounds a call that the timeout does not.
+	const margin = time.Second
 	store := New(client, rate.Every(time.Minute), 1000, WithPrefix(testPrefix(t)), WithTimeout(timeout))
 	var hooked atomic.Int64
 	hook := retryafter.WithErrorHook(func(r *http.Request, err error) { hooked.Add(1) })
@@ -482,7 +514,7 @@ func TestOutage(t *testing.T) {
 				}
 				start := time.Now()
 				w := get(h, "192.0.2.1:1")
-				if took := time.Since(start); took > timeout+5*time.Second {
+				if took := time.Since(start); took > timeout+margin {
 					t.Errorf("answered after %v with a timeout of %v", took, timeout)
 				}
 				if w.Code != want {
@@ -529,8 +561,8 @@ func TestOutage(t *testing.T) {
 		srv.signal(syscall.SIGSTOP)
 		start := time.Now()
 		_, err := store.Decide(context.Background(), "k", 1, t0)
-		if took := time.Since(start); err == nil || took < timeout {
-			t.Fatalf("frozen Redis: err=%v after %v, want an error after the %v timeout", err, took, timeout)
+		if took := time.Since(start); err == nil || took < timeout || took > timeout+margin {
+			t.Fatalf("frozen Redis: err=%v after %v, want an error after the %v timeout, within %v of it", err, took, timeout, margin)
 		}
 		down(t)
 		srv.signal(syscall.SIGCONT)
