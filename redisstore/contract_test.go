@@ -22,7 +22,7 @@ func TestContract(t *testing.T) {
 		t.Run(fmt.Sprintf("%v/%d", c.limit, c.burst), func(t *testing.T) {
 			limitertest.Run(t, limitertest.Config{
 				New: func(t *testing.T) retryafter.Limiter {
-					return New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), withInjectedClock())
+					return New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
 				},
 				Burst:      c.burst,
 				Resolution: time.Microsecond,

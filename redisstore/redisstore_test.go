@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
@@ -425,18 +426,27 @@ func TestInf(t *testing.T) {
 
 func TestNewPanics(t *testing.T) {
 	client := newClient(t, "127.0.0.1:1")
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { plain.Close(); cluster.Close(); ring.Close() })
 	for name, fn := range map[string]func(){
-		"nil client":   func() { New(nil, 1, 1) },
-		"zero burst":   func() { New(client, 1, 0) },
-		"zero rate":    func() { New(client, 0, 1) },
-		"negative":     func() { New(client, -1, 1) },
-		"NaN":          func() { New(client, rate.Limit(math.NaN()), 1) },
-		"too fast":     func() { New(client, 3e9, 1) },
-		"above 1e9":    func() { New(client, 1.5e9, 1) }, // the interval would round to 1 ns
-		"just above":   func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) },
-		"too slow":     func() { New(client, rate.Every(time.Hour), 2000) },
-		"nil option":   func() { New(client, 1, 1, nil) },
-		"zero timeout": func() { WithTimeout(0) },
+		"nil client": func() { New(nil, 1, 1) },
+		"zero burst": func() { New(client, 1, 0) },
+		"zero rate":  func() { New(client, 0, 1) },
+		"negative":   func() { New(client, -1, 1) },
+		"NaN":        func() { New(client, rate.Limit(math.NaN()), 1) },
+		"too fast":   func() { New(client, 3e9, 1) },
+		"above 1e9":  func() { New(client, 1.5e9, 1) }, // the interval would round to 1 ns
+		"just above": func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) },
+		"too slow":   func() { New(client, rate.Every(time.Hour), 2000) },
+		"nil option": func() { New(client, 1, 1, nil) },
+		// Clients that ignore context deadlines, and so would ignore the store's timeout.
+		"client without context timeouts":  func() { New(plain, 1, 1) },
+		"cluster without context timeouts": func() { New(cluster, 1, 1) },
+		"ring without context timeouts":    func() { New(ring, 1, 1) },
+		"zero probe interval":              func() { WithProbeInterval(0) },
+		"zero timeout":                     func() { WithTimeout(0) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -506,6 +516,7 @@ func TestOutage(t *testing.T) {
 		t.Helper()
 		const n = 8
 		var wg sync.WaitGroup
+		before := hooked.Load()
 		for i := range n {
 			wg.Go(func() {
 				h, want := closed, http.StatusServiceUnavailable
@@ -531,7 +542,6 @@ func TestOutage(t *testing.T) {
 				}
 			})
 		}
-		before := hooked.Load()
 		wg.Wait()
 		if got := hooked.Load() - before; got != n {
 			t.Errorf("error hook called %d times for %d failures", got, n)
