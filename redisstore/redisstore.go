@@ -72,6 +72,7 @@ type Store struct {
 	timeout   time.Duration
 	probe     time.Duration
 	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
+	tolerance any  // with caller: how far back instants may arrive before a repair, ns (script.lua)
 	deadlines deadlines
 	health    *health
 }
@@ -113,9 +114,19 @@ func WithProbeInterval(d time.Duration) Option {
 
 // withCallerClock makes the Store decide at the now given to Decide, to the microsecond,
 // instead of Redis's TIME: for tests, which need an injected clock. Replicas using it agree
-// only if their clocks do.
+// only if their clocks do. Instants may arrive out of order by up to one refill of the burst
+// before the script takes the clock to have stepped back (see script.lua).
 func withCallerClock() Option {
-	return func(s *Store) { s.caller = true }
+	return func(s *Store) {
+		s.caller = true
+		s.tolerance = s.interval * int64(s.burst)
+	}
+}
+
+// withStepTolerance sets how far back the caller's instants may arrive before the script takes
+// the clock to have stepped back, for the tests of that repair: 0 is what Redis's TIME gets.
+func withStepTolerance(d time.Duration) Option {
+	return func(s *Store) { s.tolerance = int64(d) }
 }
 
 // New returns a [Store] that lets each key make requests at limit per second with bursts of up
@@ -202,6 +213,13 @@ func honoursDeadlines(client redis.Scripter) bool {
 // admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
 // [retryafter.ErrNegativeCost], decided without asking Redis.
 //
+// When Redis's clock steps back (an NTP step, a failover to a host whose clock is behind), a key
+// written before the step would owe the whole step; the first decision that finds it so repairs
+// it to an empty bucket as of then, even a refused one or a peek. So a step back of any size
+// admits nothing that an empty bucket would not, refuses no request for longer than a refill of
+// its cost, and normal counting resumes within one refill of the burst. A step forward credits
+// each key at most the one burst that its bucket holds.
+//
 // now is not used for the decision (see [Store]). ctx's values reach the client, and its
 // deadline bounds the round trip if it is sooner than the store's timeout; its cancellation does
 // not: a request whose client hangs up is decided, and counted, like any other, within the
@@ -254,7 +272,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 type call struct {
 	ctx   callCtx
 	keys  [1]string
-	args  [4]any
+	args  [5]any
 	nargs int
 }
 
@@ -271,8 +289,8 @@ func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time
 	c.keys[0] = s.prefix + key
 	c.args[0], c.args[1], c.args[2] = s.args[0], s.args[1], cost
 	if s.caller {
-		c.args[3] = now.UnixMicro()
-		c.nargs = 4
+		c.args[3], c.args[4] = now.UnixMicro(), s.tolerance
+		c.nargs = 5
 	}
 	return c
 }

@@ -588,3 +588,55 @@ func TestOutage(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestClockStepsBack steps the clock the store decides by back (Redis's TIME, here injected)
+// right after a key spent its burst, by steps from a third of a refill to a month, then sends
+// random arrivals of costs 0 to 2 for ten minutes: from the step on, the store decides exactly as
+// an in-memory bucket emptied at the step does. So a step back of any size costs a client at most
+// one refill of the burst, not the length of the step, and admits nothing an empty bucket would
+// not. With the caller's clock, instants up to a refill out of order are no step (the contract's
+// out-of-order arrivals), so only longer steps are repaired.
+func TestClockStepsBack(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const (
+		every = time.Second
+		burst = 5
+	)
+	horizon := burst * every
+	long := []time.Duration{horizon + time.Microsecond, time.Minute, time.Hour, 30 * 24 * time.Hour}
+	for _, mode := range []struct {
+		name  string
+		opts  []Option
+		steps []time.Duration
+	}{
+		{"redis clock", []Option{withInjectedClock(), withStepTolerance(0)}, append([]time.Duration{time.Microsecond, horizon / 3}, long...)},
+		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
+	} {
+		for _, step := range mode.steps {
+			t.Run(fmt.Sprintf("%s/%v", mode.name, step), func(t *testing.T) {
+				s := New(client, rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, mode.opts...)...)
+				if d := decide(t, s, "k", burst, t0); !d.Allowed {
+					t.Fatalf("the burst: %+v", d)
+				}
+				at := t0.Add(-step)
+				ref := retryafter.NewTokenBucket(rate.Every(every), burst)
+				ref.Decide(context.Background(), "k", burst, at)
+				rng := rand.New(rand.NewPCG(6, uint64(step)))
+				admitted := 0
+				for now := at; now.Before(at.Add(10 * time.Minute)); now = now.Add(time.Duration(rng.Int64N(int64(2*every))) / time.Microsecond * time.Microsecond) {
+					cost := rng.IntN(3)
+					got := decide(t, s, "k", cost, now)
+					want, _ := ref.Decide(context.Background(), "k", cost, now)
+					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
+						(got.RetryAfter-want.RetryAfter).Abs() > 2*time.Microsecond || (got.Reset-want.Reset).Abs() > 2*time.Microsecond {
+						t.Fatalf("at step + %v, cost %d: %+v, a bucket emptied at the step %+v", now.Sub(at), cost, got, want)
+					}
+					if got.Allowed {
+						admitted += cost
+					}
+				}
+				t.Logf("step back %v: %d tokens admitted in ten minutes", step, admitted)
+			})
+		}
+	}
+}
