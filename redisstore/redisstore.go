@@ -75,6 +75,8 @@ type Store struct {
 	tolerance any  // with caller: how far back instants may arrive before a repair, ns (script.lua)
 	deadlines deadlines
 	health    *health
+	replicas  int                     // WithLocalFallback's, 0 without it
+	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
 }
 
 // An Option configures [New].
@@ -184,6 +186,9 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	}
 	s.deadlines.step = stepFor(s.timeout)
 	s.health = newHealth(s.probe)
+	if s.replicas > 0 && !s.inf {
+		s.local = newLocal(limit, burst, s.replicas)
+	}
 	return s
 }
 
@@ -225,7 +230,8 @@ func honoursDeadlines(client redis.Scripter) bool {
 // not: a request whose client hangs up is decided, and counted, like any other, within the
 // timeout. Decide returns an error wrapping [ErrUnavailable], never a partial Decision, when
 // Redis does not answer within the timeout (see [WithTimeout]) or answers with an error, and at
-// once while the store knows Redis to be down (see [WithProbeInterval]); and one wrapping
+// once while the store knows Redis to be down (see [WithProbeInterval]), unless it decides
+// locally then (see [WithLocalFallback]); and one wrapping
 // [retryafter.ErrNegativeCost] when cost is negative. A request whose answer was lost to the
 // timeout may still have been counted, as with any store reached over a network.
 func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
@@ -236,7 +242,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst}, nil
 	}
 	if err := s.health.admit(); err != nil {
-		return retryafter.Decision{}, err
+		return s.orLocal(ctx, key, cost, now, err)
 	}
 	c := s.newCall(ctx, key, cost, now)
 	res, err := decideScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
@@ -248,7 +254,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 			// The caller's own deadline ended the call, not a failure of Redis.
 			return retryafter.Decision{}, fmt.Errorf("redisstore: %w", err)
 		}
-		return retryafter.Decision{}, s.health.failed(err)
+		return s.orLocal(ctx, key, cost, now, s.health.failed(err))
 	}
 	s.health.ok()
 	d := retryafter.Decision{
