@@ -51,7 +51,10 @@ func startCluster(t testing.TB) *cluster {
 		port := clusterPort(t)
 		n := &server{t: t, bin: bin, port: port, args: []string{"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
-			"--cluster-node-timeout", strconv.Itoa(int(nodeTimeout.Milliseconds())), "--dir", dir}}
+			"--cluster-node-timeout", strconv.Itoa(int(nodeTimeout.Milliseconds())), "--dir", dir,
+			// A replica syncs at once, rather than after the 5 s a master waits for others by
+			// default: one that has never synced cannot be promoted.
+			"--repl-diskless-sync-delay", "0"}}
 		n.start()
 		c.nodes = append(c.nodes, n)
 		addrs = append(addrs, n.addr())
@@ -100,7 +103,7 @@ func (c *cluster) addrs() []string {
 }
 
 // waitOK waits, at most 30 s, until every running node reports the cluster state ok and
-// agrees on the slots.
+// agrees on the slots, and every replica's link to its master is up.
 func (c *cluster) waitOK() {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -110,9 +113,11 @@ func (c *cluster) waitOK() {
 			n := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			info, err := n.ClusterInfo(ctx).Result()
+			repl, rerr := n.Info(ctx, "replication").Result()
 			cancel()
 			n.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") ||
+				rerr != nil || strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
 				ok = false
 				break
 			}

@@ -49,9 +49,17 @@ func (s *Store) orLocal(ctx context.Context, key string, cost int, now time.Time
 // Down returns, while the store knows Redis to be down, the error that showed it (wrapping
 // [ErrUnavailable]), and nil while Redis answers: for health checks and metrics, since with
 // [WithLocalFallback] an outage reaches no error hook.
+// On a cluster, it reports the first master found down.
 func (s *Store) Down() error {
 	if e := s.health.down.Load(); e != nil {
 		return e
 	}
-	return nil
+	var err error
+	s.nodes.Range(func(_, h any) bool {
+		if e := h.(*health).down.Load(); e != nil {
+			err = e
+		}
+		return err == nil
+	})
+	return err
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -63,4 +64,22 @@ func (h *health) ok() {
 	if down := h.down.Load(); down != nil {
 		h.down.CompareAndSwap(down, nil) // not a failure recorded since
 	}
+}
+
+// healthOf returns the health of the Redis that holds key: the store's own, or on a cluster that
+// of the master serving key's slot, so that a master that is down fails fast only the keys it
+// holds, and a slot moved to a promoted replica is asked at once.
+func (s *Store) healthOf(ctx context.Context, key string) *health {
+	if s.cluster == nil {
+		return s.health
+	}
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return s.health // no slot map: the cluster as a whole
+	}
+	if h, ok := s.nodes.Load(node); ok {
+		return h.(*health)
+	}
+	h, _ := s.nodes.LoadOrStore(node, newHealth(s.probe))
+	return h.(*health)
 }

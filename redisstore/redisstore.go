@@ -21,6 +21,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -75,6 +76,8 @@ type Store struct {
 	tolerance any  // with caller: how far back instants may arrive before a repair, ns (script.lua)
 	deadlines deadlines
 	health    *health
+	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
+	nodes     sync.Map                // *redis.Client of a master → *health
 	replicas  int                     // WithLocalFallback's, 0 without it
 	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
 }
@@ -106,7 +109,9 @@ func WithTimeout(d time.Duration) Option {
 // Redis and, if it answers, brings the Store back. So while Redis is down a request costs no
 // wait but that of the one probe per interval, and once Redis is back (and the client can reach
 // it again) the Store decides again within one interval of traffic. The default is
-// [DefaultProbeInterval], 500 ms. It panics if d is not positive.
+// [DefaultProbeInterval], 500 ms. On a Redis Cluster (a *redis.ClusterClient), each master is
+// known to be up or down on its own: one that is down fails fast only the keys it holds. It
+// panics if d is not positive.
 func WithProbeInterval(d time.Duration) Option {
 	if d <= 0 {
 		panic("redisstore: WithProbeInterval not positive")
@@ -186,6 +191,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	}
 	s.deadlines.step = stepFor(s.timeout)
 	s.health = newHealth(s.probe)
+	s.cluster, _ = client.(*redis.ClusterClient)
 	if s.replicas > 0 && !s.inf {
 		s.local = newLocal(limit, burst, s.replicas)
 	}
@@ -241,10 +247,11 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if s.inf {
 		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst}, nil
 	}
-	if err := s.health.admit(); err != nil {
+	c := s.newCall(ctx, key, cost, now)
+	health := s.healthOf(&c.ctx, c.keys[0])
+	if err := health.admit(); err != nil {
 		return s.orLocal(ctx, key, cost, now, err)
 	}
-	c := s.newCall(ctx, key, cost, now)
 	res, err := decideScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
 	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
@@ -254,9 +261,16 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 			// The caller's own deadline ended the call, not a failure of Redis.
 			return retryafter.Decision{}, fmt.Errorf("redisstore: %w", err)
 		}
-		return s.orLocal(ctx, key, cost, now, s.health.failed(err))
+		if s.cluster != nil {
+			// go-redis reloads the slot map only on a MOVED reply or once a minute, and a
+			// master that is down sends none: without this, its keys would fail for up to a
+			// minute after its replica took over. Failures are at most one probe per interval
+			// and master, and go-redis coalesces the reloads.
+			s.cluster.ReloadState(ctx)
+		}
+		return s.orLocal(ctx, key, cost, now, health.failed(err))
 	}
-	s.health.ok()
+	health.ok()
 	d := retryafter.Decision{
 		Allowed:   res[0] == 1,
 		Limit:     s.burst,
