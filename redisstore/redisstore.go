@@ -13,7 +13,15 @@
 // Each decision waits for Redis at most the store's timeout ([WithTimeout]); once one has
 // failed, the store knows Redis is down and fails the others at once, asking Redis again once
 // per probe interval ([WithProbeInterval]), so that an outage costs requests no waiting and the
-// store decides again within an interval of Redis coming back.
+// store decides again within an interval of Redis coming back. Meanwhile the middleware fails
+// closed (503, Retry-After: 1) or open as [retryafter.WithFailOpen] says, unless the store
+// decides locally at each replica's share of the limit ([WithLocalFallback]).
+//
+// A decision touches one key, so on a Redis Cluster (a *redis.ClusterClient) one slot, and a
+// Store works there unchanged, each master known up or down on its own. Replication is
+// asynchronous: a replica promoted when its master fails may lack the master's last writes, so a
+// key of that master may get up to one more burst than its limit across the failover, and its
+// requests fail until the replica serves them (BENCHMARKS.md has the figures).
 package redisstore
 
 import (
@@ -61,8 +69,8 @@ const DefaultProbeInterval = 500 * time.Millisecond
 // seen (its bucket is full), so an idle client costs Redis nothing; the script touches only
 // that one key, so a Store works on Redis Cluster too.
 //
-// A Store is safe for concurrent use, holds no goroutine, and needs no closing; the client it
-// was given stays the caller's.
+// A Store is safe for concurrent use and needs no closing: it holds no goroutine (the timers of
+// its deadlines end with them); the client it was given stays the caller's.
 type Store struct {
 	client    redis.Scripter
 	interval  int64  // nanoseconds per token
@@ -147,8 +155,9 @@ func withStepTolerance(d time.Duration) Option {
 // The store's timeout (see [WithTimeout]) reaches the network only through a client that
 // honours context deadlines: go-redis clients do when built with ContextTimeoutEnabled: true,
 // and otherwise wait their own ReadTimeout (3 s by default) whatever the context says. New
-// panics if client is a *redis.Client, *redis.ClusterClient or *redis.Ring built without it; a
-// client of another kind must honour deadlines itself.
+// panics if client is a *redis.Client, *redis.ClusterClient or *redis.Ring built without it, or
+// a *redis.AutoPipeliner, which waits out its batches whatever the context; a client of another
+// kind must honour deadlines itself.
 //
 // New panics if client is nil or ignores deadlines (see above), if limit is not positive (a key
 // that never refills would never expire from Redis), if limit is above 1e9 per second other than
@@ -208,6 +217,10 @@ func honoursDeadlines(client redis.Scripter) bool {
 		return c.Options().ContextTimeoutEnabled
 	case *redis.Ring:
 		return c.Options().ContextTimeoutEnabled
+	case *redis.AutoPipeliner:
+		// It waits out a batch whatever the context: 35 s against a frozen server, with a
+		// client built with ContextTimeoutEnabled (BENCHMARKS.md).
+		return false
 	}
 	return true
 }

@@ -430,6 +430,10 @@ func TestNewPanics(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { plain.Close(); cluster.Close(); ring.Close() })
+	pipeliner, err := client.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, fn := range map[string]func(){
 		"nil client": func() { New(nil, 1, 1) },
 		"zero burst": func() { New(client, 1, 0) },
@@ -445,6 +449,7 @@ func TestNewPanics(t *testing.T) {
 		"client without context timeouts":  func() { New(plain, 1, 1) },
 		"cluster without context timeouts": func() { New(cluster, 1, 1) },
 		"ring without context timeouts":    func() { New(ring, 1, 1) },
+		"autopipeliner":                    func() { New(pipeliner, 1, 1) },
 		"zero probe interval":              func() { WithProbeInterval(0) },
 		"zero timeout":                     func() { WithTimeout(0) },
 	} {
