@@ -155,7 +155,7 @@ func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 func mastersOf(t testing.TB, c *redis.ClusterClient, keys []string) []string {
 	t.Helper()
 	ctx := context.Background()
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,9 +165,15 @@ func mastersOf(t testing.TB, c *redis.ClusterClient, keys []string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) {
-				masters = append(masters, s.Nodes[0].Addr)
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start <= slot && slot <= r.End {
+					for _, n := range sh.Nodes {
+						if n.Role == "master" {
+							masters = append(masters, net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)))
+						}
+					}
+				}
 			}
 		}
 	}
