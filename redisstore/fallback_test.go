@@ -196,3 +196,61 @@ func TestLocalFallbackRetryAfter(t *testing.T) {
 		}()
 	}
 }
+
+// TestLocalFallbackRealOutage kills a real redis-server under a store with a local fallback for
+// 2 replicas: while it is down, decisions come at once from the local share (a burst of 2 of 4,
+// no error, Store.Down reporting the outage); once it runs again (empty: it kept nothing), the
+// first probe after it is back makes Redis decide again, with the whole burst.
+func TestLocalFallbackRealOutage(t *testing.T) {
+	const (
+		timeout = 150 * time.Millisecond
+		probe   = 200 * time.Millisecond
+		margin  = time.Second // scheduling on a loaded machine
+	)
+	srv := startServer(t)
+	s := New(newClient(t, srv.addr()), rate.Every(time.Hour), 4, WithPrefix(testPrefix(t)),
+		WithTimeout(timeout), WithProbeInterval(probe), WithLocalFallback(2))
+	ctx := context.Background()
+	for range 4 {
+		if d, err := s.Decide(ctx, "k", 1, time.Now()); err != nil || !d.Allowed || d.Limit != 4 {
+			t.Fatalf("Redis up: %+v, %v", d, err)
+		}
+	}
+	srv.stop(syscall.SIGKILL)
+	now := time.Now()
+	for i := range 3 {
+		start := time.Now()
+		d, err := s.Decide(ctx, "k", 1, now)
+		if took := time.Since(start); err != nil || d.Limit != 2 || d.Allowed != (i < 2) || took > timeout+margin {
+			t.Fatalf("Redis down, request %d: %+v, %v after %v, want the local share's answer", i, d, err, took)
+		}
+		if i == 2 && (d.RetryAfter > 2*time.Hour || d.RetryAfter < 2*time.Hour-time.Microsecond) {
+			t.Fatalf("refused locally with RetryAfter %v, want the share's 2 h", d.RetryAfter)
+		}
+	}
+	if err := s.Down(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Down() while Redis is down: %v", err)
+	}
+	srv.start()
+	back := time.Now()
+	for {
+		d, err := s.Decide(ctx, "k", 1, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Limit == 4 {
+			if !d.Allowed || d.Remaining != 3 {
+				t.Fatalf("Redis back, empty: %+v, want admitted with 3 of 4 left", d)
+			}
+			break
+		}
+		if time.Since(back) > probe+timeout+margin {
+			t.Fatalf("still deciding locally %v after Redis is back", time.Since(back))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("Redis decided again %v after it was back", time.Since(back))
+	if err := s.Down(); err != nil {
+		t.Fatalf("Down() after recovery: %v", err)
+	}
+}
