@@ -51,3 +51,27 @@ func BenchmarkStoreDecide(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkBareEvalSha is the floor of BenchmarkStoreDecide: the same script called by go-redis
+// alone, EVALSHA with the same key and arguments and nothing around it, admitted and refused.
+// The difference in allocs/op is the store's own work.
+func BenchmarkBareEvalSha(b *testing.B) {
+	client := newClient(b, sharedAddr(b))
+	ctx := context.Background()
+	if err := decideScript.Load(ctx, client).Err(); err != nil {
+		b.Fatal(err)
+	}
+	run := func(b *testing.B, interval int64, burst int, want int64) {
+		keys := []string{testPrefix(b) + "k"}
+		client.EvalSha(ctx, decideScript.Hash(), keys, interval, burst, 1)
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := client.EvalSha(ctx, decideScript.Hash(), keys, interval, burst, 1).Int64Slice()
+			if err != nil || res[0] != want {
+				b.Fatal(res, err)
+			}
+		}
+	}
+	b.Run("admit", func(b *testing.B) { run(b, 10, 1e6, 1) })
+	b.Run("refuse", func(b *testing.B) { run(b, int64(time.Hour), 1, 0) })
+}

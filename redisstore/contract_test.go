@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
@@ -12,9 +13,14 @@ import (
 )
 
 // TestContract runs the Limiter contract shared by every limiter of the repository, on a real
-// Redis, deciding at the test's instants to Redis's resolution, the microsecond.
+// Redis and on a Redis Cluster, deciding at the test's instants to Redis's resolution, the
+// microsecond.
 func TestContract(t *testing.T) {
-	client := newClient(t, sharedAddr(t))
+	t.Run("server", func(t *testing.T) { contract(t, newClient(t, sharedAddr(t))) })
+	t.Run("cluster", func(t *testing.T) { contract(t, newClusterClient(t, clusterAddrs(t))) })
+}
+
+func contract(t *testing.T, client redis.Scripter) {
 	for _, c := range []struct {
 		limit rate.Limit
 		burst int
@@ -22,7 +28,7 @@ func TestContract(t *testing.T) {
 		t.Run(fmt.Sprintf("%v/%d", c.limit, c.burst), func(t *testing.T) {
 			limitertest.Run(t, limitertest.Config{
 				New: func(t *testing.T) retryafter.Limiter {
-					return New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), withInjectedClock())
+					return New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
 				},
 				Burst:      c.burst,
 				Resolution: time.Microsecond,

@@ -15,8 +15,9 @@ import (
 
 // Every replica of a service runs the same code against the same Redis, and clients get one
 // limit between them: 5 requests/s each, bursts of 10. ContextTimeoutEnabled lets the store's
-// 100 ms timeout bound each call; when Redis is down or slow, requests are answered 503 with
-// Retry-After: 1 (WithFailOpen(true) would admit them instead), and the hook logs why.
+// 100 ms timeout bound each call (New refuses a client without it); when Redis is down or slow,
+// requests are answered 503 with Retry-After: 1 (WithFailOpen(true) would admit them instead),
+// at once while the store knows Redis is down, and the hook logs why.
 //
 // The example needs a Redis, so it is compiled but not run; the package's tests run the same
 // setup against a real server.

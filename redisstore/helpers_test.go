@@ -160,6 +160,7 @@ type server struct {
 	t    testing.TB
 	bin  string
 	port int
+	args []string // more arguments of redis-server (cluster mode)
 	cmd  *exec.Cmd
 }
 
@@ -189,8 +190,8 @@ func (s *server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // it answers PING.
 func (s *server) start() {
 	s.t.Helper()
-	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--logfile", "")
+	s.cmd = exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--logfile", ""}, s.args...)...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}

@@ -9,6 +9,19 @@
 // every answer. The bucket is the one of golang.org/x/time/rate, kept in integer nanoseconds:
 // the same rate and burst, a refused request costs nothing, and a client that waits the
 // Retry-After it was given is admitted whichever replica it reaches.
+//
+// Each decision waits for Redis at most the store's timeout ([WithTimeout]); once one has
+// failed, the store knows Redis is down and fails the others at once, asking Redis again once
+// per probe interval ([WithProbeInterval]), so that an outage costs requests no waiting and the
+// store decides again within an interval of Redis coming back. Meanwhile the middleware fails
+// closed (503, Retry-After: 1) or open as [retryafter.WithFailOpen] says, unless the store
+// decides locally at each replica's share of the limit ([WithLocalFallback]).
+//
+// A decision touches one key, so on a Redis Cluster (a *redis.ClusterClient) one slot, and a
+// Store works there unchanged, each master known up or down on its own. Replication is
+// asynchronous: a replica promoted when its master fails may lack the master's last writes, so a
+// key of that master may get up to one more burst than its limit across the failover, and its
+// requests fail until the replica serves them (BENCHMARKS.md has the figures).
 package redisstore
 
 import (
@@ -16,6 +29,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +57,10 @@ const DefaultPrefix = "retryafter:"
 // DefaultTimeout is how long a [Store] waits for Redis when no [WithTimeout] is given.
 const DefaultTimeout = 100 * time.Millisecond
 
+// DefaultProbeInterval is how often a [Store] that knows Redis to be down asks it again when no
+// [WithProbeInterval] is given.
+const DefaultProbeInterval = 500 * time.Millisecond
+
 // A Store is a [retryafter.Limiter] that gives every key a token bucket of the same rate and
 // burst, kept in Redis under the key's name with a prefix. Its decisions use Redis's clock
 // (TIME), not the now passed to Decide, which the middleware uses only for the Date header.
@@ -51,17 +69,25 @@ const DefaultTimeout = 100 * time.Millisecond
 // seen (its bucket is full), so an idle client costs Redis nothing; the script touches only
 // that one key, so a Store works on Redis Cluster too.
 //
-// A Store is safe for concurrent use, holds no goroutine, and needs no closing; the client it
-// was given stays the caller's.
+// A Store is safe for concurrent use and needs no closing: it holds no goroutine (the timers of
+// its deadlines end with them); the client it was given stays the caller's.
 type Store struct {
-	client   redis.Scripter
-	interval int64  // nanoseconds per token
-	args     [2]any // interval and burst, boxed once rather than on every call
-	burst    int
-	inf      bool // rate.Inf: admit everything without asking Redis
-	prefix   string
-	timeout  time.Duration
-	caller   bool // decide at the now passed to Decide instead of Redis's TIME (tests)
+	client    redis.Scripter
+	interval  int64  // nanoseconds per token
+	args      [2]any // interval and burst, boxed once rather than on every call
+	burst     int
+	inf       bool // rate.Inf: admit everything without asking Redis
+	prefix    string
+	timeout   time.Duration
+	probe     time.Duration
+	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
+	tolerance any  // with caller: how far back instants may arrive before a repair, ns (script.lua)
+	deadlines deadlines
+	health    *health
+	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
+	nodes     sync.Map                // *redis.Client of a master → *health
+	replicas  int                     // WithLocalFallback's, 0 without it
+	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
 }
 
 // An Option configures [New].
@@ -75,11 +101,9 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithTimeout bounds how long one decision waits for Redis, the connection included; past it
-// Decide returns an error, which the middleware answers as [retryafter.WithFailOpen] says. The
-// default is [DefaultTimeout], 100 ms. The bound holds only if the client honours context
-// deadlines, which go-redis clients do when built with ContextTimeoutEnabled: true; otherwise
-// the client's own ReadTimeout and WriteTimeout (3 s by default) bound the call instead.
-// It panics if d is not positive.
+// Decide returns an error wrapping [ErrUnavailable], which the middleware answers as
+// [retryafter.WithFailOpen] says. The default is [DefaultTimeout], 100 ms. It panics if d is not
+// positive.
 func WithTimeout(d time.Duration) Option {
 	if d <= 0 {
 		panic("redisstore: WithTimeout not positive")
@@ -87,11 +111,37 @@ func WithTimeout(d time.Duration) Option {
 	return func(s *Store) { s.timeout = d }
 }
 
+// WithProbeInterval sets how often a Store that knows Redis to be down asks it again. A Store
+// knows Redis is down from the first decision that fails (see [ErrUnavailable]); from then on
+// every decision fails at once, without waiting for Redis, except one per interval, which asks
+// Redis and, if it answers, brings the Store back. So while Redis is down a request costs no
+// wait but that of the one probe per interval, and once Redis is back (and the client can reach
+// it again) the Store decides again within one interval of traffic. The default is
+// [DefaultProbeInterval], 500 ms. On a Redis Cluster (a *redis.ClusterClient), each master is
+// known to be up or down on its own: one that is down fails fast only the keys it holds. It
+// panics if d is not positive.
+func WithProbeInterval(d time.Duration) Option {
+	if d <= 0 {
+		panic("redisstore: WithProbeInterval not positive")
+	}
+	return func(s *Store) { s.probe = d }
+}
+
 // withCallerClock makes the Store decide at the now given to Decide, to the microsecond,
 // instead of Redis's TIME: for tests, which need an injected clock. Replicas using it agree
-// only if their clocks do.
+// only if their clocks do. Instants may arrive out of order by up to one refill of the burst
+// before the script takes the clock to have stepped back (see script.lua).
 func withCallerClock() Option {
-	return func(s *Store) { s.caller = true }
+	return func(s *Store) {
+		s.caller = true
+		s.tolerance = s.interval * int64(s.burst)
+	}
+}
+
+// withStepTolerance sets how far back the caller's instants may arrive before the script takes
+// the clock to have stepped back, for the tests of that repair: 0 is what Redis's TIME gets.
+func withStepTolerance(d time.Duration) Option {
+	return func(s *Store) { s.tolerance = int64(d) }
 }
 
 // New returns a [Store] that lets each key make requests at limit per second with bursts of up
@@ -102,12 +152,23 @@ func withCallerClock() Option {
 // The store counts in whole nanoseconds per token: the rate it enforces is 1e9 / limit
 // nanoseconds per token, rounded to the nearest nanosecond (exact for any rate.Every(d)).
 //
-// New panics if client is nil, if limit is not positive (a key that never refills would never
-// expire from Redis), if limit is above 1e9 per second other than rate.Inf, if burst is below
-// 1, or if refilling a whole burst would take more than 2^52 ns (about 52 days).
+// The store's timeout (see [WithTimeout]) reaches the network only through a client that
+// honours context deadlines: go-redis clients do when built with ContextTimeoutEnabled: true,
+// and otherwise wait their own ReadTimeout (3 s by default) whatever the context says. New
+// panics if client is a *redis.Client, *redis.ClusterClient or *redis.Ring built without it, or
+// a *redis.AutoPipeliner, which waits out its batches whatever the context; a client of another
+// kind must honour deadlines itself.
+//
+// New panics if client is nil or ignores deadlines (see above), if limit is not positive (a key
+// that never refills would never expire from Redis), if limit is above 1e9 per second other than
+// rate.Inf, if burst is below 1, or if refilling a whole burst would take more than 2^52 ns
+// (about 52 days).
 func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *Store {
 	if client == nil {
 		panic("redisstore: New with a nil client")
+	}
+	if !honoursDeadlines(client) {
+		panic("redisstore: the client ignores context deadlines, and so the store's timeout: build it with ContextTimeoutEnabled: true")
 	}
 	if burst < 1 {
 		panic("redisstore: burst below 1")
@@ -115,14 +176,16 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	if !(limit > 0) {
 		panic("redisstore: rate limit not positive")
 	}
-	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout}
+	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval}
 	if limit == rate.Inf {
 		s.inf = true
 	} else {
-		interval := math.Round(float64(time.Second) / float64(limit))
-		if interval < 1 {
+		// Checked on the rate, not the interval: up to 2e9 per second the interval would
+		// round to 1 ns and silently enforce 1e9.
+		if limit > 1e9 {
 			panic("redisstore: rate limit above 1e9 per second")
 		}
+		interval := math.Round(float64(time.Second) / float64(limit))
 		if interval*float64(burst) > maxHorizon {
 			panic("redisstore: refilling the burst takes longer than 2^52 ns")
 		}
@@ -135,7 +198,31 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		}
 		o(s)
 	}
+	s.deadlines.step = stepFor(s.timeout)
+	s.health = newHealth(s.probe)
+	s.cluster, _ = client.(*redis.ClusterClient)
+	if s.replicas > 0 && !s.inf {
+		s.local = newLocal(limit, burst, s.replicas)
+	}
 	return s
+}
+
+// honoursDeadlines reports whether client lets a context's deadline bound its round trips, as
+// far as New can tell: go-redis's own clients say so in their options.
+func honoursDeadlines(client redis.Scripter) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.AutoPipeliner:
+		// It waits out a batch whatever the context: 35 s against a frozen server, with a
+		// client built with ContextTimeoutEnabled (BENCHMARKS.md).
+		return false
+	}
+	return true
 }
 
 // Decide implements [retryafter.Limiter] in one round trip to Redis (two the first time a
@@ -150,10 +237,22 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 // admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
 // [retryafter.ErrNegativeCost], decided without asking Redis.
 //
-// now is not used for the decision (see [Store]). Decide returns an error, never a partial
-// Decision, when Redis does not answer within the timeout (see [WithTimeout]), answers with an
-// error, or cost is negative. A request whose answer was lost to the timeout may still have been
-// counted, as with any store reached over a network.
+// When Redis's clock steps back (an NTP step, a failover to a host whose clock is behind), a key
+// written before the step would owe the whole step; the first decision that finds it so repairs
+// it to an empty bucket as of then, even a refused one or a peek. So a step back of any size
+// admits nothing that an empty bucket would not, refuses no request for longer than a refill of
+// its cost, and normal counting resumes within one refill of the burst. A step forward credits
+// each key at most the one burst that its bucket holds.
+//
+// now is not used for the decision (see [Store]). ctx's values reach the client, and its
+// deadline bounds the round trip if it is sooner than the store's timeout; its cancellation does
+// not: a request whose client hangs up is decided, and counted, like any other, within the
+// timeout. Decide returns an error wrapping [ErrUnavailable], never a partial Decision, when
+// Redis does not answer within the timeout (see [WithTimeout]) or answers with an error, and at
+// once while the store knows Redis to be down (see [WithProbeInterval]), unless it decides
+// locally then (see [WithLocalFallback]); and one wrapping
+// [retryafter.ErrNegativeCost] when cost is negative. A request whose answer was lost to the
+// timeout may still have been counted, as with any store reached over a network.
 func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
 	if cost < 0 {
 		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
@@ -161,21 +260,30 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if s.inf {
 		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var res []int64
-	var err error
-	if s.caller {
-		res, err = decideScript.Run(ctx, s.client, []string{s.prefix + key}, s.args[0], s.args[1], cost, now.UnixMicro()).Int64Slice()
-	} else {
-		res, err = decideScript.Run(ctx, s.client, []string{s.prefix + key}, s.args[0], s.args[1], cost).Int64Slice()
+	c := s.newCall(ctx, key, cost, now)
+	health := s.healthOf(&c.ctx, c.keys[0])
+	if err := health.admit(); err != nil {
+		return s.orLocal(ctx, key, cost, now, err)
+	}
+	res, err := decideScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
+	if err == nil && len(res) != 4 {
+		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		return retryafter.Decision{}, fmt.Errorf("redisstore: %w", err)
+		if ctx.Err() != nil && c.ctx.deadline.Equal(deadlineOf(ctx)) {
+			// The caller's own deadline ended the call, not a failure of Redis.
+			return retryafter.Decision{}, fmt.Errorf("redisstore: %w", err)
+		}
+		if s.cluster != nil {
+			// go-redis reloads the slot map only on a MOVED reply or once a minute, and a
+			// master that is down sends none: without this, its keys would fail for up to a
+			// minute after its replica took over. Failures are at most one probe per interval
+			// and master, and go-redis coalesces the reloads.
+			s.cluster.ReloadState(ctx)
+		}
+		return s.orLocal(ctx, key, cost, now, health.failed(err))
 	}
-	if len(res) != 4 {
-		return retryafter.Decision{}, fmt.Errorf("redisstore: script answered %d values, want 4", len(res))
-	}
+	health.ok()
 	d := retryafter.Decision{
 		Allowed:   res[0] == 1,
 		Limit:     s.burst,
@@ -190,4 +298,38 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		}
 	}
 	return d, nil
+}
+
+// A call is what one round trip needs besides the client's own work, in one allocation: its
+// context, its key and the script's arguments.
+type call struct {
+	ctx   callCtx
+	keys  [1]string
+	args  [5]any
+	nargs int
+}
+
+// newCall prepares the round trip of one decision, with its deadline: the store's timeout from
+// now, or ctx's own deadline if sooner.
+func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time) *call {
+	c := &call{nargs: 3}
+	c.ctx.parent = ctx
+	c.ctx.deadline = time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(c.ctx.deadline) {
+		c.ctx.deadline = d
+	}
+	c.ctx.done = s.deadlines.doneBy(c.ctx.deadline)
+	c.keys[0] = s.prefix + key
+	c.args[0], c.args[1], c.args[2] = s.args[0], s.args[1], cost
+	if s.caller {
+		c.args[3], c.args[4] = now.UnixMicro(), s.tolerance
+		c.nargs = 5
+	}
+	return c
+}
+
+// deadlineOf returns ctx's deadline, or the zero time if it has none.
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
 }

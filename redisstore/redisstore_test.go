@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
@@ -425,16 +426,32 @@ func TestInf(t *testing.T) {
 
 func TestNewPanics(t *testing.T) {
 	client := newClient(t, "127.0.0.1:1")
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { plain.Close(); cluster.Close(); ring.Close() })
+	pipeliner, err := client.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, fn := range map[string]func(){
-		"nil client":   func() { New(nil, 1, 1) },
-		"zero burst":   func() { New(client, 1, 0) },
-		"zero rate":    func() { New(client, 0, 1) },
-		"negative":     func() { New(client, -1, 1) },
-		"NaN":          func() { New(client, rate.Limit(math.NaN()), 1) },
-		"too fast":     func() { New(client, 3e9, 1) },
-		"too slow":     func() { New(client, rate.Every(time.Hour), 2000) },
-		"nil option":   func() { New(client, 1, 1, nil) },
-		"zero timeout": func() { WithTimeout(0) },
+		"nil client": func() { New(nil, 1, 1) },
+		"zero burst": func() { New(client, 1, 0) },
+		"zero rate":  func() { New(client, 0, 1) },
+		"negative":   func() { New(client, -1, 1) },
+		"NaN":        func() { New(client, rate.Limit(math.NaN()), 1) },
+		"too fast":   func() { New(client, 3e9, 1) },
+		"above 1e9":  func() { New(client, 1.5e9, 1) }, // the interval would round to 1 ns
+		"just above": func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) },
+		"too slow":   func() { New(client, rate.Every(time.Hour), 2000) },
+		"nil option": func() { New(client, 1, 1, nil) },
+		// Clients that ignore context deadlines, and so would ignore the store's timeout.
+		"client without context timeouts":  func() { New(plain, 1, 1) },
+		"cluster without context timeouts": func() { New(cluster, 1, 1) },
+		"ring without context timeouts":    func() { New(ring, 1, 1) },
+		"autopipeliner":                    func() { New(pipeliner, 1, 1) },
+		"zero probe interval":              func() { WithProbeInterval(0) },
+		"zero timeout":                     func() { WithTimeout(0) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -447,6 +464,33 @@ func TestNewPanics(t *testing.T) {
 		})
 	}
 	New(client, rate.Every(time.Hour), 1000) // 1000 hours is within 2^52 ns
+	New(client, 1e9, 1)                      // the fastest rate: 1 ns per token
+}
+
+// TestIntervalRounded checks that the store counts each token as the emission interval rounded
+// to the nearest nanosecond, as New's doc says, at rates whose interval has a fraction of a
+// nanosecond of .5 or more (6/s: 166666666.67 ns) and below it (3/s): once a burst of 1000 is
+// spent at one instant, a request for all 1000 waits exactly 1000 rounded intervals, to the
+// microsecond above; an interval truncated (or rounded the wrong way) is a microsecond off.
+func TestIntervalRounded(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const burst = 1000
+	for _, limit := range []rate.Limit{6, 7, 11, 13, 3, 0.3, 1e6 / 3} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			s := New(client, limit, burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+			interval := math.Round(1e9 / float64(limit))
+			if math.Abs(interval-1e9/float64(limit)) > 0.5 {
+				t.Fatalf("test arithmetic: %v is not the nearest nanosecond to 1e9 / %v", interval, limit)
+			}
+			want := time.Duration(math.Ceil(burst*interval/1e3)) * time.Microsecond
+			if d := decide(t, s, "k", burst, t0); !d.Allowed || d.Reset != want {
+				t.Fatalf("the whole burst: %+v, want admitted with Reset %v", d, want)
+			}
+			if d := decide(t, s, "k", burst, t0); d.Allowed || d.RetryAfter != want || d.Reset != want {
+				t.Fatalf("the whole burst again: %+v, want refused with RetryAfter and Reset %v", d, want)
+			}
+		})
+	}
 }
 
 // TestOutage stops a real redis-server under the middleware (killed, shut down, and frozen) and
@@ -457,6 +501,9 @@ func TestOutage(t *testing.T) {
 	srv := startServer(t)
 	client := newClient(t, srv.addr())
 	const timeout = 150 * time.Millisecond
+	// margin is how late past the timeout a call may return: scheduling on a loaded machine,
+	// far below the 3 s of go-redis's ReadTimeout, which bounds a call that the timeout does not.
+	const margin = time.Second
 	store := New(client, rate.Every(time.Minute), 1000, WithPrefix(testPrefix(t)), WithTimeout(timeout))
 	var hooked atomic.Int64
 	hook := retryafter.WithErrorHook(func(r *http.Request, err error) { hooked.Add(1) })
@@ -474,6 +521,7 @@ func TestOutage(t *testing.T) {
 		t.Helper()
 		const n = 8
 		var wg sync.WaitGroup
+		before := hooked.Load()
 		for i := range n {
 			wg.Go(func() {
 				h, want := closed, http.StatusServiceUnavailable
@@ -482,7 +530,7 @@ func TestOutage(t *testing.T) {
 				}
 				start := time.Now()
 				w := get(h, "192.0.2.1:1")
-				if took := time.Since(start); took > timeout+5*time.Second {
+				if took := time.Since(start); took > timeout+margin {
 					t.Errorf("answered after %v with a timeout of %v", took, timeout)
 				}
 				if w.Code != want {
@@ -499,7 +547,6 @@ func TestOutage(t *testing.T) {
 				}
 			})
 		}
-		before := hooked.Load()
 		wg.Wait()
 		if got := hooked.Load() - before; got != n {
 			t.Errorf("error hook called %d times for %d failures", got, n)
@@ -529,8 +576,8 @@ func TestOutage(t *testing.T) {
 		srv.signal(syscall.SIGSTOP)
 		start := time.Now()
 		_, err := store.Decide(context.Background(), "k", 1, t0)
-		if took := time.Since(start); err == nil || took < timeout {
-			t.Fatalf("frozen Redis: err=%v after %v, want an error after the %v timeout", err, took, timeout)
+		if took := time.Since(start); err == nil || took < timeout || took > timeout+margin {
+			t.Fatalf("frozen Redis: err=%v after %v, want an error after the %v timeout, within %v of it", err, took, timeout, margin)
 		}
 		down(t)
 		srv.signal(syscall.SIGCONT)
@@ -544,5 +591,57 @@ func TestOutage(t *testing.T) {
 			t.Fatalf("%d goroutines, %d before the outages:\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClockStepsBack steps the clock the store decides by back (Redis's TIME, here injected)
+// right after a key spent its burst, by steps from a third of a refill to a month, then sends
+// random arrivals of costs 0 to 2 for ten minutes: from the step on, the store decides exactly as
+// an in-memory bucket emptied at the step does. So a step back of any size costs a client at most
+// one refill of the burst, not the length of the step, and admits nothing an empty bucket would
+// not. With the caller's clock, instants up to a refill out of order are no step (the contract's
+// out-of-order arrivals), so only longer steps are repaired.
+func TestClockStepsBack(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const (
+		every = time.Second
+		burst = 5
+	)
+	horizon := burst * every
+	long := []time.Duration{horizon + time.Microsecond, time.Minute, time.Hour, 30 * 24 * time.Hour}
+	for _, mode := range []struct {
+		name  string
+		opts  []Option
+		steps []time.Duration
+	}{
+		{"redis clock", []Option{withInjectedClock(), withStepTolerance(0)}, append([]time.Duration{time.Microsecond, horizon / 3}, long...)},
+		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
+	} {
+		for _, step := range mode.steps {
+			t.Run(fmt.Sprintf("%s/%v", mode.name, step), func(t *testing.T) {
+				s := New(client, rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, mode.opts...)...)
+				if d := decide(t, s, "k", burst, t0); !d.Allowed {
+					t.Fatalf("the burst: %+v", d)
+				}
+				at := t0.Add(-step)
+				ref := retryafter.NewTokenBucket(rate.Every(every), burst)
+				ref.Decide(context.Background(), "k", burst, at)
+				rng := rand.New(rand.NewPCG(6, uint64(step)))
+				admitted := 0
+				for now := at; now.Before(at.Add(10 * time.Minute)); now = now.Add(time.Duration(rng.Int64N(int64(2*every))) / time.Microsecond * time.Microsecond) {
+					cost := rng.IntN(3)
+					got := decide(t, s, "k", cost, now)
+					want, _ := ref.Decide(context.Background(), "k", cost, now)
+					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
+						(got.RetryAfter-want.RetryAfter).Abs() > 2*time.Microsecond || (got.Reset-want.Reset).Abs() > 2*time.Microsecond {
+						t.Fatalf("at step + %v, cost %d: %+v, a bucket emptied at the step %+v", now.Sub(at), cost, got, want)
+					}
+					if got.Allowed {
+						admitted += cost
+					}
+				}
+				t.Logf("step back %v: %d tokens admitted in ten minutes", step, admitted)
+			})
+		}
 	}
 }

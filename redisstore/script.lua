@@ -5,6 +5,8 @@
 -- ARGV[2]  burst, the bucket's size in tokens (an integer >= 1).
 -- ARGV[3]  cost, the tokens this request takes (an integer >= 0).
 -- ARGV[4]  optional: the instant to decide at, in Unix microseconds, instead of TIME (tests only).
+-- ARGV[5]  optional: how far, in nanoseconds, TAT may lie beyond a full bucket's debt before the
+--          clock is taken to have stepped back (0 if absent; see below).
 --
 -- Returns {allowed (1 or 0), wait in microseconds (-1: never; 0 when allowed),
 --          remaining tokens after the request, microseconds until the bucket is full}.
@@ -23,6 +25,15 @@
 -- math.fmod (exact) and division of an exact multiple are used, so no result is ever rounded:
 -- the wait is the exact distance, in whole microseconds rounded up (TIME's resolution), to the
 -- first instant at which the same request is admitted, and one microsecond earlier it is not.
+--
+-- A clock that steps back: TAT is written at most burst*T ahead of now, and TIME moves forward,
+-- so d > burst*T means that the clock stepped back since the write (an NTP step, a failover to
+-- a host whose clock is behind). Left alone, the key would owe the whole step: a step back of
+-- an hour would refuse its client for an hour. Instead the key is repaired to an empty bucket
+-- as of now (d = burst*T, written even by a refusal or a peek): nothing is admitted that an
+-- empty bucket would not admit, and normal counting resumes within one refill of the burst,
+-- whatever the size of the step. With the caller's clock (tests), instants arrive out of order
+-- by design, and ARGV[5] says how far back they may be before that repair.
 --
 -- Expiry: once now >= TAT the state says "full", the same as no key at all, so the key is set
 -- to expire ceil(d / 1 ms) after the write. TIME makes the script non-deterministic; Redis 5
@@ -60,12 +71,23 @@ end
 
 -- d: how far TAT lies ahead of now, in nanoseconds; 0 when it is behind (the bucket is full).
 local d = 0
+local changed = false -- whether the state must be written
 local tat = redis.call('GET', key)
 if tat then
 	d = (tonumber(string.sub(tat, 1, -4)) - now) * 1000 + tonumber(string.sub(tat, -3))
 	if d < 0 then
 		d = 0
+	elseif d > horizon + tonumber(ARGV[5] or 0) then
+		d = horizon
+		changed = true
 	end
+end
+
+-- write sets TAT to now + d nanoseconds, expiring when the bucket is full.
+local function write(d)
+	local ns = math.fmod(d, 1000)
+	local us = now + (d - ns) / 1000
+	redis.call('SET', key, string.format('%.0f%03d', us, ns), 'PX', divceil(d, 1000000))
 end
 
 local allowed = 0
@@ -77,13 +99,14 @@ if cost <= burst then
 		wait = 0
 		if cost > 0 then
 			d = new
-			local ns = math.fmod(new, 1000)
-			local us = now + (new - ns) / 1000
-			redis.call('SET', key, string.format('%.0f%03d', us, ns), 'PX', divceil(new, 1000000))
+			changed = true
 		end
 	else
 		wait = divceil(new - horizon, 1000)
 	end
+end
+if changed then
+	write(d)
 end
 
 local remaining = 0

@@ -1,0 +1,345 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fakeRedis is a redis.Scripter whose every script call does what answer says: the tests of
+// the timeout and of failing fast need a Redis that fails on cue and a clock they control,
+// which testing/synctest gives them only without a network.
+type fakeRedis struct {
+	mu     sync.Mutex
+	answer func(ctx context.Context) *redis.Cmd
+	calls  atomic.Int64
+}
+
+func (f *fakeRedis) set(answer func(ctx context.Context) *redis.Cmd) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer = answer
+}
+
+func (f *fakeRedis) run(ctx context.Context) *redis.Cmd {
+	f.calls.Add(1)
+	f.mu.Lock()
+	answer := f.answer
+	f.mu.Unlock()
+	return answer(ctx)
+}
+
+func (f *fakeRedis) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+func (f *fakeRedis) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+func (f *fakeRedis) EvalRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+func (f *fakeRedis) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+func (f *fakeRedis) ScriptExists(context.Context, ...string) *redis.BoolSliceCmd {
+	return redis.NewBoolSliceResult([]bool{true}, nil)
+}
+func (f *fakeRedis) ScriptLoad(context.Context, string) *redis.StringCmd {
+	return redis.NewStringResult("", nil)
+}
+
+// admits answers as the script does for an admitted request with 9 tokens left.
+func admits(context.Context) *redis.Cmd {
+	return redis.NewCmdResult([]any{int64(1), int64(0), int64(9), int64(1000)}, nil)
+}
+
+// refusesConnections answers as a client does when nothing listens on the server's port.
+func refusesConnections(context.Context) *redis.Cmd {
+	return redis.NewCmdResult(nil, syscall.ECONNREFUSED)
+}
+
+// frozen answers as a client honouring deadlines does when the server has stopped: nothing
+// until the context is done.
+func frozen(ctx context.Context) *redis.Cmd {
+	<-ctx.Done()
+	return redis.NewCmdResult(nil, ctx.Err())
+}
+
+// TestTimeout checks, on testing/synctest's clock, that a decision against a server that never
+// answers returns an error wrapping ErrUnavailable at the store's timeout, at most one step of
+// the shared deadlines later (see stepFor), whatever the caller's context: none, one cancelled
+// while the call waits, one cancelled before it. A caller's deadline sooner than the timeout
+// ends the call at that deadline instead, and is the caller's own end, not Redis's failure.
+func TestTimeout(t *testing.T) {
+	for _, timeout := range []time.Duration{time.Millisecond, 150 * time.Millisecond, 10 * time.Second} {
+		synctest.Test(t, func(t *testing.T) {
+			fake := &fakeRedis{answer: frozen}
+			s := New(fake, 1, 10, WithTimeout(timeout), WithProbeInterval(time.Nanosecond))
+			within := func(ctx context.Context, from, to time.Duration) error {
+				t.Helper()
+				start := time.Now()
+				_, err := s.Decide(ctx, "k", 1, start)
+				if took := time.Since(start); err == nil || took < from || took > to {
+					t.Fatalf("timeout %v: err=%v after %v, want an error within [%v, %v]", timeout, err, took, from, to)
+				}
+				time.Sleep(time.Nanosecond) // the next call is a probe
+				return err
+			}
+			step := stepFor(timeout)
+			if err := within(context.Background(), timeout, timeout+step); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("error %v, want one wrapping ErrUnavailable and the deadline", err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(timeout/2, cancel)
+			within(ctx, timeout, timeout+step)
+			within(ctx, timeout, timeout+step) // cancelled before the call
+
+			// A caller's deadline of a third of the timeout.
+			ctx, cancel = context.WithTimeout(context.Background(), timeout/3)
+			defer cancel()
+			if err := within(ctx, timeout/3, timeout/3+step); errors.Is(err, ErrUnavailable) {
+				t.Fatalf("the caller's deadline reported as Redis's failure: %v", err)
+			}
+		})
+	}
+}
+
+// TestCancelDoesNotInterrupt checks that a caller that gives up (a client that hangs up) does
+// not cut the round trip short: the request is decided and counted like any other.
+func TestCancelDoesNotInterrupt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := &fakeRedis{answer: func(ctx context.Context) *redis.Cmd {
+			time.Sleep(20 * time.Millisecond)
+			return admits(ctx)
+		}}
+		s := New(fake, 1, 10)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		if d, err := s.Decide(ctx, "k", 1, time.Now()); err != nil || !d.Allowed {
+			t.Fatalf("cancelled during the round trip: %+v, %v, want admitted", d, err)
+		}
+		if d, err := s.Decide(ctx, "k", 1, time.Now()); err != nil || !d.Allowed || fake.calls.Load() != 2 {
+			t.Fatalf("cancelled before the round trip: %+v, %v after %d calls, want admitted by Redis", d, err, fake.calls.Load())
+		}
+	})
+}
+
+// TestFailFast checks, on testing/synctest's clock, what a store does once Redis has failed:
+// every decision fails at once with the error that took it down, without asking Redis, except
+// one per probe interval; the first probe after Redis is back brings the store back, so that
+// recovery takes at most one interval. Failures of the caller's own making (its deadline) do
+// not take the store down.
+func TestFailFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = time.Second
+		fake := &fakeRedis{answer: refusesConnections}
+		s := New(fake, 1, 10, WithProbeInterval(interval))
+		decideErr := func() error {
+			t.Helper()
+			_, err := s.Decide(context.Background(), "k", 1, time.Now())
+			return err
+		}
+		first := decideErr()
+		if !errors.Is(first, ErrUnavailable) || !errors.Is(first, syscall.ECONNREFUSED) || fake.calls.Load() != 1 {
+			t.Fatalf("first failure: %v after %d calls, want an error wrapping ErrUnavailable and the cause", first, fake.calls.Load())
+		}
+		// While down: at once, with the same error, no round trip, until the interval is over.
+		for i := range 1000 {
+			if err := decideErr(); err != first {
+				t.Fatalf("decision %d while down: %v, want %v", i, err, first)
+			}
+			time.Sleep(interval / 1000)
+			if i == 998 && fake.calls.Load() != 1 {
+				t.Fatalf("%d round trips within the interval, want 1", fake.calls.Load())
+			}
+		}
+		// The interval is over: one probe, concurrent callers still fail at once.
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() { decideErr() })
+		}
+		wg.Wait()
+		if n := fake.calls.Load(); n != 2 {
+			t.Fatalf("%d round trips after one interval, want 2 (one probe)", n)
+		}
+
+		// Redis comes back a third of an interval after the last probe: the decisions fail until
+		// the next probe, an interval after the last one, which succeeds.
+		time.Sleep(interval / 3)
+		fake.set(admits)
+		back := time.Now()
+		for decideErr() != nil {
+			time.Sleep(time.Millisecond)
+		}
+		if took := time.Since(back); took > interval {
+			t.Fatalf("recovered %v after Redis was back, more than one probe interval", took)
+		}
+		calls := fake.calls.Load()
+		for range 10 {
+			if err := decideErr(); err != nil {
+				t.Fatalf("after recovery: %v", err)
+			}
+		}
+		if n := fake.calls.Load() - calls; n != 10 {
+			t.Fatalf("%d round trips for 10 decisions after recovery", n)
+		}
+
+		// A caller whose own deadline has passed does not take the store down.
+		fake.set(frozen)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		if _, err := s.Decide(ctx, "k", 1, time.Now()); err == nil || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("caller's deadline: %v, want an error not wrapping ErrUnavailable", err)
+		}
+		fake.set(admits)
+		if err := decideErr(); err != nil {
+			t.Fatalf("after a caller's deadline: %v, want Redis asked", err)
+		}
+	})
+}
+
+// TestDecideAllocations checks the store's own allocations around the round trip, with a client
+// that allocates nothing: at most 2 (one for the call, one for the prefixed key), the deadline's
+// channel and timer being shared by the calls of one step, plus the slice that go-redis's
+// Int64Slice returns, which a bare EVALSHA pays too (BenchmarkBareEvalSha).
+func TestDecideAllocations(t *testing.T) {
+	cmd := admits(context.Background())
+	s := New(&fakeRedis{answer: func(context.Context) *redis.Cmd { return cmd }}, 1, 10)
+	ctx := context.Background()
+	now := time.Now()
+	if n := testing.AllocsPerRun(1000, func() { s.Decide(ctx, "k", 1, now) }); n > 2+1 {
+		t.Fatalf("%v allocations per decision, want at most 2 and go-redis's 1", n)
+	}
+}
+
+// TestOutageLatency stops a real redis-server three ways (frozen by SIGSTOP, paused by CLIENT
+// PAUSE, killed and restarted) under a stream of decisions, one every millisecond, and logs
+// how long they took: while Redis is down, only the first decision and one probe per interval
+// wait for the timeout, within a margin; the others fail at once; and once Redis is back, the
+// store decides again within a probe interval, a margin, and, after a restart, the second that
+// go-redis's pool waits between dials once its dials have failed. Run with -v for the figures.
+func TestOutageLatency(t *testing.T) {
+	const (
+		timeout  = 150 * time.Millisecond
+		interval = 500 * time.Millisecond
+		outage   = 1500 * time.Millisecond
+		margin   = time.Second // scheduling on a loaded machine
+	)
+	srv := startServer(t)
+	store := New(newClient(t, srv.addr()), 1e6, 1e6, WithPrefix(testPrefix(t)), WithTimeout(timeout), WithProbeInterval(interval))
+	admin := newClient(t, srv.addr())
+
+	type sample struct {
+		at, took time.Duration // since the outage began
+		err      error
+	}
+	// run sends decisions until Redis has been back for a while, and returns them.
+	run := func(t *testing.T, start func(), back func() time.Time) (samples []sample, backAt time.Duration) {
+		t.Helper()
+		begin := time.Now()
+		start()
+		var wg sync.WaitGroup
+		var stop atomic.Bool
+		wg.Go(func() {
+			for !stop.Load() {
+				at := time.Now()
+				_, err := store.Decide(context.Background(), "k", 1, at)
+				samples = append(samples, sample{at.Sub(begin), time.Since(at), err})
+				time.Sleep(time.Millisecond)
+			}
+		})
+		backAt = back().Sub(begin)
+		deadline := time.Now().Add(interval + 2*margin)
+		for time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			if ok := time.Since(begin) - backAt; ok > interval+margin/2 {
+				break
+			}
+		}
+		stop.Store(true)
+		wg.Wait()
+		return samples, backAt
+	}
+	check := func(t *testing.T, samples []sample, backAt, extra time.Duration) {
+		t.Helper()
+		var failed, slow int
+		var firstErr, lastErr, recovered time.Duration = -1, -1, -1
+		var worstFast, worst, worstAt time.Duration
+		for _, s := range samples {
+			if s.took > worst {
+				worst, worstAt = s.took, s.at
+			}
+			if s.err == nil {
+				if s.at >= backAt && recovered < 0 && lastErr >= 0 {
+					recovered = s.at + s.took - backAt
+				}
+				continue
+			}
+			if !errors.Is(s.err, ErrUnavailable) {
+				t.Errorf("error %v, want one wrapping ErrUnavailable", s.err)
+			}
+			failed++
+			if firstErr < 0 {
+				firstErr = s.at
+			}
+			lastErr = s.at + s.took
+			if s.took >= timeout/2 {
+				slow++
+			} else {
+				worstFast = max(worstFast, s.took)
+			}
+		}
+		down := lastErr - firstErr
+		t.Logf("%d decisions, %d failed from %v to %v; %d waited (probes and the first), the others failed within %v; slowest %v at %v; back at %v, decided again %v later",
+			len(samples), failed, firstErr.Round(time.Millisecond), lastErr.Round(time.Millisecond), slow, worstFast, worst.Round(time.Millisecond), worstAt.Round(time.Millisecond), backAt.Round(time.Millisecond), recovered.Round(time.Millisecond))
+		if failed == 0 {
+			t.Fatal("no decision failed: the outage was not seen")
+		}
+		if worst > timeout+margin {
+			t.Errorf("a decision took %v, more than the timeout %v and a margin of %v", worst, timeout, margin)
+		}
+		if probes := 2 + int(down/interval); slow > probes {
+			t.Errorf("%d decisions waited in %v of outage, want at most %d: the first and one probe per %v", slow, down, probes, interval)
+		}
+		if recovered < 0 || recovered > interval+extra+margin {
+			t.Errorf("decided again %v after Redis was back, want at most the probe interval %v + %v + a margin of %v", recovered, interval, extra, margin)
+		}
+	}
+
+	t.Run("frozen", func(t *testing.T) {
+		samples, backAt := run(t, func() { srv.signal(syscall.SIGSTOP) }, func() time.Time {
+			time.Sleep(outage)
+			srv.signal(syscall.SIGCONT)
+			return time.Now()
+		})
+		check(t, samples, backAt, 0)
+	})
+	t.Run("paused", func(t *testing.T) {
+		var until time.Time
+		samples, backAt := run(t, func() {
+			until = time.Now().Add(outage)
+			if err := admin.Do(context.Background(), "CLIENT", "PAUSE", outage.Milliseconds(), "ALL").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}, func() time.Time {
+			time.Sleep(time.Until(until))
+			return until
+		})
+		check(t, samples, backAt, 0)
+	})
+	t.Run("killed", func(t *testing.T) {
+		samples, backAt := run(t, func() { srv.stop(syscall.SIGKILL) }, func() time.Time {
+			time.Sleep(outage)
+			srv.start()
+			return time.Now()
+		})
+		check(t, samples, backAt, time.Second)
+	})
+}

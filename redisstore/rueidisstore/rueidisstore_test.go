@@ -1,0 +1,192 @@
+package rueidisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter/redisstore"
+)
+
+// unavailable skips the test, or fails it in CI, because what it needs is missing.
+func unavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + " (CI=true: a Redis is required)")
+	}
+	t.Skip(msg)
+}
+
+// startServer starts a redis-server of the test's own on a free loopback port, stopped when the
+// test ends, and returns it and its address.
+func startServer(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		unavailable(t, "redis-server is not installed: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--logfile", "")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return cmd, addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s does not answer: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// newClient returns a rueidis client of addrs, closed when the test ends.
+func newClient(t *testing.T, addrs ...string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// decideAll sends n concurrent requests of cost 1 for key and returns how many were admitted.
+func decideAll(t *testing.T, s *redisstore.Store, key string, n int) int {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			d, err := s.Decide(context.Background(), key, 1, time.Time{})
+			if err != nil {
+				t.Error(err)
+			} else if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// TestDecide checks the store over rueidis on a real server: 256 concurrent requests, which
+// rueidis pipelines together, for a key with a burst of 100 admit exactly 100; the next is told
+// to wait the hour a token takes, a peek is admitted with nothing left; and after SCRIPT FLUSH
+// (a restarted server) the store sends the script again and goes on counting.
+func TestDecide(t *testing.T) {
+	_, addr := startServer(t)
+	client := newClient(t, addr)
+	s := New(client, rate.Every(time.Hour), 100, redisstore.WithPrefix("rueidisstore-test:"), redisstore.WithTimeout(10*time.Second))
+	start := time.Now()
+	if n := decideAll(t, s, "k", 256); n != 100 {
+		t.Fatalf("%d of 256 admitted with a burst of 100", n)
+	}
+	ctx := context.Background()
+	d, err := s.Decide(ctx, "k", 1, time.Time{})
+	if took := time.Since(start); err != nil || d.Allowed || d.RetryAfter > time.Hour || d.RetryAfter < time.Hour-took || d.Remaining != 0 {
+		t.Fatalf("after the burst: %+v, %v, want refused for about an hour", d, err)
+	}
+	if d, err := s.Decide(ctx, "k", 0, time.Time{}); err != nil || !d.Allowed || d.Remaining != 0 || d.Limit != 100 {
+		t.Fatalf("a peek: %+v, %v", d, err)
+	}
+	if err := client.Do(ctx, client.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Decide(ctx, "other", 1, time.Time{}); err != nil || !d.Allowed || d.Remaining != 99 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v, want admitted with 99 left", d, err)
+	}
+	if d, err := s.Decide(ctx, "k", 1, time.Time{}); err != nil || d.Allowed {
+		t.Fatalf("after SCRIPT FLUSH, the spent key: %+v, %v, want refused", d, err)
+	}
+}
+
+// TestTimeout freezes the server (SIGSTOP): a decision fails with redisstore.ErrUnavailable
+// within the store's timeout and a margin, and the next ones at once, the store knowing Redis is
+// down; once the server runs again the store decides again within a probe interval.
+func TestTimeout(t *testing.T) {
+	const (
+		timeout = 150 * time.Millisecond
+		probe   = 200 * time.Millisecond
+		margin  = time.Second // scheduling on a loaded machine
+	)
+	srv, addr := startServer(t)
+	s := New(newClient(t, addr), 1e6, 1e6, redisstore.WithTimeout(timeout), redisstore.WithProbeInterval(probe))
+	ctx := context.Background()
+	if _, err := s.Decide(ctx, "k", 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Process.Signal(syscall.SIGSTOP)
+	start := time.Now()
+	_, err := s.Decide(ctx, "k", 1, time.Time{})
+	if took := time.Since(start); !errors.Is(err, redisstore.ErrUnavailable) || took < timeout || took > timeout+margin {
+		srv.Process.Signal(syscall.SIGCONT)
+		t.Fatalf("frozen: %v after %v, want ErrUnavailable after the %v timeout, within %v of it", err, took, timeout, margin)
+	}
+	start = time.Now()
+	if _, err := s.Decide(ctx, "k", 1, time.Time{}); !errors.Is(err, redisstore.ErrUnavailable) || time.Since(start) > timeout/2 {
+		srv.Process.Signal(syscall.SIGCONT)
+		t.Fatalf("while down: %v after %v, want ErrUnavailable at once", err, time.Since(start))
+	}
+	srv.Process.Signal(syscall.SIGCONT)
+	back := time.Now()
+	for {
+		if _, err := s.Decide(ctx, "k", 1, time.Time{}); err == nil {
+			break
+		}
+		if time.Since(back) > probe+timeout+margin {
+			t.Fatalf("still failing %v after the server runs again", time.Since(back))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCluster runs 256 concurrent requests for each of 12 keys, over the three masters of the
+// Redis Cluster that .ci/run starts (REDIS_CLUSTER_ADDRS): each key admits exactly its burst.
+func TestCluster(t *testing.T) {
+	env := os.Getenv("REDIS_CLUSTER_ADDRS")
+	if env == "" {
+		unavailable(t, "REDIS_CLUSTER_ADDRS names no Redis Cluster (.ci/run starts one)")
+	}
+	s := New(newClient(t, strings.Split(env, ",")...), rate.Every(time.Hour), 50,
+		redisstore.WithPrefix(fmt.Sprintf("rueidisstore-test:%d:", time.Now().UnixNano())), redisstore.WithTimeout(10*time.Second))
+	for k := range 12 {
+		if n := decideAll(t, s, fmt.Sprint("client-", k), 256); n != 50 {
+			t.Fatalf("key %d: %d of 256 admitted with a burst of 50", k, n)
+		}
+	}
+}
+
+func TestNewPanics(t *testing.T) {
+	defer func() {
+		if r, ok := recover().(string); !ok || !strings.HasPrefix(r, "rueidisstore: ") {
+			t.Fatalf("recovered %v, want a panic starting with \"rueidisstore: \"", r)
+		}
+	}()
+	New(nil, 1, 1)
+}
