@@ -258,6 +258,18 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 	return d, nil
 }
 
+// Binding returns the Decision of a request decided in several layers from the Decision of each:
+// refused if any refused, with the longest wait, and the Limit, Remaining and Reset of the layer
+// that binds, as [All] describes. It is for the Limiters that decide several layers at once
+// ([Combiner]), so that they report as All does. It returns the zero Decision for none.
+func Binding(ds ...Decision) Decision {
+	var d Decision
+	for i, e := range ds {
+		d = tighter(d, e, i == 0)
+	}
+	return d
+}
+
 // tighter merges the Decision of one more layer (or group) into d: refused if either is, and
 // the quota of the layer that binds: on a refusal the one with the longest wait, otherwise the
 // one with the least of its quota left, as a share of its Limit (layers count in their own
