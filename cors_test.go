@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -244,4 +246,22 @@ func FuzzExpose(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNoExposeWithoutOrigin checks that a response to a request without Origin, admitted or
+// refused, with the rate-limit fields on or off, gets no Access-Control-Expose-Headers: only a
+// cross-origin request needs it.
+func TestNoExposeWithoutOrigin(t *testing.T) {
+	for _, opts := range [][]Option{nil, {WithRateLimitFields(""), WithLegacyRateLimitFields(true)}} {
+		h := LimitWith(NewTokenBucket(rate.Every(time.Minute), 1), append(opts, WithClock(func() time.Time { return t0 }))...)(ok)
+		for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+			w := serve(h, "GET", "192.0.2.1:1")
+			if w.Code != want {
+				t.Fatalf("request %d: %d, want %d", i, w.Code, want)
+			}
+			if v, ok := w.Header()["Access-Control-Expose-Headers"]; ok {
+				t.Fatalf("request %d (%d) without Origin got Access-Control-Expose-Headers %q", i, w.Code, v)
+			}
+		}
+	}
 }
