@@ -23,7 +23,7 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	at := p.at(now)
-	lim, ok := p.keys[key]
+	lim, ok := p.get(key)
 	if !ok {
 		if cost < 0 {
 			return nil // a key not held has a full bucket: nothing to give back
@@ -158,7 +158,7 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 			s.d = Decision{Allowed: true, Limit: s.b.burst, Remaining: s.b.burst}
 			continue
 		}
-		lim, ok := s.p.keys[s.key]
+		lim, ok := s.p.get(s.key)
 		if !ok {
 			var wait time.Duration
 			if lim, wait = s.b.add(s.p, s.key, at); lim == nil {

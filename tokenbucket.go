@@ -124,7 +124,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 	// its rate. So each part decides at the latest instant it has seen, and the waits it
 	// reports are stretched by the lag, to stay exact from the caller's now.
 	at := p.at(now)
-	lim, ok := p.keys[key]
+	lim, ok := p.get(key)
 	if !ok {
 		var wait time.Duration
 		if lim, wait = b.add(p, key, at); lim == nil {

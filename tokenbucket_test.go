@@ -526,3 +526,29 @@ func TestTokenBucketRemainingAtTheEdges(t *testing.T) {
 		t.Fatalf("only %d edges checked", edges)
 	}
 }
+
+// TestTokenBucketSmallTableDecidesAlike sends one sequence through a table that must keep making
+// room and through one that never does, with clients that come back only after their bucket has
+// refilled, so that dropping them changes nothing: the decisions must be the same. A bucket
+// handed to a new key and still reached under the key it was taken from would differ.
+func TestTokenBucketSmallTableDecidesAlike(t *testing.T) {
+	small := NewTokenBucket(2500, 5, WithMaxMemory(96<<10)) // about eight keys a part
+	big := NewTokenBucket(2500, 5)
+	rng := mathrand.New(mathrand.NewPCG(8, 9))
+	now := t0
+	for i := range 50_000 {
+		now = now.Add(100 * time.Microsecond)
+		key := fmt.Sprint("client-", i%1000, "-", rng.IntN(2)) // 2,000 clients, back every 100 ms; a burst refills in 2
+		cost := 5
+		if rng.IntN(3) == 0 {
+			cost = 1 + rng.IntN(4)
+		}
+		ds, db := decide(t, small, key, cost, now), decide(t, big, key, cost, now)
+		if ds != db {
+			t.Fatalf("request %d, %s at %v: the small table decided %+v, the large %+v", i, key, now.Sub(t0), ds, db)
+		}
+	}
+	if small.Len() >= big.Len()/2 {
+		t.Fatalf("the small table holds %d keys, the large %d: it did not have to make room", small.Len(), big.Len())
+	}
+}
