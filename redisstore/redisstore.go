@@ -38,14 +38,18 @@ import (
 	"github.com/retryafter/retryafter"
 )
 
-// script is the Lua source of the decision; its header comment explains the arithmetic.
+// stateLua is the Lua source that reads and writes a key's state, put before each script's
+// own; its header comment explains the state and the arithmetic.
 //
-//go:embed script.lua
-var script string
+//go:embed state.lua
+var stateLua string
 
-// decideScript runs script by EVALSHA, falling back to EVAL when the server does not have it
-// cached (the first call, or after a restart).
-var decideScript = redis.NewScript(script)
+//go:embed decide.lua
+var decideLua string
+
+// decideScript decides a request on one key. It and the other scripts run by EVALSHA, falling
+// back to EVAL when the server does not have them cached (the first call, or after a restart).
+var decideScript = redis.NewScript(stateLua + decideLua)
 
 // maxHorizon bounds burst × the emission interval, in nanoseconds, so that every integer the
 // script computes (at most twice that) is exact in a Lua number, a double.
@@ -81,7 +85,7 @@ type Store struct {
 	timeout   time.Duration
 	probe     time.Duration
 	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
-	tolerance any  // with caller: how far back instants may arrive before a repair, ns (script.lua)
+	tolerance any  // with caller: how far back instants may arrive before a repair, ns (state.lua)
 	deadlines deadlines
 	health    *health
 	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
@@ -130,7 +134,7 @@ func WithProbeInterval(d time.Duration) Option {
 // withCallerClock makes the Store decide at the now given to Decide, to the microsecond,
 // instead of Redis's TIME: for tests, which need an injected clock. Replicas using it agree
 // only if their clocks do. Instants may arrive out of order by up to one refill of the burst
-// before the script takes the clock to have stepped back (see script.lua).
+// before the script takes the clock to have stepped back (see state.lua).
 func withCallerClock() Option {
 	return func(s *Store) {
 		s.caller = true
@@ -237,12 +241,16 @@ func honoursDeadlines(client redis.Scripter) bool {
 // admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
 // [retryafter.ErrNegativeCost], decided without asking Redis.
 //
+// A key that [Store.Charge] put into debt is refused every request, even of cost 0, until the
+// debt is repaid, with the exact wait.
+//
 // When Redis's clock steps back (an NTP step, a failover to a host whose clock is behind), a key
 // written before the step would owe the whole step; the first decision that finds it so repairs
 // it to an empty bucket as of then, even a refused one or a peek. So a step back of any size
 // admits nothing that an empty bucket would not, refuses no request for longer than a refill of
-// its cost, and normal counting resumes within one refill of the burst. A step forward credits
-// each key at most the one burst that its bucket holds.
+// its cost, and normal counting resumes within one refill of the burst. A key in debt keeps the
+// debt it had when it was last charged instead (see Charge). A step forward credits each key at
+// most the one burst that its bucket holds.
 //
 // now is not used for the decision (see [Store]). ctx's values reach the client, and its
 // deadline bounds the round trip if it is sooner than the store's timeout; its cancellation does
