@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,13 +42,11 @@ func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time)
 		return s.chargeLocal(ctx, key, cost, now, err)
 	}
 	if err := chargeScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
-		if ctx.Err() != nil && c.ctx.deadline.Equal(deadlineOf(ctx)) {
-			return fmt.Errorf("redisstore: %w", err)
+		err, down := s.failed(ctx, &c.ctx, health, err)
+		if !down {
+			return err
 		}
-		if s.cluster != nil {
-			s.cluster.ReloadState(ctx)
-		}
-		return s.chargeLocal(ctx, key, cost, now, health.failed(err))
+		return s.chargeLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
 	return nil

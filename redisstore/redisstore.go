@@ -17,8 +17,15 @@
 // closed (503, Retry-After: 1) or open as [retryafter.WithFailOpen] says, unless the store
 // decides locally at each replica's share of the limit ([WithLocalFallback]).
 //
+// Several limits in one decision ([retryafter.All]: a limit per client and one for the whole
+// service, requests and tokens charged afterwards) are decided in one round trip, by one script
+// over the keys of every layer, all or nothing, when their Stores share a client (see
+// [Store.Combine]); [Store.Charge] charges a cost known only afterwards, into debt if need be.
+//
 // A decision touches one key, so on a Redis Cluster (a *redis.ClusterClient) one slot, and a
-// Store works there unchanged, each master known up or down on its own. Replication is
+// Store works there unchanged, each master known up or down on its own. The decision of several
+// layers touches a key per layer, and is one round trip there only when one hash tag in their
+// prefixes puts them in one slot (see [Store.Combine]). Replication is
 // asynchronous: a replica promoted when its master fails may lack the master's last writes, so a
 // key of that master may get up to one more burst than its limit across the failover, and its
 // requests fail until the replica serves them (BENCHMARKS.md has the figures).
@@ -70,7 +77,7 @@ const DefaultProbeInterval = 500 * time.Millisecond
 // (TIME), not the now passed to Decide, which the middleware uses only for the Date header.
 //
 // A key's state is one Redis string that expires as soon as it is equivalent to a key never
-// seen (its bucket is full), so an idle client costs Redis nothing; the script touches only
+// seen (its bucket is full), so an idle client costs Redis nothing; a decision touches only
 // that one key, so a Store works on Redis Cluster too.
 //
 // A Store is safe for concurrent use and needs no closing: it holds no goroutine (the timers of
@@ -85,6 +92,7 @@ type Store struct {
 	timeout   time.Duration
 	probe     time.Duration
 	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
+	oneServer bool // client runs every script on one server, whatever its keys (see Combine)
 	tolerance any  // with caller: how far back instants may arrive before a repair, ns (state.lua)
 	deadlines deadlines
 	health    *health
@@ -181,6 +189,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		panic("redisstore: rate limit not positive")
 	}
 	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval}
+	_, s.oneServer = client.(*redis.Client)
 	if limit == rate.Inf {
 		s.inf = true
 	} else {
@@ -278,34 +287,14 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		if ctx.Err() != nil && c.ctx.deadline.Equal(deadlineOf(ctx)) {
-			// The caller's own deadline ended the call, not a failure of Redis.
-			return retryafter.Decision{}, fmt.Errorf("redisstore: %w", err)
+		err, down := s.failed(ctx, &c.ctx, health, err)
+		if !down {
+			return retryafter.Decision{}, err
 		}
-		if s.cluster != nil {
-			// go-redis reloads the slot map only on a MOVED reply or once a minute, and a
-			// master that is down sends none: without this, its keys would fail for up to a
-			// minute after its replica took over. Failures are at most one probe per interval
-			// and master, and go-redis coalesces the reloads.
-			s.cluster.ReloadState(ctx)
-		}
-		return s.orLocal(ctx, key, cost, now, health.failed(err))
+		return s.orLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
-	d := retryafter.Decision{
-		Allowed:   res[0] == 1,
-		Limit:     s.burst,
-		Remaining: int(res[2]),
-		Reset:     time.Duration(res[3]) * time.Microsecond,
-	}
-	if !d.Allowed {
-		if res[1] < 0 {
-			d.RetryAfter = rate.InfDuration
-		} else {
-			d.RetryAfter = time.Duration(res[1]) * time.Microsecond
-		}
-	}
-	return d, nil
+	return decision(res, s.burst), nil
 }
 
 // A call is what one round trip needs besides the client's own work, in one allocation: its
@@ -334,6 +323,23 @@ func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time
 		c.nargs = 5
 	}
 	return c
+}
+
+// failed returns the error of a round trip of the caller's ctx, made in c, that failed with err,
+// and whether it was a failure of Redis, which it then records in health: not when the caller's
+// own deadline ended it.
+func (s *Store) failed(ctx context.Context, c *callCtx, health *health, err error) (error, bool) {
+	if ctx.Err() != nil && c.deadline.Equal(deadlineOf(ctx)) {
+		return fmt.Errorf("redisstore: %w", err), false
+	}
+	if s.cluster != nil {
+		// go-redis reloads the slot map only on a MOVED reply or once a minute, and a master
+		// that is down sends none: without this, its keys would fail for up to a minute after
+		// its replica took over. Failures are at most one probe per interval and master, and
+		// go-redis coalesces the reloads.
+		s.cluster.ReloadState(ctx)
+	}
+	return health.failed(err), true
 }
 
 // deadlineOf returns ctx's deadline, or the zero time if it has none.
