@@ -139,9 +139,22 @@ type layer struct {
 	interval, burst, tolerance any
 }
 
-// A groupCall is what the round trip of one group decision needs besides the client's own work,
-// in one allocation.
+// A groupCall is what the round trip of one group decision needs besides the client's own work:
+// its context, the script's keys and its arguments, all held by one allocation, a smallCall for
+// the usual few layers or a largeCall for up to maxLayers.
 type groupCall struct {
+	ctx  *callCtx
+	keys []string
+	args []any
+}
+
+type smallCall struct {
+	ctx  callCtx
+	keys [4]string
+	args [1 + 4*4]any
+}
+
+type largeCall struct {
 	ctx  callCtx
 	keys [maxLayers]string
 	args [1 + 4*maxLayers]any
@@ -158,22 +171,22 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	c := g.newCall(ctx, key, cost, now)
 	lead := g.layers[0].store
-	health := lead.healthOf(&c.ctx, c.keys[0])
+	health := lead.healthOf(c.ctx, c.keys[0])
 	if err := health.admit(); err != nil {
 		return g.orLocal(ctx, key, cost, now, err)
 	}
-	res, err := allScript.Run(&c.ctx, g.client, c.keys[:n], c.args[:1+4*n]...).Int64Slice()
+	res, err := allScript.Run(c.ctx, g.client, c.keys, c.args...).Int64Slice()
 	if err == nil && len(res) != 4*n {
 		err = fmt.Errorf("script answered %d values, want %d", len(res), 4*n)
 	}
 	if err != nil {
 		cause := err
-		err, down := lead.failed(ctx, &c.ctx, health, cause)
+		err, down := lead.failed(ctx, c.ctx, health, cause)
 		if !down {
 			return retryafter.Decision{}, err
 		}
 		for i := 1; i < n; i++ {
-			if h := g.layers[i].store.healthOf(&c.ctx, c.keys[i]); h != health {
+			if h := g.layers[i].store.healthOf(c.ctx, c.keys[i]); h != health {
 				h.failed(cause)
 			}
 		}
@@ -184,7 +197,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	for i := range n {
 		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.burst)
 		if i > 0 {
-			g.layers[i].store.healthOf(&c.ctx, c.keys[i]).ok()
+			g.layers[i].store.healthOf(c.ctx, c.keys[i]).ok()
 		}
 	}
 	copy(ds[n:], g.inf)
@@ -211,8 +224,15 @@ func decision(res []int64, burst int) retryafter.Decision {
 
 // newCall prepares the round trip of one group decision, with the deadline of the shortest
 // timeout of its Stores, or ctx's own if sooner.
-func (g *group) newCall(ctx context.Context, key string, cost int, now time.Time) *groupCall {
-	c := &groupCall{}
+func (g *group) newCall(ctx context.Context, key string, cost int, now time.Time) groupCall {
+	var c groupCall
+	if n := len(g.layers); n <= 4 {
+		a := new(smallCall)
+		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+	} else {
+		a := new(largeCall)
+		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+	}
 	s := g.timeout
 	c.ctx.parent = ctx
 	c.ctx.deadline = time.Now().Add(s.timeout)

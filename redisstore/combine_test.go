@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func allAgainstModel(t *testing.T, client redis.UniversalClient, seeds int, pref
 		var layers []randomLayer
 		var limiters []retryafter.Limiter
 		minBurst := 1 << 30
-		for i := range 1 + rng.IntN(4) {
+		for i := range 1 + rng.IntN(6) {
 			interval := time.Duration(1 + rng.Int64N(int64(3*time.Second)))
 			burst := 1 + rng.IntN(8)
 			l := randomLayer{interval: interval, shared: i > 0 && rng.IntN(3) == 0, deferred: i > 0 && rng.IntN(4) == 0}
@@ -523,4 +524,54 @@ func TestAllLocalFallback(t *testing.T) {
 	if err := b.Down(); err != nil {
 		t.Fatalf("b after a round trip of the All that Redis answered: %v, want it up", err)
 	}
+}
+
+// TestAllConcurrent decides layered requests from many goroutines on Redis's own clock, through
+// two Alls that hold the same Stores in two orders: no layer admits more than its burst + rate ×
+// the time Redis's clock ran (plus one for its microsecond), neither the shared one nor any key's.
+func TestAllConcurrent(t *testing.T) {
+	const (
+		clientRate, clientBurst   = 200, 10
+		serviceRate, serviceBurst = 500, 20
+	)
+	client := newClient(t, sharedAddr(t))
+	p := testPrefix(t)
+	perClient := New(client, clientRate, clientBurst, WithPrefix(p+"client:"), WithTimeout(testTimeout))
+	service := New(client, serviceRate, serviceBurst, WithPrefix(p+"service:"), WithTimeout(testTimeout))
+	alls := []retryafter.Limiter{
+		retryafter.All(perClient, retryafter.Shared(service, "all")),
+		retryafter.All(retryafter.Shared(service, "all"), perClient),
+	}
+	var perKey [4]atomic.Int64
+	var all atomic.Int64
+	start := redisNow(t, client)
+	deadline := time.Now().Add(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				k := (g + i) % 4
+				d, err := alls[i%2].Decide(context.Background(), fmt.Sprint("c", k), 1, time.Time{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					perKey[k].Add(1)
+					all.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := redisNow(t, client).Sub(start).Seconds()
+	if n, most := all.Load(), serviceBurst+serviceRate*elapsed+1; float64(n) > most {
+		t.Fatalf("the shared layer admitted %d, at most %.0f", n, most)
+	}
+	for k := range perKey {
+		if n, most := perKey[k].Load(), clientBurst+clientRate*elapsed+1; float64(n) > most {
+			t.Fatalf("client %d admitted %d, at most %.0f", k, n, most)
+		}
+	}
+	t.Logf("%d admitted in %.3fs of Redis's clock (shared layer at most %.0f)", all.Load(), elapsed, serviceBurst+serviceRate*elapsed+1)
 }
