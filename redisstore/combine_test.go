@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/testkit"
 	"github.com/retryafter/retryafter/limitertest"
 )
 
@@ -574,4 +575,31 @@ func TestAllConcurrent(t *testing.T) {
 		}
 	}
 	t.Logf("%d admitted in %.3fs of Redis's clock (shared layer at most %.0f)", all.Load(), elapsed, serviceBurst+serviceRate*elapsed+1)
+}
+
+// TestAllRoundTrip puts an All of three Stores in one script, a limit per client, one shared by
+// every client and an hourly one, behind the middleware on an injected clock, and holds every 429
+// to the round trip: Retry-After waited exactly is admitted, a second less is refused.
+func TestAllRoundTrip(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	refusals := 0
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		p := testPrefix(t)
+		store := func(name string, every time.Duration, burst int) *Store {
+			return New(client, rate.Every(every), burst, WithPrefix(p+name), WithTimeout(testTimeout), withInjectedClock())
+		}
+		perClient := store("client:", time.Duration(1+rng.IntN(3000))*time.Millisecond, 1+rng.IntN(5))
+		service := store("service:", time.Duration(1+rng.IntN(3000))*time.Millisecond, 1+rng.IntN(5))
+		hour := store("hour:", time.Duration(1+rng.IntN(60))*time.Second, 3+rng.IntN(20))
+		clk := testkit.NewClock(t0.Add(time.Duration(rng.Int64N(int64(time.Second)))))
+		h := retryafter.LimitWith(retryafter.All(perClient, retryafter.Shared(service, "service"), hour), retryafter.WithClock(clk.Now))(okHandler)
+		refusals += testkit.RoundTrip(t, h, clk, 100, func() time.Duration {
+			return time.Duration(rng.Int64N(int64(1500 * time.Millisecond)))
+		})
+	}
+	if refusals < 100 {
+		t.Fatalf("only %d refusals checked", refusals)
+	}
+	t.Logf("%d refusals checked", refusals)
 }

@@ -59,7 +59,8 @@ var decideLua string
 var decideScript = redis.NewScript(stateLua + decideLua)
 
 // maxHorizon bounds burst × the emission interval, in nanoseconds, so that every integer the
-// script computes (at most twice that) is exact in a Lua number, a double.
+// scripts compute is exact in a Lua number, a double: a refill of the burst, a request's cost and
+// a debt together stay below 2^53 (see state.lua).
 const maxHorizon = 1 << 52
 
 // DefaultPrefix is the key prefix a [Store] uses when no [WithPrefix] is given.
