@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/retryafter/retryafter"
 )
 
 //go:embed charge.lua
@@ -13,6 +15,8 @@ var chargeLua string
 
 // chargeScript charges one key after the fact.
 var chargeScript = redis.NewScript(stateLua + chargeLua)
+
+var _ retryafter.Charger = (*Store)(nil)
 
 // Charge implements [retryafter.Charger] in one round trip to Redis: at Redis's clock, as
 // Decide, it spends cost tokens from key's bucket whether or not it holds them, so that the key

@@ -20,6 +20,8 @@ var allLua string
 // allScript decides a request in several layers, all or nothing.
 var allScript = redis.NewScript(stateLua + allLua)
 
+var _ retryafter.Combiner = (*Store)(nil)
+
 // maxLayers is the most layers Combine takes, as many as [retryafter.All] decides.
 const maxLayers = 16
 
