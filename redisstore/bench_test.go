@@ -2,10 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
 )
 
 // BenchmarkStoreDecide measures one decision against the Redis at REDIS_ADDR: a round trip on
@@ -53,8 +58,9 @@ func BenchmarkStoreDecide(b *testing.B) {
 }
 
 // BenchmarkBareEvalSha is the floor of BenchmarkStoreDecide: the same script called by go-redis
-// alone, EVALSHA with the same key and arguments and nothing around it, admitted and refused.
-// The difference in allocs/op is the store's own work.
+// alone, EVALSHA with the same key and arguments and nothing around it, admitted and refused;
+// and of BenchmarkAll/two, the script of several layers over two keys. The difference in
+// allocs/op is the store's own work.
 func BenchmarkBareEvalSha(b *testing.B) {
 	client := newClient(b, sharedAddr(b))
 	ctx := context.Background()
@@ -74,4 +80,90 @@ func BenchmarkBareEvalSha(b *testing.B) {
 	}
 	b.Run("admit", func(b *testing.B) { run(b, 10, 1e6, 1) })
 	b.Run("refuse", func(b *testing.B) { run(b, int64(time.Hour), 1, 0) })
+	// The floor of BenchmarkAll/two: the script of several layers over two keys, admitted.
+	b.Run("all/two", func(b *testing.B) {
+		if err := allScript.Load(ctx, client).Err(); err != nil {
+			b.Fatal(err)
+		}
+		p := testPrefix(b)
+		keys := []string{p + "a:k", p + "b:all"}
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := client.EvalSha(ctx, allScript.Hash(), keys, "", 10, 1e6, 1, 0, 10, 1e6, 1, 0).Int64Slice()
+			if err != nil || res[0] != 1 || res[4] != 1 {
+				b.Fatal(res, err)
+			}
+		}
+	})
+}
+
+// BenchmarkAll measures an All of Stores on the Redis at REDIS_ADDR, all admitted: "one" a single
+// layer, "two" a limit per key and one shared by every key, "three" with a layer charged
+// afterwards (decided at cost 0, not charged here), each one script over their keys; and "two,
+// store after store" the two layers on two clients of the same server, which do not combine.
+// "two refused" is refused by the shared layer. evalsha/op is the server's count of script
+// calls (INFO commandstats) per decision: its round trips.
+func BenchmarkAll(b *testing.B) {
+	addr := sharedAddr(b)
+	client := newClient(b, addr)
+	other := newClient(b, addr)
+	ctx := context.Background()
+	now := time.Now()
+	store := func(c *redis.Client, name string, limit rate.Limit, burst int) *Store {
+		return New(c, limit, burst, WithPrefix(testPrefix(b)+name), WithTimeout(testTimeout))
+	}
+	for _, bc := range []struct {
+		name string
+		l    func() retryafter.Limiter
+		want bool
+	}{
+		{"one", func() retryafter.Limiter { return retryafter.All(store(client, "a", 1e8, 1e6)) }, true},
+		{"two", func() retryafter.Limiter {
+			return retryafter.All(store(client, "a", 1e8, 1e6), retryafter.Shared(store(client, "b", 1e8, 1e6), "all"))
+		}, true},
+		{"three", func() retryafter.Limiter {
+			return retryafter.All(store(client, "a", 1e8, 1e6), retryafter.Shared(store(client, "b", 1e8, 1e6), "all"),
+				retryafter.ChargedAfter(store(client, "c", 1e8, 1e6)))
+		}, true},
+		{"two, store after store", func() retryafter.Limiter {
+			return retryafter.All(store(client, "a", 1e8, 1e6), retryafter.Shared(store(other, "b", 1e8, 1e6), "all"))
+		}, true},
+		{"two refused", func() retryafter.Limiter {
+			shared := store(client, "b", rate.Every(time.Hour), 1)
+			shared.Decide(ctx, "all", 1, now)
+			return retryafter.All(store(client, "a", 1e8, 1e6), retryafter.Shared(shared, "all"))
+		}, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := bc.l()
+			l.Decide(ctx, "k", 0, now) // loads the script
+			calls := evalshaCalls(b, client)
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := l.Decide(ctx, "k", 1, now)
+				if err != nil || d.Allowed != bc.want {
+					b.Fatalf("Decide: %+v, %v", d, err)
+				}
+			}
+			b.ReportMetric(float64(evalshaCalls(b, client)-calls)/float64(b.N), "evalsha/op")
+		})
+	}
+}
+
+// evalshaCalls returns how many EVALSHA the Redis of client has run.
+func evalshaCalls(b *testing.B, client *redis.Client) int64 {
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
 }

@@ -33,3 +33,33 @@ func ExampleNew() {
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", r))
 }
+
+// Three limits of an LLM-style API, kept in Redis and decided in one round trip: 60 requests
+// per key (one a second after the first 60), 1,000 a second for the whole service, and 100,000
+// tokens a minute per key, charged after each answer with the tokens it took, so that a key in
+// debt waits until it is repaid. The prefixes share the hash tag {llm}, which puts every key of
+// the three Stores in one slot of a Redis Cluster, on one master, so that they combine into one
+// script there too; on one server (a *redis.Client) no tag is needed.
+//
+// The example needs a Redis Cluster, so it is compiled but not run; the package's tests run the
+// same layers against a real server and cluster.
+func ExampleStore_Combine() {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000"}, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	requests := redisstore.New(rdb, rate.Every(time.Second), 60, redisstore.WithPrefix("{llm}:requests:"))
+	service := redisstore.New(rdb, 1000, 1000, redisstore.WithPrefix("{llm}:service:"))
+	tokens := redisstore.New(rdb, rate.Every(time.Minute/100_000), 100_000, redisstore.WithPrefix("{llm}:tokens:"))
+	limiter := retryafter.All(requests, retryafter.Shared(service, "all"), retryafter.ChargedAfter(tokens))
+
+	r := chi.NewRouter()
+	r.Use(retryafter.LimitWith(limiter))
+	r.Post("/v1/complete", func(w http.ResponseWriter, r *http.Request) {
+		answer, used := complete(r)
+		retryafter.Charge(r, used)
+		w.Write(answer)
+	})
+	log.Fatal(http.ListenAndServe("127.0.0.1:8080", r))
+}
+
+// complete stands for a model that answers a prompt and reports the tokens it took.
+func complete(*http.Request) ([]byte, int) { return []byte("42\n"), 1200 }

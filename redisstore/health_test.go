@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/retryafter/retryafter"
 )
 
 // fakeRedis is a redis.Scripter whose every script call does what answer says: the tests of
@@ -28,25 +31,31 @@ func (f *fakeRedis) set(answer func(ctx context.Context) *redis.Cmd) {
 	f.answer = answer
 }
 
-func (f *fakeRedis) run(ctx context.Context) *redis.Cmd {
+// run answers a script call; an answer of four values (one layer's, as admits gives) is given
+// once per key, as the script of several layers answers.
+func (f *fakeRedis) run(ctx context.Context, keys []string) *redis.Cmd {
 	f.calls.Add(1)
 	f.mu.Lock()
 	answer := f.answer
 	f.mu.Unlock()
-	return answer(ctx)
+	cmd := answer(ctx)
+	if vals, ok := cmd.Val().([]any); ok && len(vals) == 4 && len(keys) > 1 && cmd.Err() == nil {
+		cmd = redis.NewCmdResult(slices.Repeat(vals, len(keys)), nil)
+	}
+	return cmd
 }
 
-func (f *fakeRedis) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return f.run(ctx)
+func (f *fakeRedis) Eval(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
+	return f.run(ctx, keys)
 }
-func (f *fakeRedis) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return f.run(ctx)
+func (f *fakeRedis) EvalSha(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
+	return f.run(ctx, keys)
 }
-func (f *fakeRedis) EvalRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return f.run(ctx)
+func (f *fakeRedis) EvalRO(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
+	return f.run(ctx, keys)
 }
-func (f *fakeRedis) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return f.run(ctx)
+func (f *fakeRedis) EvalShaRO(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
+	return f.run(ctx, keys)
 }
 func (f *fakeRedis) ScriptExists(context.Context, ...string) *redis.BoolSliceCmd {
 	return redis.NewBoolSliceResult([]bool{true}, nil)
@@ -342,4 +351,99 @@ func TestOutageLatency(t *testing.T) {
 		})
 		check(t, samples, backAt, time.Second)
 	})
+}
+
+// TestAllTimeout checks, on testing/synctest's clock, that an All of Stores decided in one
+// script waits for a server that never answers the shortest timeout of its Stores, at most one
+// step of the shared deadlines more, and that a caller's deadline sooner than that ends it
+// without taking Redis for down.
+func TestAllTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := &fakeRedis{answer: frozen}
+		a := New(fake, 1, 10, WithPrefix("{x}a:"), WithTimeout(time.Second), WithProbeInterval(time.Nanosecond))
+		b := New(fake, 1, 10, WithPrefix("{x}b:"), WithTimeout(150*time.Millisecond), WithProbeInterval(time.Nanosecond))
+		all := retryafter.All(a, b)
+		start := time.Now()
+		_, err := all.Decide(context.Background(), "k", 1, start)
+		if took, step := time.Since(start), stepFor(150*time.Millisecond); !errors.Is(err, ErrUnavailable) || took < 150*time.Millisecond || took > 150*time.Millisecond+step {
+			t.Fatalf("err=%v after %v, want an error wrapping ErrUnavailable at b's timeout of 150ms", err, took)
+		}
+		if a.Down() == nil || b.Down() == nil {
+			t.Fatalf("Down: %v and %v, want both Stores to know", a.Down(), b.Down())
+		}
+		time.Sleep(time.Nanosecond) // the next call is a probe
+		a.health.ok()
+		b.health.ok()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		start = time.Now()
+		_, err = all.Decide(ctx, "k", 1, start)
+		if took := time.Since(start); err == nil || errors.Is(err, ErrUnavailable) || took < 50*time.Millisecond || took > 50*time.Millisecond+stepFor(150*time.Millisecond) {
+			t.Fatalf("a caller's deadline of 50ms: err=%v after %v, want the caller's own end at 50ms", err, took)
+		}
+		if a.Down() != nil || b.Down() != nil {
+			t.Fatalf("Down after a caller's deadline: %v and %v, want up", a.Down(), b.Down())
+		}
+	})
+}
+
+// TestAllFailFast checks, on testing/synctest's clock, that once an All of Stores decided in one
+// script has failed, it fails at once without asking Redis, as do the single decisions of each
+// of its Stores, except one probe per interval; and that the probe that finds Redis back brings
+// every Store back.
+func TestAllFailFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = time.Second
+		fake := &fakeRedis{answer: refusesConnections}
+		a := New(fake, 1, 10, WithPrefix("{x}a:"), WithProbeInterval(interval))
+		b := New(fake, 1, 10, WithPrefix("{x}b:"), WithProbeInterval(interval))
+		all := retryafter.All(a, retryafter.Shared(b, "all"))
+		first, err := all.Decide(context.Background(), "k", 1, time.Now())
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || fake.calls.Load() != 1 || first != (retryafter.Decision{}) {
+			t.Fatalf("first failure: %+v, %v after %d calls, want an error wrapping ErrUnavailable and the cause", first, err, fake.calls.Load())
+		}
+		for i := range 100 {
+			if _, err := all.Decide(context.Background(), "k", 1, time.Now()); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("decision %d while down: %v", i, err)
+			}
+			if _, err := b.Decide(context.Background(), "k", 1, time.Now()); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("b's own decision %d while down: %v", i, err)
+			}
+			time.Sleep(interval / 200)
+		}
+		if n := fake.calls.Load(); n != 1 {
+			t.Fatalf("%d round trips within the interval, want 1", n)
+		}
+		fake.set(admits)
+		time.Sleep(interval)
+		if d, err := all.Decide(context.Background(), "k", 1, time.Now()); err != nil || !d.Allowed {
+			t.Fatalf("the probe after Redis came back: %+v, %v", d, err)
+		}
+		if a.Down() != nil || b.Down() != nil {
+			t.Fatalf("Down after the probe: %v and %v, want both up", a.Down(), b.Down())
+		}
+		calls := fake.calls.Load()
+		for range 10 {
+			if _, err := b.Decide(context.Background(), "k", 1, time.Now()); err != nil {
+				t.Fatalf("b after the All's probe: %v", err)
+			}
+		}
+		if n := fake.calls.Load() - calls; n != 10 {
+			t.Fatalf("%d round trips for 10 decisions of b, want 10", n)
+		}
+	})
+}
+
+// TestAllAllocations checks an All of two Stores' own allocations around its one round trip,
+// with a client that allocates nothing: one for the call, one per prefixed key, plus go-redis's
+// slice of the answer.
+func TestAllAllocations(t *testing.T) {
+	cmd := redis.NewCmdResult([]any{int64(1), int64(0), int64(9), int64(1000), int64(1), int64(0), int64(9), int64(1000)}, nil)
+	fake := &fakeRedis{answer: func(context.Context) *redis.Cmd { return cmd }}
+	all := retryafter.All(New(fake, 1, 10, WithPrefix("{x}a:")), retryafter.Shared(New(fake, 1, 10, WithPrefix("{x}b:")), "all"))
+	ctx := context.Background()
+	now := time.Now()
+	if n := testing.AllocsPerRun(1000, func() { all.Decide(ctx, "k", 1, now) }); n > 3+1 {
+		t.Fatalf("%v allocations per decision, want at most 3 and go-redis's 1", n)
+	}
 }

@@ -81,9 +81,9 @@ func withInjectedClock() Option {
 	}
 }
 
-// keptKeys runs each script in a transaction, MULTI/EXEC, with a PEXPIRE that keeps its key
-// for keepFor: no instant of Redis's clock falls between the two, so the key the script wrote
-// cannot expire before it is kept.
+// keptKeys runs each script in a transaction, MULTI/EXEC, with a PEXPIRE that keeps each of its
+// keys for keepFor: no instant of Redis's clock falls between the two, so a key the script wrote
+// cannot expire before it is kept. It is one round trip, as the script alone is.
 type keptKeys struct{ redis.Cmdable }
 
 func (k keptKeys) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
@@ -98,7 +98,9 @@ func (k keptKeys) keep(ctx context.Context, keys []string, run func(redis.Pipeli
 	var cmd *redis.Cmd
 	_, err := k.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		cmd = run(p)
-		p.PExpire(ctx, keys[0], keepFor)
+		for _, key := range keys {
+			p.PExpire(ctx, key, keepFor)
+		}
 		return nil
 	})
 	if err != nil && cmd.Err() == nil {

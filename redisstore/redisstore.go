@@ -17,8 +17,15 @@
 // closed (503, Retry-After: 1) or open as [retryafter.WithFailOpen] says, unless the store
 // decides locally at each replica's share of the limit ([WithLocalFallback]).
 //
+// Several limits in one decision ([retryafter.All]: a limit per client and one for the whole
+// service, requests and tokens charged afterwards) are decided in one round trip, by one script
+// over the keys of every layer, all or nothing, when their Stores share a client (see
+// [Store.Combine]); [Store.Charge] charges a cost known only afterwards, into debt if need be.
+//
 // A decision touches one key, so on a Redis Cluster (a *redis.ClusterClient) one slot, and a
-// Store works there unchanged, each master known up or down on its own. Replication is
+// Store works there unchanged, each master known up or down on its own. The decision of several
+// layers touches a key per layer, and is one round trip there only when one hash tag in their
+// prefixes puts them in one slot (see [Store.Combine]). Replication is
 // asynchronous: a replica promoted when its master fails may lack the master's last writes, so a
 // key of that master may get up to one more burst than its limit across the failover, and its
 // requests fail until the replica serves them (BENCHMARKS.md has the figures).
@@ -38,17 +45,22 @@ import (
 	"github.com/retryafter/retryafter"
 )
 
-// script is the Lua source of the decision; its header comment explains the arithmetic.
+// stateLua is the Lua source that reads and writes a key's state, put before each script's
+// own; its header comment explains the state and the arithmetic.
 //
-//go:embed script.lua
-var script string
+//go:embed state.lua
+var stateLua string
 
-// decideScript runs script by EVALSHA, falling back to EVAL when the server does not have it
-// cached (the first call, or after a restart).
-var decideScript = redis.NewScript(script)
+//go:embed decide.lua
+var decideLua string
+
+// decideScript decides a request on one key. It and the other scripts run by EVALSHA, falling
+// back to EVAL when the server does not have them cached (the first call, or after a restart).
+var decideScript = redis.NewScript(stateLua + decideLua)
 
 // maxHorizon bounds burst × the emission interval, in nanoseconds, so that every integer the
-// script computes (at most twice that) is exact in a Lua number, a double.
+// scripts compute is exact in a Lua number, a double: a refill of the burst, a request's cost and
+// a debt together stay below 2^53 (see state.lua).
 const maxHorizon = 1 << 52
 
 // DefaultPrefix is the key prefix a [Store] uses when no [WithPrefix] is given.
@@ -66,7 +78,7 @@ const DefaultProbeInterval = 500 * time.Millisecond
 // (TIME), not the now passed to Decide, which the middleware uses only for the Date header.
 //
 // A key's state is one Redis string that expires as soon as it is equivalent to a key never
-// seen (its bucket is full), so an idle client costs Redis nothing; the script touches only
+// seen (its bucket is full), so an idle client costs Redis nothing; a decision touches only
 // that one key, so a Store works on Redis Cluster too.
 //
 // A Store is safe for concurrent use and needs no closing: it holds no goroutine (the timers of
@@ -81,7 +93,8 @@ type Store struct {
 	timeout   time.Duration
 	probe     time.Duration
 	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
-	tolerance any  // with caller: how far back instants may arrive before a repair, ns (script.lua)
+	oneServer bool // client runs every script on one server, whatever its keys (see Combine)
+	tolerance any  // with caller: how far back instants may arrive before a repair, ns (state.lua)
 	deadlines deadlines
 	health    *health
 	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
@@ -130,7 +143,7 @@ func WithProbeInterval(d time.Duration) Option {
 // withCallerClock makes the Store decide at the now given to Decide, to the microsecond,
 // instead of Redis's TIME: for tests, which need an injected clock. Replicas using it agree
 // only if their clocks do. Instants may arrive out of order by up to one refill of the burst
-// before the script takes the clock to have stepped back (see script.lua).
+// before the script takes the clock to have stepped back (see state.lua).
 func withCallerClock() Option {
 	return func(s *Store) {
 		s.caller = true
@@ -177,6 +190,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		panic("redisstore: rate limit not positive")
 	}
 	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval}
+	_, s.oneServer = client.(*redis.Client)
 	if limit == rate.Inf {
 		s.inf = true
 	} else {
@@ -237,12 +251,16 @@ func honoursDeadlines(client redis.Scripter) bool {
 // admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
 // [retryafter.ErrNegativeCost], decided without asking Redis.
 //
+// A key that [Store.Charge] put into debt is refused every request, even of cost 0, until the
+// debt is repaid, with the exact wait.
+//
 // When Redis's clock steps back (an NTP step, a failover to a host whose clock is behind), a key
 // written before the step would owe the whole step; the first decision that finds it so repairs
 // it to an empty bucket as of then, even a refused one or a peek. So a step back of any size
 // admits nothing that an empty bucket would not, refuses no request for longer than a refill of
-// its cost, and normal counting resumes within one refill of the burst. A step forward credits
-// each key at most the one burst that its bucket holds.
+// its cost, and normal counting resumes within one refill of the burst. A key in debt keeps the
+// debt it had when it was last charged instead (see Charge). A step forward credits each key at
+// most the one burst that its bucket holds.
 //
 // now is not used for the decision (see [Store]). ctx's values reach the client, and its
 // deadline bounds the round trip if it is sooner than the store's timeout; its cancellation does
@@ -270,34 +288,14 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		if ctx.Err() != nil && c.ctx.deadline.Equal(deadlineOf(ctx)) {
-			// The caller's own deadline ended the call, not a failure of Redis.
-			return retryafter.Decision{}, fmt.Errorf("redisstore: %w", err)
+		err, down := s.failed(ctx, &c.ctx, health, err)
+		if !down {
+			return retryafter.Decision{}, err
 		}
-		if s.cluster != nil {
-			// go-redis reloads the slot map only on a MOVED reply or once a minute, and a
-			// master that is down sends none: without this, its keys would fail for up to a
-			// minute after its replica took over. Failures are at most one probe per interval
-			// and master, and go-redis coalesces the reloads.
-			s.cluster.ReloadState(ctx)
-		}
-		return s.orLocal(ctx, key, cost, now, health.failed(err))
+		return s.orLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
-	d := retryafter.Decision{
-		Allowed:   res[0] == 1,
-		Limit:     s.burst,
-		Remaining: int(res[2]),
-		Reset:     time.Duration(res[3]) * time.Microsecond,
-	}
-	if !d.Allowed {
-		if res[1] < 0 {
-			d.RetryAfter = rate.InfDuration
-		} else {
-			d.RetryAfter = time.Duration(res[1]) * time.Microsecond
-		}
-	}
-	return d, nil
+	return decision(res, s.burst), nil
 }
 
 // A call is what one round trip needs besides the client's own work, in one allocation: its
@@ -326,6 +324,23 @@ func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time
 		c.nargs = 5
 	}
 	return c
+}
+
+// failed returns the error of a round trip of the caller's ctx, made in c, that failed with err,
+// and whether it was a failure of Redis, which it then records in health: not when the caller's
+// own deadline ended it.
+func (s *Store) failed(ctx context.Context, c *callCtx, health *health, err error) (error, bool) {
+	if ctx.Err() != nil && c.deadline.Equal(deadlineOf(ctx)) {
+		return fmt.Errorf("redisstore: %w", err), false
+	}
+	if s.cluster != nil {
+		// go-redis reloads the slot map only on a MOVED reply or once a minute, and a master
+		// that is down sends none: without this, its keys would fail for up to a minute after
+		// its replica took over. Failures are at most one probe per interval and master, and
+		// go-redis coalesces the reloads.
+		s.cluster.ReloadState(ctx)
+	}
+	return health.failed(err), true
 }
 
 // deadlineOf returns ctx's deadline, or the zero time if it has none.

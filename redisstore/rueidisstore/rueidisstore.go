@@ -27,8 +27,10 @@ import (
 // New returns a [redisstore.Store] as [redisstore.New] does, with the same options, reaching
 // Redis through client: a rueidis.Client of one server or of a Redis Cluster (rueidis finds out
 // which). On a cluster, the store knows Redis up or down as a whole, not master by master as it
-// does over a go-redis ClusterClient. The client stays the caller's. It panics if client is nil,
-// and as redisstore.New does.
+// does over a go-redis ClusterClient. Stores over one client decide the layers of a
+// retryafter.All in one script only when their prefixes carry one hash tag, even on one server,
+// which the store cannot tell from a cluster (see [redisstore.Store.Combine]). The client stays
+// the caller's. It panics if client is nil, and as redisstore.New does.
 func New(client rueidis.Client, limit rate.Limit, burst int, opts ...redisstore.Option) *redisstore.Store {
 	if client == nil {
 		panic("rueidisstore: New with a nil client")
@@ -56,20 +58,29 @@ func (s scripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, arg
 	return s.eval(ctx, "EVALSHA_RO", sha1, keys, args)
 }
 
-// eval runs a script command and returns its answer as go-redis would: an array of integers
-// (what the store's script answers) as []any of int64, and NOSCRIPT as an error wrapping
-// redis.ErrNoScript, so that redis.Script.Run sends the script itself.
+// eval runs a script command and returns its answer as go-redis would: an integer (what the
+// store's charge answers) as an int64, an array of integers (what its decisions answer) as []any
+// of int64, and NOSCRIPT as an error wrapping redis.ErrNoScript, so that redis.Script.Run sends
+// the script itself.
 func (s scripter) eval(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
 	strs := make([]string, len(args))
 	for i, a := range args {
 		strs[i] = argString(a)
 	}
 	cmd := s.c.B().Arbitrary(name, script, strconv.Itoa(len(keys))).Keys(keys...).Args(strs...).Build()
-	ints, err := s.c.Do(ctx, cmd).AsIntSlice()
+	msg, err := s.c.Do(ctx, cmd).ToMessage()
 	if err != nil {
 		if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
 			err = fmt.Errorf("%w: %w", redis.ErrNoScript, err)
 		}
+		return redis.NewCmdResult(nil, err)
+	}
+	if msg.IsInt64() {
+		n, err := msg.AsInt64()
+		return redis.NewCmdResult(n, err)
+	}
+	ints, err := msg.AsIntSlice()
+	if err != nil {
 		return redis.NewCmdResult(nil, err)
 	}
 	vals := make([]any, len(ints))

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 	"golang.org/x/time/rate"
 
+	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/redisstore"
 )
 
@@ -189,4 +190,87 @@ func TestNewPanics(t *testing.T) {
 		}
 	}()
 	New(nil, 1, 1)
+}
+
+// TestAll decides an All of Stores over rueidis on a real server, one script for the request,
+// their prefixes carrying one hash tag (a rueidis client may be a cluster's, so the tag is what
+// lets them combine): a limit per key, one shared by every key, and tokens charged afterwards.
+// A refusal by one layer spends nothing in the others, each decision is one EVALSHA, and a
+// charge into debt refuses the key until it is repaid.
+func TestAll(t *testing.T) {
+	_, addr := startServer(t)
+	client := newClient(t, addr)
+	ctx := context.Background()
+	opts := func(name string) []redisstore.Option {
+		return []redisstore.Option{redisstore.WithPrefix("{rl}:" + name), redisstore.WithTimeout(10 * time.Second)}
+	}
+	perKey := New(client, rate.Every(time.Hour), 3, opts("key:")...)
+	shared := New(client, rate.Every(time.Hour), 5, opts("all:")...)
+	tokens := New(client, 1000, 100, opts("tokens:")...)
+	if _, ok := perKey.Combine([]retryafter.Layer{{Limiter: perKey}, {Limiter: shared}, {Limiter: tokens, Deferred: true}}); !ok {
+		t.Fatal("Stores over one rueidis client with one hash tag do not combine")
+	}
+	all := retryafter.All(perKey, retryafter.Shared(shared, "all"), retryafter.ChargedAfter(tokens))
+	decide := func(key string) retryafter.Decision {
+		t.Helper()
+		d, err := all.Decide(ctx, key, 1, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	calls := evalshaCalls(t, client)
+	for i := range 3 {
+		if d := decide("a"); !d.Allowed {
+			t.Fatalf("a's request %d: %+v", i, d)
+		}
+	}
+	for range 5 {
+		if d := decide("a"); d.Allowed || d.Limit != 3 || d.RetryAfter < 59*time.Minute {
+			t.Fatalf("a's 4th request: %+v, want refused by the per-key limit for about an hour", d)
+		}
+	}
+	for i := range 2 {
+		if d := decide("b"); !d.Allowed {
+			t.Fatalf("b's request %d: %+v: a's refusals spent the shared limit", i, d)
+		}
+	}
+	if d := decide("c"); d.Allowed || d.Limit != 5 {
+		t.Fatalf("c's request after 5 admitted: %+v, want refused by the shared limit", d)
+	}
+	if n := evalshaCalls(t, client) - calls; n != 11 {
+		t.Fatalf("%d EVALSHA for 11 decisions", n)
+	}
+
+	if err := tokens.Charge(ctx, "d", 300, time.Time{}); err != nil {
+		t.Fatalf("Charge: %v", err)
+	}
+	if d, err := tokens.Decide(ctx, "d", 0, time.Time{}); err != nil || d.Allowed || d.RetryAfter > 200*time.Millisecond || d.RetryAfter < 100*time.Millisecond {
+		t.Fatalf("after a charge of 300 tokens with 100 held, at 1000/s: %+v, %v, want refused for about 200ms", d, err)
+	}
+	if err := tokens.Charge(ctx, "d", -1000, time.Time{}); err != nil {
+		t.Fatalf("Charge back: %v", err)
+	}
+	if d, err := tokens.Decide(ctx, "d", 100, time.Time{}); err != nil || !d.Allowed {
+		t.Fatalf("given back: %+v, %v, want the whole burst admitted", d, err)
+	}
+}
+
+// evalshaCalls returns how many EVALSHA the server of client has run.
+func evalshaCalls(t *testing.T, client rueidis.Client) int64 {
+	t.Helper()
+	info, err := client.Do(context.Background(), client.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
 }

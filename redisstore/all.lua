@@ -1,0 +1,85 @@
+-- The decision of one request in several layers, all or nothing (state.lua comes first and
+-- explains the state): each layer's key is reserved its cost at one instant and, if any layer
+-- cannot admit it then, nothing is written; otherwise every reservation is.
+--
+-- KEYS[i]        the key of layer i; several layers may name the same key.
+-- ARGV[1]        the instant to decide at, in Unix microseconds, or "" for TIME (tests only).
+-- ARGV[4i-2..4i+1] layer i's T (nanoseconds per token), burst, cost (>= 0; 0 for a layer
+--                charged afterwards) and how far back, in nanoseconds, the instant may lie
+--                before the clock is taken to have stepped back (0 but with the caller's clock).
+--
+-- Returns four integers per layer, as decide.lua does for one: {fits (1 or 0), wait in
+-- microseconds until it fits (-1: never; 0 when it fits), remaining tokens, microseconds until
+-- the bucket is full}. The request is admitted iff every layer fits; remaining and the time
+-- until full are after the request when it is admitted, and as they were otherwise.
+--
+-- Layers that name the same key reserve one after the other, each seeing the reservations
+-- before it, as x/time/rate's reservations do, so that the largest wait is the exact wait until
+-- they all fit: the reservations of a key at now + wait are those at now, less wait.
+
+local now = clock(ARGV[1])
+local n = #KEYS
+
+local d0 = {}      -- key -> d as read (repaired if need be)
+local d = {}       -- key -> d with the reservations of the layers so far
+local repaired = {} -- key -> whether the state was repaired and must be written
+local horizon = {} -- key -> horizon of the last layer that names it, for the write
+local out = {}
+local admitted = true
+for i = 1, n do
+	local key = KEYS[i]
+	local a = 4 * i - 2
+	local interval = tonumber(ARGV[a])
+	local burst = tonumber(ARGV[a + 1])
+	local cost = tonumber(ARGV[a + 2])
+	local h = burst * interval
+	if d[key] == nil then
+		d0[key], repaired[key] = read(key, now, h, tonumber(ARGV[a + 3]))
+		d[key] = d0[key]
+	end
+	horizon[key] = h
+	local wait = -1
+	if cost <= burst then
+		local over = (d[key] - h) + cost * interval
+		if over <= 0 then
+			wait = 0
+		else
+			wait = divceil(over, 1000)
+		end
+		d[key] = math.min(d[key] + cost * interval, maxd)
+	end
+	if wait ~= 0 then
+		admitted = false
+	end
+	out[4 * i - 3] = wait == 0 and 1 or 0
+	out[4 * i - 2] = wait
+end
+
+-- Each key is written once, in the order of KEYS, if it was spent or repaired.
+for i = 1, n do
+	local key = KEYS[i]
+	local h = horizon[key]
+	if h then
+		horizon[key] = nil
+		if not admitted then
+			d[key] = d0[key]
+		end
+		if d[key] ~= d0[key] or repaired[key] then
+			write(key, now, d[key], h)
+		end
+	end
+end
+
+for i = 1, n do
+	local a = 4 * i - 2
+	local interval = tonumber(ARGV[a])
+	local h = tonumber(ARGV[a + 1]) * interval
+	local di = d[KEYS[i]]
+	local remaining = 0
+	if di < h then
+		remaining = divfloor(h - di, interval)
+	end
+	out[4 * i - 1] = remaining
+	out[4 * i] = divceil(di, 1000)
+end
+return out

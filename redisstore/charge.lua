@@ -1,0 +1,38 @@
+-- A charge on one key, after the fact (state.lua comes first and explains the state): cost
+-- tokens spent whether or not the bucket holds them, so that the key may go into debt, or with a
+-- negative cost given back, never beyond a full bucket.
+--
+-- KEYS[1]  the client's key.
+-- ARGV[1]  T, the emission interval: nanoseconds per token (an integer >= 1).
+-- ARGV[2]  burst, the bucket's size in tokens (an integer >= 1).
+-- ARGV[3]  cost, the tokens to spend (> 0) or give back (< 0).
+-- ARGV[4]  optional: the instant to charge at, in Unix microseconds, instead of TIME (tests only).
+-- ARGV[5]  optional: how far back, in nanoseconds, that instant may lie before the clock is
+--          taken to have stepped back (0 if absent).
+--
+-- Returns the microseconds until the bucket is full, the key's Reset: in debt, more than a
+-- refill of the burst.
+
+local key = KEYS[1]
+local interval = tonumber(ARGV[1])
+local horizon = tonumber(ARGV[2]) * interval
+local cost = tonumber(ARGV[3])
+local now = clock(ARGV[4])
+
+local d, changed = read(key, now, horizon, tonumber(ARGV[5] or 0))
+local before = d
+if cost > 0 then
+	-- Past maxd the sum may be rounded, but only upwards of maxd, where it is capped.
+	d = math.min(d + cost * interval, maxd)
+elseif cost < 0 then
+	local back = -cost * interval
+	if back >= d then
+		d = 0
+	else
+		d = d - back
+	end
+end
+if changed or d ~= before then
+	write(key, now, d, horizon)
+end
+return divceil(d, 1000)

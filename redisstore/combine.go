@@ -1,0 +1,279 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+)
+
+//go:embed all.lua
+var allLua string
+
+// allScript decides a request in several layers, all or nothing.
+var allScript = redis.NewScript(stateLua + allLua)
+
+var _ retryafter.Combiner = (*Store)(nil)
+
+// maxLayers is the most layers Combine takes, as many as [retryafter.All] decides.
+const maxLayers = 16
+
+// Combine implements [retryafter.Combiner], so that [retryafter.All] decides the layers of
+// Stores on one Redis in one round trip: one script reserves the request's cost in every layer's
+// key at one instant of Redis's clock and, if any layer cannot admit it then, writes nothing.
+// So a refusal spends nothing in any layer, its RetryAfter is the largest of the layers' waits,
+// exact to the microsecond, and the Decision is that of the layer that binds
+// ([retryafter.Binding]). Layers may have different rates, bursts and prefixes, share a key
+// ([retryafter.Shared]) or be charged afterwards ([retryafter.ChargedAfter], at cost 0 in the
+// script; [Store.Charge] charges them later).
+//
+// Combine takes the layers only if every one is a Store built on s's client (the same value,
+// not just the same server), all deciding by the same clock. On a *redis.Client, that is all.
+// On any other client, a *redis.ClusterClient or *redis.Ring above all, which send a script to
+// the node of its first key, every key of one script must be in one hash slot (a cluster refuses
+// others with CROSSSLOT): Combine then takes several layers only if every prefix carries the same
+// hash tag, as WithPrefix("{rl}:tokens:") and WithPrefix("{rl}:requests:") do, which puts every
+// key of those Stores in one slot, on one master, the price of deciding them at once. Otherwise
+// it returns false, and All decides each layer on its own, one round trip after the other,
+// giving back through [Store.Charge] what a layer spent when a later one refuses. In an All that
+// mixes Stores with limiters of other kinds, what the combined layers spent on a request that a
+// later limiter refuses is given back that way too, layer by layer.
+//
+// The combined decision fails, waits and falls back as each Store's Decide does: it waits at
+// most the shortest timeout of the layers' Stores; the first layer's Store tells whether Redis is
+// known to be down (and one decision per probe interval asks it again), and every layer's Store
+// learns what the round trip showed. While Redis is down, the layers are decided in memory, all
+// or nothing, if every layer's Store has a local fallback ([WithLocalFallback]); otherwise the
+// decision returns the error.
+func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
+	if len(layers) == 0 || len(layers) > maxLayers {
+		return nil, false
+	}
+	g := &group{client: s.client, caller: s.caller, cluster: s.cluster}
+	var tags []string // of the prefixes that have one
+	var locals []retryafter.Layer
+	for _, l := range layers {
+		st, ok := l.Limiter.(*Store)
+		if !ok || !sameClient(st.client, s.client) || st.caller != s.caller {
+			return nil, false
+		}
+		if st.inf {
+			g.inf = append(g.inf, retryafter.Decision{Allowed: true, Limit: st.burst, Remaining: st.burst})
+			continue
+		}
+		if tag, ok := hashTag(st.prefix); ok {
+			tags = append(tags, tag)
+		}
+		var tolerance any = 0
+		if g.caller {
+			tolerance = st.tolerance
+		}
+		g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, interval: st.args[0], burst: st.args[1], tolerance: tolerance})
+		if g.timeout == nil || st.timeout < g.timeout.timeout {
+			g.timeout = st
+		}
+		if st.local != nil {
+			locals = append(locals, retryafter.Layer{Limiter: st.local, Key: l.Key, Deferred: l.Deferred})
+		}
+	}
+	// Keys of one layer are in one slot whatever their prefix; those of several, only when
+	// every prefix has the same hash tag.
+	if n := len(g.layers); n > 1 && !s.oneServer {
+		if len(tags) < n {
+			return nil, false
+		}
+		for _, tag := range tags[1:] {
+			if tag != tags[0] {
+				return nil, false
+			}
+		}
+	}
+	if len(g.layers) > 0 && len(locals) == len(g.layers) {
+		g.local, _ = locals[0].Limiter.(retryafter.Combiner).Combine(locals)
+	}
+	return g, true
+}
+
+// sameClient reports whether a and b are the same client.
+func sameClient(a, b redis.Scripter) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Type() == vb.Type() && va.Comparable() && vb.Comparable() && a == b
+}
+
+// hashTag returns the hash tag that prefix gives every key it begins, as Redis Cluster reads a
+// key: the text between its first "{" and the first "}" after it, if there is any. ok is false
+// when the tag of a key would depend on more than the prefix.
+func hashTag(prefix string) (tag string, ok bool) {
+	i := strings.IndexByte(prefix, '{')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.IndexByte(prefix[i+1:], '}')
+	if j <= 0 { // none in the prefix, or "{}": the key, not the prefix, decides
+		return "", false
+	}
+	return prefix[i+1 : i+1+j], true
+}
+
+// A group is the layers of Stores that Combine decides in one round trip.
+type group struct {
+	client  redis.Scripter
+	caller  bool                  // decide at the caller's now (tests)
+	cluster *redis.ClusterClient  // client, when it is one
+	layers  []layer               // the layers that ask Redis, in order
+	inf     []retryafter.Decision // the Decisions of the layers at rate.Inf
+	timeout *Store                // the Store of the shortest timeout, whose deadlines bound the call
+	local   retryafter.Limiter    // the layers' local fallbacks, combined; nil unless all have one
+}
+
+// A layer is one layer of a group that asks Redis, with its script arguments boxed once.
+type layer struct {
+	store                      *Store
+	key                        func(string) string
+	deferred                   bool
+	interval, burst, tolerance any
+}
+
+// A groupCall is what the round trip of one group decision needs besides the client's own work:
+// its context, the script's keys and its arguments, all held by one allocation, a smallCall for
+// the usual few layers or a largeCall for up to maxLayers.
+type groupCall struct {
+	ctx  *callCtx
+	keys []string
+	args []any
+}
+
+type smallCall struct {
+	ctx  callCtx
+	keys [4]string
+	args [1 + 4*4]any
+}
+
+type largeCall struct {
+	ctx  callCtx
+	keys [maxLayers]string
+	args [1 + 4*maxLayers]any
+}
+
+// Decide implements [retryafter.Limiter] as [Store.Combine] describes.
+func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
+	if cost < 0 {
+		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
+	}
+	n := len(g.layers)
+	if n == 0 {
+		return retryafter.Binding(g.inf...), nil
+	}
+	c := g.newCall(ctx, key, cost, now)
+	lead := g.layers[0].store
+	health := lead.healthOf(c.ctx, c.keys[0])
+	if err := health.admit(); err != nil {
+		return g.orLocal(ctx, key, cost, now, err)
+	}
+	res, err := allScript.Run(c.ctx, g.client, c.keys, c.args...).Int64Slice()
+	if err == nil && len(res) != 4*n {
+		err = fmt.Errorf("script answered %d values, want %d", len(res), 4*n)
+	}
+	if err != nil {
+		cause := err
+		err, down := lead.failed(ctx, c.ctx, health, cause)
+		if !down {
+			return retryafter.Decision{}, err
+		}
+		for i := 1; i < n; i++ {
+			if h := g.layers[i].store.healthOf(c.ctx, c.keys[i]); h != health {
+				h.failed(cause)
+			}
+		}
+		return g.orLocal(ctx, key, cost, now, err)
+	}
+	health.ok()
+	var ds [maxLayers]retryafter.Decision
+	for i := range n {
+		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.burst)
+		if i > 0 {
+			g.layers[i].store.healthOf(c.ctx, c.keys[i]).ok()
+		}
+	}
+	copy(ds[n:], g.inf)
+	return retryafter.Binding(ds[:n+len(g.inf)]...), nil
+}
+
+// decision returns the Decision of one layer from the four integers the scripts answer for it.
+func decision(res []int64, burst int) retryafter.Decision {
+	d := retryafter.Decision{
+		Allowed:   res[0] == 1,
+		Limit:     burst,
+		Remaining: int(res[2]),
+		Reset:     time.Duration(res[3]) * time.Microsecond,
+	}
+	if !d.Allowed {
+		if res[1] < 0 {
+			d.RetryAfter = rate.InfDuration
+		} else {
+			d.RetryAfter = time.Duration(res[1]) * time.Microsecond
+		}
+	}
+	return d
+}
+
+// newCall prepares the round trip of one group decision, with the deadline of the shortest
+// timeout of its Stores, or ctx's own if sooner.
+func (g *group) newCall(ctx context.Context, key string, cost int, now time.Time) groupCall {
+	var c groupCall
+	if n := len(g.layers); n <= 4 {
+		a := new(smallCall)
+		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+	} else {
+		a := new(largeCall)
+		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+	}
+	s := g.timeout
+	c.ctx.parent = ctx
+	c.ctx.deadline = time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(c.ctx.deadline) {
+		c.ctx.deadline = d
+	}
+	c.ctx.done = s.deadlines.doneBy(c.ctx.deadline)
+	c.args[0] = ""
+	if g.caller {
+		c.args[0] = now.UnixMicro()
+	}
+	var costArg any = cost
+	for i := range g.layers {
+		l := &g.layers[i]
+		k := key
+		if l.key != nil {
+			k = l.key(key)
+		}
+		c.keys[i] = l.store.prefix + k
+		a := c.args[1+4*i : 5+4*i]
+		a[0], a[1], a[2], a[3] = l.interval, l.burst, costArg, l.tolerance
+		if l.deferred {
+			a[2] = 0
+		}
+	}
+	return c
+}
+
+// orLocal returns err, or the decision of the layers' local fallbacks when they all have one.
+func (g *group) orLocal(ctx context.Context, key string, cost int, now time.Time, err error) (retryafter.Decision, error) {
+	if g.local == nil {
+		return retryafter.Decision{}, err
+	}
+	d, err := g.local.Decide(ctx, key, cost, now)
+	if err != nil || len(g.inf) == 0 {
+		return d, err
+	}
+	var ds [maxLayers]retryafter.Decision
+	ds[0] = d
+	copy(ds[1:], g.inf)
+	return retryafter.Binding(ds[:1+len(g.inf)]...), nil
+}

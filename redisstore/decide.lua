@@ -1,0 +1,47 @@
+-- The decision of one request on one key (state.lua comes first and explains the state).
+--
+-- KEYS[1]  the client's key.
+-- ARGV[1]  T, the emission interval: nanoseconds per token (an integer >= 1).
+-- ARGV[2]  burst, the bucket's size in tokens (an integer >= 1).
+-- ARGV[3]  cost, the tokens this request takes (an integer >= 0).
+-- ARGV[4]  optional: the instant to decide at, in Unix microseconds, instead of TIME (tests only).
+-- ARGV[5]  optional: how far back, in nanoseconds, that instant may lie before the clock is
+--          taken to have stepped back (0 if absent).
+--
+-- Returns {allowed (1 or 0), wait in microseconds (-1: never; 0 when allowed),
+--          remaining tokens after the request, microseconds until the bucket is full}.
+
+local key = KEYS[1]
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local horizon = burst * interval
+local now = clock(ARGV[4])
+
+local d, changed = read(key, now, horizon, tonumber(ARGV[5] or 0))
+
+local allowed = 0
+local wait = -1
+if cost <= burst then
+	-- over: how far the request overshoots the bucket, exact as long as d is (see maxd).
+	local over = (d - horizon) + cost * interval
+	if over <= 0 then
+		allowed = 1
+		wait = 0
+		if cost > 0 then
+			d = d + cost * interval
+			changed = true
+		end
+	else
+		wait = divceil(over, 1000)
+	end
+end
+if changed then
+	write(key, now, d, horizon)
+end
+
+local remaining = 0
+if d < horizon then
+	remaining = divfloor(horizon - d, interval)
+end
+return {allowed, wait, remaining, divceil(d, 1000)}
