@@ -69,24 +69,41 @@ type bucketGroup struct {
 
 // layerState is what a bucketGroup's Decide holds for one layer.
 type layerState struct {
-	b    *TokenBucket
-	p    *part
-	key  string
-	cost int
-	lim  *rate.Limiter
-	r    rate.Reservation // a copy, which keeps it off the heap
-	d    Decision
+	b      *TokenBucket
+	p      *part
+	key    string
+	cost   int
+	lim    *rate.Limiter
+	tokens float64 // in the bucket at the instant of the decision, before it
+	need   int     // cost, and the costs of earlier layers on the same bucket
+	d      Decision
 }
 
-// Decide implements [Limiter]: it reserves each layer's cost in its bucket at one instant and,
-// if any reservation is not due then, cancels all of them at that instant, so that the refusal
-// spends nothing in any layer.
+// Decide implements [Limiter] under the locks of every part the layers touch: it reserves each
+// layer's cost at one instant and, if any reservation is not due then, cancels every one of them
+// at that instant, so that the refusal spends nothing in any layer.
 func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	var st [maxLayers]layerState
+	var d Decision
+	g.decide(key, cost, now, &d, true)
+	return d, nil
+}
+
+// decide is Decide for a cost of 0 or more, writing its Decision to d, with the quota only when
+// asked. With it, it looks at each bucket first and spends only once every layer holds its cost
+// (the look gives the quota too); without, it reserves at once, which spends one look a layer
+// on the path that admits, and the middleware calls it so when it writes no rate-limit fields.
+func (g *bucketGroup) decide(key string, cost int, now time.Time, out *Decision, quota bool) {
+	// The state of each layer, on the stack for the usual few: zeroing sixteen of them would
+	// cost as much as deciding two.
 	n := len(g.layers)
+	var few [4]layerState
+	st := few[:]
+	if n > len(few) {
+		st = make([]layerState, n)
+	}
 	for i := range n {
 		l, s := &g.layers[i], &st[i]
 		s.b, s.key, s.cost = g.buckets[i], l.key(key), l.cost(cost)
@@ -128,8 +145,32 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		p.latest = at
 	}
 
-	refused := false
+	admitted := true
+	if !quota {
+		admitted = g.reserve(st[:n], at)
+	} else {
+		admitted = g.look(st[:n], at)
+	}
+	var d Decision
 	for i := range n {
+		d = tighter(d, st[i].d, i == 0)
+	}
+	for _, p := range order[:locked] {
+		p.mu.Unlock()
+	}
+	d.Allowed = admitted
+	lag := at.Sub(now)
+	d.RetryAfter = late(d.RetryAfter, lag)
+	d.Reset = late(d.Reset, lag)
+	*out = d
+}
+
+// look decides the layers of st at at, their parts locked, by looking at each bucket first and
+// spending only once every layer holds its cost; it fills each layer's quota. Layers on the same
+// bucket count together, as if reserved one after the other.
+func (g *bucketGroup) look(st []layerState, at time.Time) bool {
+	admitted := true
+	for i := range st {
 		s := &st[i]
 		if s.p == nil { // rate.Inf
 			s.d = Decision{Allowed: true, Limit: s.b.burst, Remaining: s.b.burst}
@@ -139,41 +180,104 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		if !ok {
 			var wait time.Duration
 			if lim, wait = s.b.add(s.p, s.key, at); lim == nil {
-				refused = true
+				admitted = false
 				s.d = Decision{RetryAfter: wait, Limit: s.b.burst, Reset: wait}
 				continue
 			}
 		}
-		s.lim, s.r = lim, *lim.ReserveN(at, s.cost)
-		if wait := s.r.DelayFrom(at); wait <= slack {
+		s.lim, s.tokens, s.need = lim, lim.TokensAt(at), s.cost
+		for j := range i {
+			if st[j].lim == lim {
+				s.need += st[j].cost
+			}
+		}
+		if !s.b.admits(s.need, s.tokens) {
+			admitted = false
+		}
+	}
+	if admitted {
+		for i := range st {
+			s := &st[i]
+			if s.lim == nil {
+				continue
+			}
+			if !s.lim.AllowN(at, s.cost) {
+				s.lim.ReserveN(at, s.cost) // due within the slack: the bucket lends it
+			}
+			s.d.Allowed = true
+			s.b.fillQuota(&s.d, s.tokens-float64(s.need))
+		}
+	} else {
+		// Each layer's wait is its own reservation's delay; then every reservation is cancelled,
+		// in the reverse order, at the same instant.
+		var rs [maxLayers]rate.Reservation // only on this path: zeroing it costs
+		for i := range st {
+			s := &st[i]
+			if s.lim == nil {
+				continue
+			}
+			rs[i] = *s.lim.ReserveN(at, s.cost)
+			if wait := rs[i].DelayFrom(at); wait <= slack {
+				s.d.Allowed = true
+			} else {
+				if wait != rate.InfDuration {
+					wait -= slack
+				}
+				s.d.RetryAfter = wait
+			}
+		}
+		for i := len(st) - 1; i >= 0; i-- {
+			rs[i].CancelAt(at) // a zero Reservation cancels nothing
+		}
+		for i := range st {
+			if s := &st[i]; s.lim != nil {
+				s.b.fillQuota(&s.d, s.lim.TokensAt(at))
+			}
+		}
+	}
+	return admitted
+}
+
+// reserve decides the layers of st at at, their parts locked, by reserving each layer's cost
+// and, if any reservation is not due, cancelling every one of them at at, in the reverse order.
+// It leaves the quota out: the look that gives it would cost a layer as much again.
+func (g *bucketGroup) reserve(st []layerState, at time.Time) bool {
+	var few [4]rate.Reservation
+	rs := few[:]
+	if len(st) > len(few) {
+		rs = make([]rate.Reservation, len(st))
+	}
+	admitted := true
+	for i := range st {
+		s := &st[i]
+		if s.p == nil { // rate.Inf
+			s.d.Allowed = true
+			continue
+		}
+		lim, ok := s.p.get(s.key)
+		if !ok {
+			var wait time.Duration
+			if lim, wait = s.b.add(s.p, s.key, at); lim == nil {
+				admitted = false
+				s.d.RetryAfter = wait
+				continue
+			}
+		}
+		rs[i] = *lim.ReserveN(at, s.cost)
+		if wait := rs[i].DelayFrom(at); wait <= slack {
 			s.d.Allowed = true
 		} else {
-			refused = true
+			admitted = false
 			if wait != rate.InfDuration {
 				wait -= slack
 			}
 			s.d.RetryAfter = wait
 		}
 	}
-	if refused {
-		for i := n - 1; i >= 0; i-- {
-			st[i].r.CancelAt(at) // a zero Reservation cancels nothing
+	if !admitted {
+		for i := len(st) - 1; i >= 0; i-- {
+			rs[i].CancelAt(at) // a zero Reservation cancels nothing
 		}
 	}
-	var d Decision
-	for i := range n {
-		s := &st[i]
-		if s.lim != nil {
-			s.b.fillQuota(&s.d, s.lim.TokensAt(at))
-		}
-		d = tighter(d, s.d, i == 0)
-	}
-	for _, p := range order[:locked] {
-		p.mu.Unlock()
-	}
-	d.Allowed = !refused
-	lag := at.Sub(now)
-	d.RetryAfter = late(d.RetryAfter, lag)
-	d.Reset = late(d.Reset, lag)
-	return d, nil
+	return admitted
 }

@@ -80,6 +80,7 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 type Middleware struct {
 	limiter       Limiter
 	bucket        *TokenBucket // limiter, when it is one: called directly, which is faster
+	group         *bucketGroup // limiter, when it is an All of TokenBuckets: likewise
 	after         afterCharger // limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
@@ -96,6 +97,9 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	c := newConfig(opts)
 	m := &Middleware{limiter: l, c: c}
 	m.bucket, _ = l.(*TokenBucket)
+	if a, ok := l.(*all); ok {
+		m.group, _ = a.one.(*bucketGroup)
+	}
 	if a, ok := l.(afterCharger); ok && a.deferred() {
 		m.after = a
 	}
@@ -188,6 +192,8 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Tim
 	var err error
 	if m.bucket != nil {
 		m.bucket.decide(key, cost, now, &d, m.fields.set != 0)
+	} else if m.group != nil {
+		m.group.decide(key, cost, now, &d, m.fields.set != 0)
 	} else if d, err = m.limiter.Decide(r.Context(), key, cost, now); err != nil {
 		if r.Context().Err() != nil {
 			// The request itself ended (the client hung up, a deadline passed): the store

@@ -195,6 +195,9 @@ func (b *TokenBucket) fillQuota(d *Decision, tokens float64) {
 // tokens: x/time/rate's reservation is due at once, or within the slack, computed as
 // x/time/rate computes it.
 func (b *TokenBucket) admits(n int, tokens float64) bool {
+	if n > b.burst {
+		return false
+	}
 	left := tokens - float64(n)
 	if left >= 0 {
 		return true
