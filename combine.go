@@ -19,11 +19,12 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 	if cost == 0 || b.limit == rate.Inf {
 		return nil
 	}
-	p := &b.parts[maphash.String(b.seed, key)%shardCount]
+	h := maphash.String(b.seed, key)
+	p := &b.parts[h%shardCount]
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	at := p.at(now)
-	lim, ok := p.get(key)
+	lim, ok := p.get(h, key)
 	if !ok {
 		if cost < 0 {
 			return nil // a key not held has a full bucket: nothing to give back
@@ -71,6 +72,7 @@ type bucketGroup struct {
 type layerState struct {
 	b      *TokenBucket
 	p      *part
+	h      uint64 // the key's hash
 	key    string
 	cost   int
 	lim    *rate.Limiter
@@ -108,7 +110,8 @@ func (g *bucketGroup) decide(key string, cost int, now time.Time, out *Decision,
 		l, s := &g.layers[i], &st[i]
 		s.b, s.key, s.cost = g.buckets[i], l.key(key), l.cost(cost)
 		if s.b.limit != rate.Inf {
-			s.p = &s.b.parts[maphash.String(s.b.seed, s.key)%shardCount]
+			s.h = maphash.String(s.b.seed, s.key)
+			s.p = &s.b.parts[s.h%shardCount]
 		}
 	}
 	// Lock each part once, in the order of their addresses, which every Decide shares, so that
@@ -176,7 +179,7 @@ func (g *bucketGroup) look(st []layerState, at time.Time) bool {
 			s.d = Decision{Allowed: true, Limit: s.b.burst, Remaining: s.b.burst}
 			continue
 		}
-		lim, ok := s.p.get(s.key)
+		lim, ok := s.p.get(s.h, s.key)
 		if !ok {
 			var wait time.Duration
 			if lim, wait = s.b.add(s.p, s.key, at); lim == nil {
@@ -254,7 +257,7 @@ func (g *bucketGroup) reserve(st []layerState, at time.Time) bool {
 			s.d.Allowed = true
 			continue
 		}
-		lim, ok := s.p.get(s.key)
+		lim, ok := s.p.get(s.h, s.key)
 		if !ok {
 			var wait time.Duration
 			if lim, wait = s.b.add(s.p, s.key, at); lim == nil {

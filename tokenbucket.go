@@ -114,7 +114,8 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 		}
 		return
 	}
-	p := &b.parts[maphash.String(b.seed, key)%shardCount]
+	h := maphash.String(b.seed, key)
+	p := &b.parts[h%shardCount]
 	// Unlocked by hand rather than deferred, which costs the hot path: no code of a user's runs
 	// under the lock, only map and heap operations and methods of rate.Limiter, which do not
 	// panic.
@@ -125,7 +126,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 	// its rate. So each part decides at the latest instant it has seen, and the waits it
 	// reports are stretched by the lag, to stay exact from the caller's now.
 	at := p.at(now)
-	lim, ok := p.get(key)
+	lim, ok := p.get(h, key)
 	if !ok {
 		var wait time.Duration
 		if lim, wait = b.add(p, key, at); lim == nil {
