@@ -151,7 +151,7 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 		p.heapify()
 	}
 	ns := now.UnixNano()
-	for p.used+need > b.budget {
+	for p.used+need-p.spare() > b.budget {
 		top := &p.due[0] // not empty: the keys held use the bytes
 		if top.at > ns {
 			p.full = time.Unix(0, top.at)
@@ -178,19 +178,30 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 	return 0
 }
 
-// fullAt returns the instant, in Unix nanoseconds, from which lim's bucket is full (within
-// slack), if it spends nothing more: now or earlier when it is full already, the largest int64
-// when it never will be.
+// fullAt returns the instant, in Unix nanoseconds, from which lim's bucket may be full if it
+// spends nothing more: now or earlier when it is full already, the largest int64 when it never
+// will be. Full means the whole burst, not within the slack: a bucket dropped then is handed to
+// a new key, and must be the same as a new one.
 func (b *TokenBucket) fullAt(lim *rate.Limiter, now time.Time) int64 {
-	refill := b.refill(float64(b.burst) - lim.TokensAt(now))
+	tokens := lim.TokensAt(now)
 	ns := now.UnixNano()
-	switch {
-	case refill <= slack:
+	if tokens >= float64(b.burst) {
 		return ns
-	case refill >= rate.InfDuration || int64(refill) >= math.MaxInt64-ns:
+	}
+	refill := b.refill(float64(b.burst) - tokens)
+	if refill >= rate.InfDuration || int64(refill) >= math.MaxInt64-ns {
 		return math.MaxInt64
 	}
-	return ns + int64(refill-slack)
+	return ns + max(int64(refill), 1) // at least a nanosecond on: refill is truncated
+}
+
+// spare returns the bytes counted for the bucket a new key of p would take from its spares: that
+// room is the new key's.
+func (p *part) spare() int {
+	if len(p.free) > 0 {
+		return bucketBytes
+	}
+	return 0
 }
 
 // The heap of a part, by hand: container/heap would box every element.

@@ -2,6 +2,7 @@ package retryafter
 
 import (
 	"context"
+	"hash/maphash"
 	"strconv"
 	"testing"
 	"time"
@@ -50,4 +51,37 @@ func boundFor(held int, atBound bool) TokenBucketOption {
 		return WithMaxMemory(held * cost("held-100000"))
 	}
 	return WithMaxMemory(1 << 32)
+}
+
+// TestLastKeyForgottenWhenDropped drops a key that its part remembers, and hands its bucket to a
+// new key of the same part: the dropped key must not reach that bucket through the part's memory.
+func TestLastKeyForgottenWhenDropped(t *testing.T) {
+	b := NewTokenBucket(1, 5, WithMaxMemory(shardCount*2*cost("key-00000")))
+	inPart := func(key string) int { return int(maphash.String(b.seed, key) % shardCount) }
+	a := "key-00000"
+	var x, n string
+	for i := 1; n == ""; i++ {
+		k := "key-" + strconv.Itoa(10000+i)
+		if inPart(k) != inPart(a) {
+			continue
+		}
+		if x == "" {
+			x = k
+		} else {
+			n = k
+		}
+	}
+	ctx := context.Background()
+	b.Decide(ctx, a, 1, t0)
+	b.Decide(ctx, a, 1, t0) // twice in a row: the part remembers a
+	b.Decide(ctx, x, 5, t0.Add(2*time.Second))
+	// At 10 s, a is full again and x is not: n takes a's place, and its bucket, and spends one.
+	if d, _ := b.Decide(ctx, n, 1, t0.Add(3*time.Second)); !d.Allowed {
+		t.Fatalf("the new key was refused: %+v", d)
+	}
+	// a is new again; the part is full of keys that are not: a is refused, not admitted from n's
+	// bucket.
+	if d, _ := b.Decide(ctx, a, 1, t0.Add(3*time.Second)); d.Allowed {
+		t.Fatalf("the dropped key was admitted from the bucket handed to another: %+v", d)
+	}
 }
