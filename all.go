@@ -111,10 +111,11 @@ func All(limiters ...Limiter) Limiter {
 		panic("retryafter: All of more than 16 layers")
 	}
 	a := &all{layers: layers}
-	for i := 0; i < len(layers); {
-		n, g := combine(layers[i:])
-		a.groups = append(a.groups, group{Limiter: g, layers: layers[i : i+n]})
-		i += n
+	grouped := make([]bool, len(layers))
+	for i := range layers {
+		if !grouped[i] {
+			a.groups = append(a.groups, combine(layers, i, grouped))
+		}
 	}
 	if len(a.groups) == 1 && a.groups[0].Limiter != nil {
 		a.one = a.groups[0].Limiter
@@ -149,25 +150,35 @@ func appendLayers(layers []Layer, l Limiter) []Layer {
 	return append(layers, Layer{Limiter: l})
 }
 
-// combine returns how many of the layers, from the first, the first one's kind decides in one
-// step, and the Limiter that does: the largest run that its Combine takes, or the first layer
-// alone (a nil Limiter: decided by its own Limiter, with its key and cost).
-func combine(layers []Layer) (int, Limiter) {
-	c, ok := layers[0].Limiter.(Combiner)
+// combine returns the group of layers that layers[i]'s kind decides in one step, wherever they
+// stand in layers, and marks them grouped: the most of them, in order, that its Combine takes,
+// or layers[i] alone (a nil Limiter: decided by its own Limiter, with its key and cost).
+func combine(layers []Layer, i int, grouped []bool) group {
+	grouped[i] = true
+	c, ok := layers[i].Limiter.(Combiner)
 	if !ok {
-		return 1, nil
+		return group{layers: layers[i : i+1]}
 	}
-	kind := reflect.TypeOf(layers[0].Limiter)
-	n := 1
-	for n < len(layers) && reflect.TypeOf(layers[n].Limiter) == kind {
-		n++
-	}
-	for ; n >= 1; n-- {
-		if l, ok := c.Combine(layers[:n]); ok {
-			return n, l
+	kind := reflect.TypeOf(layers[i].Limiter)
+	var same []int // the ungrouped layers of the same kind, layers[i] first
+	for j := i; j < len(layers); j++ {
+		if (j == i || !grouped[j]) && reflect.TypeOf(layers[j].Limiter) == kind {
+			same = append(same, j)
 		}
 	}
-	return 1, nil
+	for n := len(same); n >= 1; n-- {
+		g := make([]Layer, n)
+		for k, j := range same[:n] {
+			g[k] = layers[j]
+		}
+		if l, ok := c.Combine(g); ok {
+			for _, j := range same[:n] {
+				grouped[j] = true
+			}
+			return group{Limiter: l, layers: g}
+		}
+	}
+	return group{layers: layers[i : i+1]}
 }
 
 // all is the Limiter that All returns.

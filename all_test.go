@@ -491,3 +491,16 @@ func TestPeek(t *testing.T) {
 		t.Fatal("the peeks spent quota")
 	}
 }
+
+// TestAllGroupsByKind checks that the TokenBuckets of an All are decided in one step wherever
+// they stand among the layers, with the layers of other kinds after one another.
+func TestAllGroupsByKind(t *testing.T) {
+	a := All(NewTokenBucket(1, 1), &otherKind{NewTokenBucket(1, 1)}, Shared(NewTokenBucket(1, 1), "s"),
+		&otherKind{NewTokenBucket(1, 1)}).(*all)
+	if len(a.groups) != 3 || a.groups[0].Limiter == nil || len(a.groups[0].layers) != 2 {
+		t.Fatalf("groups %+v, want the two buckets in one, then each of the others", a.groups)
+	}
+	if d, err := a.Decide(context.Background(), "k", 1, t0); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+}
