@@ -235,6 +235,11 @@ func TestDecideAllocations(t *testing.T) {
 // store decides again within a probe interval, a margin, and, after a restart, the second that
 // go-redis's pool waits between dials once its dials have failed. Run with -v for the figures.
 func TestOutageLatency(t *testing.T) {
+	if testing.Short() {
+		// It reaches no code that TestFailFast, TestTimeout and TestOutage do not, so the
+		// mutation run (TESTING.md) skips its seconds of outages.
+		t.Skip("-short: three real outages of 1.5 s each")
+	}
 	const (
 		timeout  = 150 * time.Millisecond
 		interval = 500 * time.Millisecond
