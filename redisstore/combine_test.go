@@ -366,6 +366,7 @@ func TestCombineTakes(t *testing.T) {
 		{"two clients of one server", []retryafter.Layer{a, store(other, "b:")}, false},
 		{"two clocks", []retryafter.Layer{a, store(client, "b:", withCallerClock())}, false},
 		{"a TokenBucket", []retryafter.Layer{a, {Limiter: retryafter.NewTokenBucket(1, 1)}}, false},
+		{"16 layers", slices.Repeat([]retryafter.Layer{a}, 16), true}, // as many as All decides
 		{"17 layers", slices.Repeat([]retryafter.Layer{a}, 17), false},
 		{"cluster, no tag", []retryafter.Layer{store(cluster, "a:"), store(cluster, "b:")}, false},
 		{"cluster, one layer", []retryafter.Layer{store(cluster, "a:")}, true},
@@ -452,6 +453,40 @@ func TestAllMixed(t *testing.T) {
 			t.Fatal("the bucket kept what it spent on a request Redis could not decide")
 		}
 	})
+}
+
+// TestAllInf decides random requests through an All of Stores at rate.Inf around a Store of a
+// finite rate, in one script: the Stores at rate.Inf ask Redis nothing and never bind, so every
+// Decision is the finite Store's, that of a twin of it on another prefix given the same
+// requests.
+func TestAllInf(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	p := testPrefix(t)
+	store := func(name string, limit rate.Limit, burst int) *Store {
+		return New(client, limit, burst, WithPrefix(p+name), WithTimeout(testTimeout), withInjectedClock())
+	}
+	finite, twin := store("finite:", 3, 4), store("twin:", 3, 4)
+	all := retryafter.All(store("a:", rate.Inf, 2), finite, retryafter.Shared(store("b:", rate.Inf, 9), "all"))
+	if _, ok := finite.Combine([]retryafter.Layer{{Limiter: store("a:", rate.Inf, 2)}, {Limiter: finite}}); !ok {
+		t.Fatal("the Stores do not combine")
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	now := t0
+	refused := 0
+	for range 200 {
+		now = now.Add(time.Duration(rng.Int64N(int64(time.Second))) / time.Microsecond * time.Microsecond)
+		cost := rng.IntN(6)
+		got, err := all.Decide(context.Background(), "k", cost, now)
+		if want := decide(t, twin, "k", cost, now); err != nil || got != want {
+			t.Fatalf("cost %d at %v: %+v, %v; the finite Store alone: %+v", cost, now.Sub(t0), got, err, want)
+		}
+		if !got.Allowed {
+			refused++
+		}
+	}
+	if refused < 20 {
+		t.Fatalf("only %d refusals", refused)
+	}
 }
 
 // TestAllCrossSlot measures, on a real cluster, what Combine's rule guards against: the script
