@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -83,11 +85,17 @@ func frozen(ctx context.Context) *redis.Cmd {
 
 // TestTimeout checks, on testing/synctest's clock, that a decision against a server that never
 // answers returns an error wrapping ErrUnavailable at the store's timeout, at most one step of
-// the shared deadlines later (see stepFor), whatever the caller's context: none, one cancelled
-// while the call waits, one cancelled before it. A caller's deadline sooner than the timeout
-// ends the call at that deadline instead, and is the caller's own end, not Redis's failure.
+// the shared deadlines later (a sixteenth of the timeout, within [1 ms, 10 ms]), whatever the
+// caller's context: none, one cancelled while the call waits, one cancelled before it. A
+// caller's deadline sooner than the timeout ends the call at that deadline instead, and is the
+// caller's own end, not Redis's failure.
 func TestTimeout(t *testing.T) {
-	for _, timeout := range []time.Duration{time.Millisecond, 150 * time.Millisecond, 10 * time.Second} {
+	for _, c := range []struct{ timeout, step time.Duration }{
+		{time.Millisecond, time.Millisecond},
+		{150 * time.Millisecond, 9375 * time.Microsecond},
+		{10 * time.Second, 10 * time.Millisecond},
+	} {
+		timeout, step := c.timeout, c.step
 		synctest.Test(t, func(t *testing.T) {
 			fake := &fakeRedis{answer: frozen}
 			s := New(fake, 1, 10, WithTimeout(timeout), WithProbeInterval(time.Nanosecond))
@@ -101,7 +109,6 @@ func TestTimeout(t *testing.T) {
 				time.Sleep(time.Nanosecond) // the next call is a probe
 				return err
 			}
-			step := stepFor(timeout)
 			if err := within(context.Background(), timeout, timeout+step); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("error %v, want one wrapping ErrUnavailable and the deadline", err)
 			}
@@ -441,7 +448,8 @@ func TestAllFailFast(t *testing.T) {
 
 // TestAllAllocations checks an All of two Stores' own allocations around its one round trip,
 // with a client that allocates nothing: one for the call, one per prefixed key, plus go-redis's
-// slice of the answer.
+// slice of the answer; and that the call of an All of four layers, the most a small one holds,
+// is not one sized for sixteen.
 func TestAllAllocations(t *testing.T) {
 	cmd := redis.NewCmdResult([]any{int64(1), int64(0), int64(9), int64(1000), int64(1), int64(0), int64(9), int64(1000)}, nil)
 	fake := &fakeRedis{answer: func(context.Context) *redis.Cmd { return cmd }}
@@ -450,5 +458,29 @@ func TestAllAllocations(t *testing.T) {
 	now := time.Now()
 	if n := testing.AllocsPerRun(1000, func() { all.Decide(ctx, "k", 1, now) }); n > 3+1 {
 		t.Fatalf("%v allocations per decision, want at most 3 and go-redis's 1", n)
+	}
+
+	answer4 := redis.NewCmdResult(slices.Repeat([]any{int64(1), int64(0), int64(9), int64(1000)}, 4), nil)
+	fake4 := &fakeRedis{answer: func(context.Context) *redis.Cmd { return answer4 }}
+	var layers []retryafter.Limiter
+	for _, p := range []string{"{x}a:", "{x}b:", "{x}c:", "{x}d:"} {
+		layers = append(layers, New(fake4, 1, 10, WithPrefix(p)))
+	}
+	four := retryafter.All(layers...)
+	if d, err := four.Decide(ctx, "k", 1, now); err != nil || !d.Allowed {
+		t.Fatalf("four layers: %+v, %v", d, err)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const n = 1000
+	for range n {
+		four.Decide(ctx, "k", 1, now)
+	}
+	runtime.ReadMemStats(&after)
+	if bytes, large := (after.TotalAlloc-before.TotalAlloc)/n, uint64(unsafe.Sizeof(largeCall{})); bytes >= large {
+		t.Fatalf("%d bytes allocated per decision of four layers, not below the %d of a call sized for %d", bytes, large, maxLayers)
+	} else {
+		t.Logf("%d bytes allocated per decision of four layers; a call sized for %d takes %d", bytes, maxLayers, large)
 	}
 }
