@@ -337,9 +337,9 @@ func TestExpiresWhenFresh(t *testing.T) {
 }
 
 // TestZeroCost checks that a request of cost 0 is a peek: it writes nothing to Redis, neither
-// the state nor its expiry, reports the key's quota, and is admitted unless the key owes more
-// than its bucket holds; and that a negative cost is an error wrapping
-// retryafter.ErrNegativeCost that spends nothing.
+// the state nor its expiry (nor the instant of the last charge that a key in debt keeps),
+// reports the key's quota, and is admitted unless the key owes more than its bucket holds; and
+// that a negative cost is an error wrapping retryafter.ErrNegativeCost that spends nothing.
 func TestZeroCost(t *testing.T) {
 	client := newClient(t, sharedAddr(t))
 	ctx := context.Background()
@@ -404,6 +404,34 @@ func TestZeroCost(t *testing.T) {
 		_, err := s.Decide(ctx, "k", -1, t0)
 		if !errors.Is(err, retryafter.ErrNegativeCost) || !strings.HasPrefix(err.Error(), "redisstore: ") {
 			t.Fatalf("negative cost: error %v, want one starting \"redisstore: \" and wrapping retryafter.ErrNegativeCost", err)
+		}
+	})
+
+	t.Run("caller clock", func(t *testing.T) {
+		// The keys expire as the store sets them, by the instant it decides at: a write at a
+		// later instant would set a sooner expiry, and put that instant in the state of a key
+		// in debt in place of the charge's, from which a clock that steps back is repaired.
+		prefix := testPrefix(t)
+		s := New(client, rate.Every(time.Minute), 2, WithPrefix(prefix), WithTimeout(testTimeout), withCallerClock())
+		decide(t, s, "k", 1, t0)
+		charge(t, s, "debt", 5, t0) // 3 tokens of debt
+		var state, expiry [2]any
+		for i, k := range []string{"k", "debt"} {
+			state[i], expiry[i] = client.Get(ctx, prefix+k).Val(), client.PExpireTime(ctx, prefix+k).Val()
+		}
+		for i := range 3 {
+			at := t0.Add(time.Duration(i) * 10 * time.Second)
+			if d := decide(t, s, "k", 0, at); !d.Allowed || d.Remaining != 1 {
+				t.Fatalf("a peek %v after a token was spent: %+v, want admitted with 1 left", at.Sub(t0), d)
+			}
+			if d := decide(t, s, "debt", 0, at); d.Allowed || d.RetryAfter != 3*time.Minute-at.Sub(t0) {
+				t.Fatalf("a peek %v after a debt of 3m: %+v, want refused for the rest", at.Sub(t0), d)
+			}
+		}
+		for i, k := range []string{"k", "debt"} {
+			if st, ex := client.Get(ctx, prefix+k).Val(), client.PExpireTime(ctx, prefix+k).Val(); st != state[i] || ex != expiry[i] {
+				t.Fatalf("%s: state %q expiring at %v after peeks, was %q at %v (PEXPIRETIME)", k, st, ex, state[i], expiry[i])
+			}
 		}
 	})
 }
