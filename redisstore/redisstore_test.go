@@ -141,6 +141,53 @@ func TestRetryAfterIsExact(t *testing.T) {
 	}
 }
 
+// TestResetIsExact checks on an injected clock, for random costs and arrivals, that Reset is
+// exact to the microsecond, for a Store and for an All of it (decided by the script of several
+// layers): once Reset has passed the key may spend its whole burst, and a microsecond earlier
+// it may not. So Reset is rounded up to the microsecond, never down.
+func TestResetIsExact(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	for _, c := range configs {
+		for _, all := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/%d/all=%v", c.limit, c.burst, all), func(t *testing.T) {
+				store := New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+				var l retryafter.Limiter = store
+				if all {
+					l = retryafter.All(store)
+				}
+				rng := rand.New(rand.NewPCG(7, uint64(c.burst)))
+				interval := time.Duration(float64(time.Second) / float64(c.limit))
+				now := t0
+				checked := 0
+				for range 100 {
+					now = now.Add(time.Duration(rng.Int64N(int64(interval)+1)) / time.Microsecond * time.Microsecond)
+					d, err := l.Decide(context.Background(), "k", rng.IntN(c.burst+1), now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Reset <= 0 {
+						continue
+					}
+					if d.Reset%time.Microsecond != 0 {
+						t.Fatalf("Reset %v is not whole microseconds", d.Reset)
+					}
+					if e := decide(t, store, "k", c.burst, now.Add(d.Reset-time.Microsecond)); e.Allowed {
+						t.Fatalf("the whole burst admitted a microsecond before Reset %v", d.Reset)
+					}
+					now = now.Add(d.Reset)
+					if e := decide(t, store, "k", c.burst, now); !e.Allowed {
+						t.Fatalf("the whole burst refused at Reset %v: %+v", d.Reset, e)
+					}
+					checked++
+				}
+				if checked < 50 {
+					t.Fatalf("only %d Resets checked", checked)
+				}
+			})
+		}
+	}
+}
+
 // TestRoundTrip sends requests through the middleware on an injected clock: every 429 carries
 // a Date of now and a Retry-After in whole seconds; waiting exactly that long gets the request
 // through, and waiting a second less does not.
