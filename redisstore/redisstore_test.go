@@ -693,30 +693,82 @@ func TestClockStepsBack(t *testing.T) {
 		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
 	} {
 		for _, step := range mode.steps {
-			t.Run(fmt.Sprintf("%s/%v", mode.name, step), func(t *testing.T) {
-				s := New(client, rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, mode.opts...)...)
-				if d := decide(t, s, "k", burst, t0); !d.Allowed {
-					t.Fatalf("the burst: %+v", d)
-				}
-				at := t0.Add(-step)
-				ref := retryafter.NewTokenBucket(rate.Every(every), burst)
-				ref.Decide(context.Background(), "k", burst, at)
-				rng := rand.New(rand.NewPCG(6, uint64(step)))
-				admitted := 0
-				for now := at; now.Before(at.Add(10 * time.Minute)); now = now.Add(time.Duration(rng.Int64N(int64(2*every))) / time.Microsecond * time.Microsecond) {
-					cost := rng.IntN(3)
-					got := decide(t, s, "k", cost, now)
-					want, _ := ref.Decide(context.Background(), "k", cost, now)
-					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
-						(got.RetryAfter-want.RetryAfter).Abs() > 2*time.Microsecond || (got.Reset-want.Reset).Abs() > 2*time.Microsecond {
-						t.Fatalf("at step + %v, cost %d: %+v, a bucket emptied at the step %+v", now.Sub(at), cost, got, want)
-					}
-					if got.Allowed {
-						admitted += cost
-					}
-				}
-				t.Logf("step back %v: %d tokens admitted in ten minutes", step, admitted)
-			})
+			for _, all := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%v/all=%v", mode.name, step, all), func(t *testing.T) {
+					stepsBack(t, client, every, burst, step, all, mode.opts)
+				})
+			}
 		}
 	}
+}
+
+// stepsBack is one case of TestClockStepsBack: a step back by step after a store of every and
+// burst with opts spent its burst, and ten minutes of decisions after it, by the store or by an
+// All of it (decided by the script of several layers).
+func stepsBack(t *testing.T, client *redis.Client, every time.Duration, burst int, step time.Duration, all bool, opts []Option) {
+	s := New(client, rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, opts...)...)
+	var l retryafter.Limiter = s
+	if all {
+		l = retryafter.All(s)
+	}
+	if d := decide(t, s, "k", burst, t0); !d.Allowed {
+		t.Fatalf("the burst: %+v", d)
+	}
+	at := t0.Add(-step)
+	ref := retryafter.NewTokenBucket(rate.Every(every), burst)
+	ref.Decide(context.Background(), "k", burst, at)
+	rng := rand.New(rand.NewPCG(6, uint64(step)))
+	admitted := 0
+	for now := at; now.Before(at.Add(10 * time.Minute)); now = now.Add(time.Duration(rng.Int64N(int64(2*every))) / time.Microsecond * time.Microsecond) {
+		cost := rng.IntN(3)
+		got, err := l.Decide(context.Background(), "k", cost, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := ref.Decide(context.Background(), "k", cost, now)
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
+			(got.RetryAfter-want.RetryAfter).Abs() > 2*time.Microsecond || (got.Reset-want.Reset).Abs() > 2*time.Microsecond {
+			t.Fatalf("at step + %v, cost %d: %+v, a bucket emptied at the step %+v", now.Sub(at), cost, got, want)
+		}
+		if got.Allowed {
+			admitted += cost
+		}
+	}
+	t.Logf("step back %v: %d tokens admitted in ten minutes", step, admitted)
+}
+
+// TestStepTolerance checks the edge of the caller's clock's tolerance, for a key in debt and one
+// not: an instant exactly one refill of the burst before the key's last write arrived out of
+// order, and is decided as it is; one a microsecond earlier is a clock that stepped back, and
+// the key is repaired.
+func TestStepTolerance(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const (
+		every = time.Second
+		burst = 5
+	)
+	horizon := burst * every
+	t.Run("not in debt", func(t *testing.T) {
+		s := New(client, rate.Every(every), burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+		decide(t, s, "k", burst, t0)
+		// At t0 - horizon the bucket spent at t0 owes a second burst: not repaired.
+		if d := decide(t, s, "k", 1, t0.Add(-horizon)); d.Allowed || d.RetryAfter != horizon+every {
+			t.Fatalf("exactly a refill back: %+v, want refused for %v", d, horizon+every)
+		}
+		// A microsecond earlier: repaired to a bucket emptied then.
+		if d := decide(t, s, "k", 1, t0.Add(-horizon-time.Microsecond)); d.Allowed || d.RetryAfter != every {
+			t.Fatalf("a refill and a microsecond back: %+v, want refused for %v", d, every)
+		}
+	})
+	t.Run("in debt", func(t *testing.T) {
+		s := New(client, rate.Every(every), burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+		charge(t, s, "k", burst+3, t0) // owes 3 s at t0
+		if d := decide(t, s, "k", 0, t0.Add(-horizon)); d.Allowed || d.RetryAfter != horizon+3*every {
+			t.Fatalf("exactly a refill back: %+v, want refused for %v", d, horizon+3*every)
+		}
+		// A microsecond earlier: the debt it had when charged, from then.
+		if d := decide(t, s, "k", 0, t0.Add(-horizon-time.Microsecond)); d.Allowed || d.RetryAfter != 3*every {
+			t.Fatalf("a refill and a microsecond back: %+v, want refused for %v", d, 3*every)
+		}
+	})
 }
