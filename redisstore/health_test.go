@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
 )
@@ -483,4 +485,89 @@ func TestAllAllocations(t *testing.T) {
 	} else {
 		t.Logf("%d bytes allocated per decision of four layers; a call sized for %d takes %d", bytes, maxLayers, large)
 	}
+}
+
+// TestClusterHealthPerMaster takes one master of a Redis Cluster away from a Store, as far as
+// the Store can tell (a hook of the cluster client refuses the scripts on the one key the test
+// uses on that master, as a client does when the master does not answer), and checks that the
+// Store knows that master down, and only it: its key fails at once after the first failure,
+// the keys of the other masters are decided meanwhile, and Down reports the outage.
+func TestClusterHealthPerMaster(t *testing.T) {
+	c := newClusterClient(t, clusterAddrs(t))
+	prefix := testPrefix(t)
+	keys := map[string]string{} // master's address → a key of its slots
+	for i := 0; len(keys) < 3 && i < 1000; i++ {
+		k := fmt.Sprint("k", i)
+		if m := mastersOf(t, c, []string{prefix + k})[0]; keys[m] == "" {
+			keys[m] = k
+		}
+	}
+	if len(keys) != 3 {
+		t.Fatalf("keys on %d masters, want 3", len(keys))
+	}
+	var victim string
+	var others []string
+	for _, k := range keys {
+		if victim == "" {
+			victim = k
+		} else {
+			others = append(others, k)
+		}
+	}
+	var refused atomic.Int64
+	c.AddHook(refuseKey{prefix + victim, &refused})
+	ctx := context.Background()
+	// Down ranges over the masters in an order that each Store draws at random: 20 Stores, so
+	// that it starts at one that is up.
+	for range 20 {
+		s := New(c, rate.Every(time.Minute), 1000, WithPrefix(prefix), WithTimeout(testTimeout), WithProbeInterval(time.Hour))
+		if err := s.Down(); err != nil {
+			t.Fatalf("Down before any failure: %v", err)
+		}
+		for _, k := range others {
+			decide(t, s, k, 1, time.Time{})
+		}
+		first, err := s.Decide(ctx, victim, 1, time.Time{})
+		if !errors.Is(err, ErrUnavailable) || refused.Load() == 0 {
+			t.Fatalf("the key of the master taken away: %+v, %v", first, err)
+		}
+		n := refused.Load()
+		for range 3 {
+			if _, err := s.Decide(ctx, victim, 1, time.Time{}); !errors.Is(err, ErrUnavailable) || refused.Load() != n {
+				t.Fatalf("the key of the master known down: %v after %d round trips, want an error at once", err, refused.Load()-n)
+			}
+			for _, k := range others {
+				if d := decide(t, s, k, 1, time.Time{}); !d.Allowed {
+					t.Fatalf("a key of another master: %+v, want admitted", d)
+				}
+			}
+		}
+		if err := s.Down(); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Down while a master is known down: %v", err)
+		}
+	}
+}
+
+// refuseKey is a hook that refuses, as a client does when nothing listens on the server's
+// port, the scripts whose first key is key, and counts them.
+type refuseKey struct {
+	key   string
+	count *atomic.Int64
+}
+
+func (h refuseKey) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h refuseKey) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 3 && fmt.Sprint(args[3]) == h.key {
+			h.count.Add(1)
+			cmd.SetErr(syscall.ECONNREFUSED)
+			return syscall.ECONNREFUSED
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h refuseKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
