@@ -509,36 +509,50 @@ func TestNewPanics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, fn := range map[string]func(){
-		"nil client": func() { New(nil, 1, 1) },
-		"zero burst": func() { New(client, 1, 0) },
-		"zero rate":  func() { New(client, 0, 1) },
-		"negative":   func() { New(client, -1, 1) },
-		"NaN":        func() { New(client, rate.Limit(math.NaN()), 1) },
-		"too fast":   func() { New(client, 3e9, 1) },
-		"above 1e9":  func() { New(client, 1.5e9, 1) }, // the interval would round to 1 ns
-		"just above": func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) },
-		"too slow":   func() { New(client, rate.Every(time.Hour), 2000) },
-		"nil option": func() { New(client, 1, 1, nil) },
+	// Each panic names what is wrong, the check that caught it.
+	const (
+		nilClient   = "New with a nil client"
+		deadlines   = "ignores context deadlines"
+		burst       = "burst below 1"
+		notPositive = "rate limit not positive"
+		tooFast     = "above 1e9 per second"
+		tooSlow     = "longer than 2^52 ns"
+	)
+	for name, c := range map[string]struct {
+		fn   func()
+		want string
+	}{
+		"nil client": {func() { New(nil, 1, 1) }, nilClient},
+		"zero burst": {func() { New(client, 1, 0) }, burst},
+		"zero rate":  {func() { New(client, 0, 1) }, notPositive},
+		"negative":   {func() { New(client, -1, 1) }, notPositive},
+		"NaN":        {func() { New(client, rate.Limit(math.NaN()), 1) }, notPositive},
+		"too fast":   {func() { New(client, 3e9, 1) }, tooFast},
+		"above 1e9":  {func() { New(client, 1.5e9, 1) }, tooFast}, // the interval would round to 1 ns
+		"just above": {func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) }, tooFast},
+		"too slow":   {func() { New(client, rate.Every(time.Hour), 2000) }, tooSlow},
+		"just over":  {func() { New(client, rate.Every(1<<42), 1<<10+1) }, tooSlow},
+		"nil option": {func() { New(client, 1, 1, nil) }, "nil Option"},
 		// Clients that ignore context deadlines, and so would ignore the store's timeout.
-		"client without context timeouts":  func() { New(plain, 1, 1) },
-		"cluster without context timeouts": func() { New(cluster, 1, 1) },
-		"ring without context timeouts":    func() { New(ring, 1, 1) },
-		"autopipeliner":                    func() { New(pipeliner, 1, 1) },
-		"zero probe interval":              func() { WithProbeInterval(0) },
-		"zero timeout":                     func() { WithTimeout(0) },
+		"client without context timeouts":  {func() { New(plain, 1, 1) }, deadlines},
+		"cluster without context timeouts": {func() { New(cluster, 1, 1) }, deadlines},
+		"ring without context timeouts":    {func() { New(ring, 1, 1) }, deadlines},
+		"autopipeliner":                    {func() { New(pipeliner, 1, 1) }, deadlines},
+		"zero probe interval":              {func() { WithProbeInterval(0) }, "WithProbeInterval not positive"},
+		"zero timeout":                     {func() { WithTimeout(0) }, "WithTimeout not positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
 				r := recover()
-				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "redisstore: ") {
-					t.Fatalf("recovered %v, want a panic starting with \"redisstore: \"", r)
+				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "redisstore: ") || !strings.Contains(s, c.want) {
+					t.Fatalf("recovered %v, want a panic starting with \"redisstore: \" that says %q", r, c.want)
 				}
 			}()
-			fn()
+			c.fn()
 		})
 	}
 	New(client, rate.Every(time.Hour), 1000) // 1000 hours is within 2^52 ns
+	New(client, rate.Every(1<<42), 1<<10)    // exactly 2^52 ns, the longest refill New accepts
 	New(client, 1e9, 1)                      // the fastest rate: 1 ns per token
 }
 
