@@ -551,6 +551,13 @@ func TestAllLocalFallback(t *testing.T) {
 	if _, err := retryafter.All(a, c).Decide(ctx, "k", 1, t0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a layer without a fallback: %v, want an error wrapping ErrUnavailable", err)
 	}
+	// A layer at rate.Inf needs no fallback, and never binds.
+	inf := retryafter.All(New(o, rate.Inf, 7, opts("inf:")...), a)
+	for i := range 6 {
+		if d, err := inf.Decide(ctx, "other", 1, t0); err != nil || d.Allowed != (i < 5) || d.Limit != 5 || d.Remaining != max(0, 4-i) {
+			t.Fatalf("Redis down, a layer at rate.Inf beside a's, request %d: %+v, %v, want the local per-key bucket's answer", i, d, err)
+		}
+	}
 
 	o.down.Store(false)
 	a.health.ok() // Redis is back; TestAllFailFast checks the probe that would find out
