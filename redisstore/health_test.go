@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -168,6 +169,9 @@ func TestFailFast(t *testing.T) {
 		if !errors.Is(first, ErrUnavailable) || !errors.Is(first, syscall.ECONNREFUSED) || fake.calls.Load() != 1 {
 			t.Fatalf("first failure: %v after %d calls, want an error wrapping ErrUnavailable and the cause", first, fake.calls.Load())
 		}
+		if want := "redisstore: Redis is unavailable: " + syscall.ECONNREFUSED.Error(); first.Error() != want {
+			t.Fatalf("the error says %q, want %q", first.Error(), want)
+		}
 		// While down: at once, with the same error, no round trip, until the interval is over.
 		for i := range 1000 {
 			if err := decideErr(); err != first {
@@ -221,6 +225,54 @@ func TestFailFast(t *testing.T) {
 			t.Fatalf("after a caller's deadline: %v, want Redis asked", err)
 		}
 	})
+}
+
+// TestDefaults checks, on testing/synctest's clock, the timeout and the probe interval of a
+// Store built without options: against a server that never answers, a decision fails 100 ms
+// later (and at most a step of its deadlines, 6.25 ms, more); then the decisions fail at once
+// for 500 ms from that failure, when one asks Redis again.
+func TestDefaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := &fakeRedis{answer: frozen}
+		s := New(fake, 1, 10)
+		start := time.Now()
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || time.Since(start) != 100*time.Millisecond+6250*time.Microsecond {
+			t.Fatalf("a frozen server: %v after %v, want an error after 100ms and a step of 6.25ms", err, time.Since(start))
+		}
+		fake.set(refusesConnections)
+		time.Sleep(500*time.Millisecond - time.Nanosecond) // from the failure
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != 1 {
+			t.Fatalf("a nanosecond before the probe interval: %v after %d round trips, want an error at once", err, fake.calls.Load())
+		}
+		time.Sleep(time.Nanosecond)
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != 2 {
+			t.Fatalf("at the probe interval: %v after %d round trips, want Redis asked again", err, fake.calls.Load())
+		}
+	})
+}
+
+// TestMalformedAnswer checks that a script's answer of the wrong length (a proxy, a script of
+// another version) is an error wrapping ErrUnavailable that says what was wanted, not a panic
+// or a Decision read from what is not there, for a Store and for an All of two.
+func TestMalformedAnswer(t *testing.T) {
+	fake := &fakeRedis{answer: func(context.Context) *redis.Cmd {
+		return redis.NewCmdResult([]any{int64(1), int64(0), int64(9)}, nil)
+	}}
+	a := New(fake, 1, 10, WithPrefix("{x}a:"))
+	b := New(fake, 1, 10, WithPrefix("{x}b:"))
+	for name, c := range map[string]struct {
+		l    retryafter.Limiter
+		want string
+	}{
+		"store": {a, "script answered 3 values, want 4"},
+		"All":   {retryafter.All(a, b), "script answered 3 values, want 8"},
+	} {
+		a.health.ok()
+		d, err := c.l.Decide(context.Background(), "k", 1, time.Now())
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), c.want) || d != (retryafter.Decision{}) {
+			t.Fatalf("%s: %+v, %v, want an error wrapping ErrUnavailable that says %q", name, d, err, c.want)
+		}
+	}
 }
 
 // TestDecideAllocations checks the store's own allocations around the round trip, with a client
