@@ -366,6 +366,7 @@ func TestCombineTakes(t *testing.T) {
 		{"two clients of one server", []retryafter.Layer{a, store(other, "b:")}, false},
 		{"two clocks", []retryafter.Layer{a, store(client, "b:", withCallerClock())}, false},
 		{"a TokenBucket", []retryafter.Layer{a, {Limiter: retryafter.NewTokenBucket(1, 1)}}, false},
+		{"16 layers", slices.Repeat([]retryafter.Layer{a}, 16), true}, // as many as All decides
 		{"17 layers", slices.Repeat([]retryafter.Layer{a}, 17), false},
 		{"cluster, no tag", []retryafter.Layer{store(cluster, "a:"), store(cluster, "b:")}, false},
 		{"cluster, one layer", []retryafter.Layer{store(cluster, "a:")}, true},
@@ -454,6 +455,40 @@ func TestAllMixed(t *testing.T) {
 	})
 }
 
+// TestAllInf decides random requests through an All of Stores at rate.Inf around a Store of a
+// finite rate, in one script: the Stores at rate.Inf ask Redis nothing and never bind, so every
+// Decision is the finite Store's, that of a twin of it on another prefix given the same
+// requests.
+func TestAllInf(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	p := testPrefix(t)
+	store := func(name string, limit rate.Limit, burst int) *Store {
+		return New(client, limit, burst, WithPrefix(p+name), WithTimeout(testTimeout), withInjectedClock())
+	}
+	finite, twin := store("finite:", 3, 4), store("twin:", 3, 4)
+	all := retryafter.All(store("a:", rate.Inf, 2), finite, retryafter.Shared(store("b:", rate.Inf, 9), "all"))
+	if _, ok := finite.Combine([]retryafter.Layer{{Limiter: store("a:", rate.Inf, 2)}, {Limiter: finite}}); !ok {
+		t.Fatal("the Stores do not combine")
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	now := t0
+	refused := 0
+	for range 200 {
+		now = now.Add(time.Duration(rng.Int64N(int64(time.Second))) / time.Microsecond * time.Microsecond)
+		cost := rng.IntN(6)
+		got, err := all.Decide(context.Background(), "k", cost, now)
+		if want := decide(t, twin, "k", cost, now); err != nil || got != want {
+			t.Fatalf("cost %d at %v: %+v, %v; the finite Store alone: %+v", cost, now.Sub(t0), got, err, want)
+		}
+		if !got.Allowed {
+			refused++
+		}
+	}
+	if refused < 20 {
+		t.Fatalf("only %d refusals", refused)
+	}
+}
+
 // TestAllCrossSlot measures, on a real cluster, what Combine's rule guards against: the script
 // over keys of two slots is refused (CROSSSLOT), and over keys of one hash tag decided.
 func TestAllCrossSlot(t *testing.T) {
@@ -515,6 +550,13 @@ func TestAllLocalFallback(t *testing.T) {
 	}
 	if _, err := retryafter.All(a, c).Decide(ctx, "k", 1, t0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a layer without a fallback: %v, want an error wrapping ErrUnavailable", err)
+	}
+	// A layer at rate.Inf needs no fallback, and never binds.
+	inf := retryafter.All(New(o, rate.Inf, 7, opts("inf:")...), a)
+	for i := range 6 {
+		if d, err := inf.Decide(ctx, "other", 1, t0); err != nil || d.Allowed != (i < 5) || d.Limit != 5 || d.Remaining != max(0, 4-i) {
+			t.Fatalf("Redis down, a layer at rate.Inf beside a's, request %d: %+v, %v, want the local per-key bucket's answer", i, d, err)
+		}
 	}
 
 	o.down.Store(false)

@@ -3,15 +3,20 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
 )
@@ -83,11 +88,17 @@ func frozen(ctx context.Context) *redis.Cmd {
 
 // TestTimeout checks, on testing/synctest's clock, that a decision against a server that never
 // answers returns an error wrapping ErrUnavailable at the store's timeout, at most one step of
-// the shared deadlines later (see stepFor), whatever the caller's context: none, one cancelled
-// while the call waits, one cancelled before it. A caller's deadline sooner than the timeout
-// ends the call at that deadline instead, and is the caller's own end, not Redis's failure.
+// the shared deadlines later (a sixteenth of the timeout, within [1 ms, 10 ms]), whatever the
+// caller's context: none, one cancelled while the call waits, one cancelled before it. A
+// caller's deadline sooner than the timeout ends the call at that deadline instead, and is the
+// caller's own end, not Redis's failure.
 func TestTimeout(t *testing.T) {
-	for _, timeout := range []time.Duration{time.Millisecond, 150 * time.Millisecond, 10 * time.Second} {
+	for _, c := range []struct{ timeout, step time.Duration }{
+		{time.Millisecond, time.Millisecond},
+		{150 * time.Millisecond, 9375 * time.Microsecond},
+		{10 * time.Second, 10 * time.Millisecond},
+	} {
+		timeout, step := c.timeout, c.step
 		synctest.Test(t, func(t *testing.T) {
 			fake := &fakeRedis{answer: frozen}
 			s := New(fake, 1, 10, WithTimeout(timeout), WithProbeInterval(time.Nanosecond))
@@ -101,7 +112,6 @@ func TestTimeout(t *testing.T) {
 				time.Sleep(time.Nanosecond) // the next call is a probe
 				return err
 			}
-			step := stepFor(timeout)
 			if err := within(context.Background(), timeout, timeout+step); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("error %v, want one wrapping ErrUnavailable and the deadline", err)
 			}
@@ -159,6 +169,9 @@ func TestFailFast(t *testing.T) {
 		if !errors.Is(first, ErrUnavailable) || !errors.Is(first, syscall.ECONNREFUSED) || fake.calls.Load() != 1 {
 			t.Fatalf("first failure: %v after %d calls, want an error wrapping ErrUnavailable and the cause", first, fake.calls.Load())
 		}
+		if want := "redisstore: Redis is unavailable: " + syscall.ECONNREFUSED.Error(); first.Error() != want {
+			t.Fatalf("the error says %q, want %q", first.Error(), want)
+		}
 		// While down: at once, with the same error, no round trip, until the interval is over.
 		for i := range 1000 {
 			if err := decideErr(); err != first {
@@ -214,6 +227,54 @@ func TestFailFast(t *testing.T) {
 	})
 }
 
+// TestDefaults checks, on testing/synctest's clock, the timeout and the probe interval of a
+// Store built without options: against a server that never answers, a decision fails 100 ms
+// later (and at most a step of its deadlines, 6.25 ms, more); then the decisions fail at once
+// for 500 ms from that failure, when one asks Redis again.
+func TestDefaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := &fakeRedis{answer: frozen}
+		s := New(fake, 1, 10)
+		start := time.Now()
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || time.Since(start) != 100*time.Millisecond+6250*time.Microsecond {
+			t.Fatalf("a frozen server: %v after %v, want an error after 100ms and a step of 6.25ms", err, time.Since(start))
+		}
+		fake.set(refusesConnections)
+		time.Sleep(500*time.Millisecond - time.Nanosecond) // from the failure
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != 1 {
+			t.Fatalf("a nanosecond before the probe interval: %v after %d round trips, want an error at once", err, fake.calls.Load())
+		}
+		time.Sleep(time.Nanosecond)
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != 2 {
+			t.Fatalf("at the probe interval: %v after %d round trips, want Redis asked again", err, fake.calls.Load())
+		}
+	})
+}
+
+// TestMalformedAnswer checks that a script's answer of the wrong length (a proxy, a script of
+// another version) is an error wrapping ErrUnavailable that says what was wanted, not a panic
+// or a Decision read from what is not there, for a Store and for an All of two.
+func TestMalformedAnswer(t *testing.T) {
+	fake := &fakeRedis{answer: func(context.Context) *redis.Cmd {
+		return redis.NewCmdResult([]any{int64(1), int64(0), int64(9)}, nil)
+	}}
+	a := New(fake, 1, 10, WithPrefix("{x}a:"))
+	b := New(fake, 1, 10, WithPrefix("{x}b:"))
+	for name, c := range map[string]struct {
+		l    retryafter.Limiter
+		want string
+	}{
+		"store": {a, "script answered 3 values, want 4"},
+		"All":   {retryafter.All(a, b), "script answered 3 values, want 8"},
+	} {
+		a.health.ok()
+		d, err := c.l.Decide(context.Background(), "k", 1, time.Now())
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), c.want) || d != (retryafter.Decision{}) {
+			t.Fatalf("%s: %+v, %v, want an error wrapping ErrUnavailable that says %q", name, d, err, c.want)
+		}
+	}
+}
+
 // TestDecideAllocations checks the store's own allocations around the round trip, with a client
 // that allocates nothing: at most 2 (one for the call, one for the prefixed key), the deadline's
 // channel and timer being shared by the calls of one step, plus the slice that go-redis's
@@ -235,6 +296,11 @@ func TestDecideAllocations(t *testing.T) {
 // store decides again within a probe interval, a margin, and, after a restart, the second that
 // go-redis's pool waits between dials once its dials have failed. Run with -v for the figures.
 func TestOutageLatency(t *testing.T) {
+	if testing.Short() {
+		// It reaches no code that TestFailFast, TestTimeout and TestOutage do not, so the
+		// mutation run (TESTING.md) skips its seconds of outages.
+		t.Skip("-short: three real outages of 1.5 s each")
+	}
 	const (
 		timeout  = 150 * time.Millisecond
 		interval = 500 * time.Millisecond
@@ -436,7 +502,8 @@ func TestAllFailFast(t *testing.T) {
 
 // TestAllAllocations checks an All of two Stores' own allocations around its one round trip,
 // with a client that allocates nothing: one for the call, one per prefixed key, plus go-redis's
-// slice of the answer.
+// slice of the answer; and that the call of an All of four layers, the most a small one holds,
+// is not one sized for sixteen.
 func TestAllAllocations(t *testing.T) {
 	cmd := redis.NewCmdResult([]any{int64(1), int64(0), int64(9), int64(1000), int64(1), int64(0), int64(9), int64(1000)}, nil)
 	fake := &fakeRedis{answer: func(context.Context) *redis.Cmd { return cmd }}
@@ -446,4 +513,113 @@ func TestAllAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { all.Decide(ctx, "k", 1, now) }); n > 3+1 {
 		t.Fatalf("%v allocations per decision, want at most 3 and go-redis's 1", n)
 	}
+
+	answer4 := redis.NewCmdResult(slices.Repeat([]any{int64(1), int64(0), int64(9), int64(1000)}, 4), nil)
+	fake4 := &fakeRedis{answer: func(context.Context) *redis.Cmd { return answer4 }}
+	var layers []retryafter.Limiter
+	for _, p := range []string{"{x}a:", "{x}b:", "{x}c:", "{x}d:"} {
+		layers = append(layers, New(fake4, 1, 10, WithPrefix(p)))
+	}
+	four := retryafter.All(layers...)
+	if d, err := four.Decide(ctx, "k", 1, now); err != nil || !d.Allowed {
+		t.Fatalf("four layers: %+v, %v", d, err)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const n = 1000
+	for range n {
+		four.Decide(ctx, "k", 1, now)
+	}
+	runtime.ReadMemStats(&after)
+	if bytes, large := (after.TotalAlloc-before.TotalAlloc)/n, uint64(unsafe.Sizeof(largeCall{})); bytes >= large {
+		t.Fatalf("%d bytes allocated per decision of four layers, not below the %d of a call sized for %d", bytes, large, maxLayers)
+	} else {
+		t.Logf("%d bytes allocated per decision of four layers; a call sized for %d takes %d", bytes, maxLayers, large)
+	}
+}
+
+// TestClusterHealthPerMaster takes one master of a Redis Cluster away from a Store, as far as
+// the Store can tell (a hook of the cluster client refuses the scripts on the one key the test
+// uses on that master, as a client does when the master does not answer), and checks that the
+// Store knows that master down, and only it: its key fails at once after the first failure,
+// the keys of the other masters are decided meanwhile, and Down reports the outage.
+func TestClusterHealthPerMaster(t *testing.T) {
+	c := newClusterClient(t, clusterAddrs(t))
+	prefix := testPrefix(t)
+	keys := map[string]string{} // master's address → a key of its slots
+	for i := 0; len(keys) < 3 && i < 1000; i++ {
+		k := fmt.Sprint("k", i)
+		if m := mastersOf(t, c, []string{prefix + k})[0]; keys[m] == "" {
+			keys[m] = k
+		}
+	}
+	if len(keys) != 3 {
+		t.Fatalf("keys on %d masters, want 3", len(keys))
+	}
+	var victim string
+	var others []string
+	for _, k := range keys {
+		if victim == "" {
+			victim = k
+		} else {
+			others = append(others, k)
+		}
+	}
+	var refused atomic.Int64
+	c.AddHook(refuseKey{prefix + victim, &refused})
+	ctx := context.Background()
+	// Down ranges over the masters in an order that each Store draws at random: 20 Stores, so
+	// that it starts at one that is up.
+	for range 20 {
+		s := New(c, rate.Every(time.Minute), 1000, WithPrefix(prefix), WithTimeout(testTimeout), WithProbeInterval(time.Hour))
+		if err := s.Down(); err != nil {
+			t.Fatalf("Down before any failure: %v", err)
+		}
+		for _, k := range others {
+			decide(t, s, k, 1, time.Time{})
+		}
+		first, err := s.Decide(ctx, victim, 1, time.Time{})
+		if !errors.Is(err, ErrUnavailable) || refused.Load() == 0 {
+			t.Fatalf("the key of the master taken away: %+v, %v", first, err)
+		}
+		n := refused.Load()
+		for range 3 {
+			if _, err := s.Decide(ctx, victim, 1, time.Time{}); !errors.Is(err, ErrUnavailable) || refused.Load() != n {
+				t.Fatalf("the key of the master known down: %v after %d round trips, want an error at once", err, refused.Load()-n)
+			}
+			for _, k := range others {
+				if d := decide(t, s, k, 1, time.Time{}); !d.Allowed {
+					t.Fatalf("a key of another master: %+v, want admitted", d)
+				}
+			}
+		}
+		if err := s.Down(); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Down while a master is known down: %v", err)
+		}
+	}
+}
+
+// refuseKey is a hook that refuses, as a client does when nothing listens on the server's
+// port, the scripts whose first key is key, and counts them.
+type refuseKey struct {
+	key   string
+	count *atomic.Int64
+}
+
+func (h refuseKey) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h refuseKey) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 3 && fmt.Sprint(args[3]) == h.key {
+			h.count.Add(1)
+			cmd.SetErr(syscall.ECONNREFUSED)
+			return syscall.ECONNREFUSED
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h refuseKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

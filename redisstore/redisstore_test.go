@@ -141,6 +141,53 @@ func TestRetryAfterIsExact(t *testing.T) {
 	}
 }
 
+// TestResetIsExact checks on an injected clock, for random costs and arrivals, that Reset is
+// exact to the microsecond, for a Store and for an All of it (decided by the script of several
+// layers): once Reset has passed the key may spend its whole burst, and a microsecond earlier
+// it may not. So Reset is rounded up to the microsecond, never down.
+func TestResetIsExact(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	for _, c := range configs {
+		for _, all := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/%d/all=%v", c.limit, c.burst, all), func(t *testing.T) {
+				store := New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+				var l retryafter.Limiter = store
+				if all {
+					l = retryafter.All(store)
+				}
+				rng := rand.New(rand.NewPCG(7, uint64(c.burst)))
+				interval := time.Duration(float64(time.Second) / float64(c.limit))
+				now := t0
+				checked := 0
+				for range 100 {
+					now = now.Add(time.Duration(rng.Int64N(int64(interval)+1)) / time.Microsecond * time.Microsecond)
+					d, err := l.Decide(context.Background(), "k", rng.IntN(c.burst+1), now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Reset <= 0 {
+						continue
+					}
+					if d.Reset%time.Microsecond != 0 {
+						t.Fatalf("Reset %v is not whole microseconds", d.Reset)
+					}
+					if e := decide(t, store, "k", c.burst, now.Add(d.Reset-time.Microsecond)); e.Allowed {
+						t.Fatalf("the whole burst admitted a microsecond before Reset %v", d.Reset)
+					}
+					now = now.Add(d.Reset)
+					if e := decide(t, store, "k", c.burst, now); !e.Allowed {
+						t.Fatalf("the whole burst refused at Reset %v: %+v", d.Reset, e)
+					}
+					checked++
+				}
+				if checked < 50 {
+					t.Fatalf("only %d Resets checked", checked)
+				}
+			})
+		}
+	}
+}
+
 // TestRoundTrip sends requests through the middleware on an injected clock: every 429 carries
 // a Date of now and a Retry-After in whole seconds; waiting exactly that long gets the request
 // through, and waiting a second less does not.
@@ -337,9 +384,9 @@ func TestExpiresWhenFresh(t *testing.T) {
 }
 
 // TestZeroCost checks that a request of cost 0 is a peek: it writes nothing to Redis, neither
-// the state nor its expiry, reports the key's quota, and is admitted unless the key owes more
-// than its bucket holds; and that a negative cost is an error wrapping
-// retryafter.ErrNegativeCost that spends nothing.
+// the state nor its expiry (nor the instant of the last charge that a key in debt keeps),
+// reports the key's quota, and is admitted unless the key owes more than its bucket holds; and
+// that a negative cost is an error wrapping retryafter.ErrNegativeCost that spends nothing.
 func TestZeroCost(t *testing.T) {
 	client := newClient(t, sharedAddr(t))
 	ctx := context.Background()
@@ -406,6 +453,34 @@ func TestZeroCost(t *testing.T) {
 			t.Fatalf("negative cost: error %v, want one starting \"redisstore: \" and wrapping retryafter.ErrNegativeCost", err)
 		}
 	})
+
+	t.Run("caller clock", func(t *testing.T) {
+		// The keys expire as the store sets them, by the instant it decides at: a write at a
+		// later instant would set a sooner expiry, and put that instant in the state of a key
+		// in debt in place of the charge's, from which a clock that steps back is repaired.
+		prefix := testPrefix(t)
+		s := New(client, rate.Every(time.Minute), 2, WithPrefix(prefix), WithTimeout(testTimeout), withCallerClock())
+		decide(t, s, "k", 1, t0)
+		charge(t, s, "debt", 5, t0) // 3 tokens of debt
+		var state, expiry [2]any
+		for i, k := range []string{"k", "debt"} {
+			state[i], expiry[i] = client.Get(ctx, prefix+k).Val(), client.PExpireTime(ctx, prefix+k).Val()
+		}
+		for i := range 3 {
+			at := t0.Add(time.Duration(i) * 10 * time.Second)
+			if d := decide(t, s, "k", 0, at); !d.Allowed || d.Remaining != 1 {
+				t.Fatalf("a peek %v after a token was spent: %+v, want admitted with 1 left", at.Sub(t0), d)
+			}
+			if d := decide(t, s, "debt", 0, at); d.Allowed || d.RetryAfter != 3*time.Minute-at.Sub(t0) {
+				t.Fatalf("a peek %v after a debt of 3m: %+v, want refused for the rest", at.Sub(t0), d)
+			}
+		}
+		for i, k := range []string{"k", "debt"} {
+			if st, ex := client.Get(ctx, prefix+k).Val(), client.PExpireTime(ctx, prefix+k).Val(); st != state[i] || ex != expiry[i] {
+				t.Fatalf("%s: state %q expiring at %v after peeks, was %q at %v (PEXPIRETIME)", k, st, ex, state[i], expiry[i])
+			}
+		}
+	})
 }
 
 // TestInf checks that rate.Inf admits without asking Redis (the client here has no server),
@@ -434,36 +509,50 @@ func TestNewPanics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, fn := range map[string]func(){
-		"nil client": func() { New(nil, 1, 1) },
-		"zero burst": func() { New(client, 1, 0) },
-		"zero rate":  func() { New(client, 0, 1) },
-		"negative":   func() { New(client, -1, 1) },
-		"NaN":        func() { New(client, rate.Limit(math.NaN()), 1) },
-		"too fast":   func() { New(client, 3e9, 1) },
-		"above 1e9":  func() { New(client, 1.5e9, 1) }, // the interval would round to 1 ns
-		"just above": func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) },
-		"too slow":   func() { New(client, rate.Every(time.Hour), 2000) },
-		"nil option": func() { New(client, 1, 1, nil) },
+	// Each panic names what is wrong, the check that caught it.
+	const (
+		nilClient   = "New with a nil client"
+		deadlines   = "ignores context deadlines"
+		burst       = "burst below 1"
+		notPositive = "rate limit not positive"
+		tooFast     = "above 1e9 per second"
+		tooSlow     = "longer than 2^52 ns"
+	)
+	for name, c := range map[string]struct {
+		fn   func()
+		want string
+	}{
+		"nil client": {func() { New(nil, 1, 1) }, nilClient},
+		"zero burst": {func() { New(client, 1, 0) }, burst},
+		"zero rate":  {func() { New(client, 0, 1) }, notPositive},
+		"negative":   {func() { New(client, -1, 1) }, notPositive},
+		"NaN":        {func() { New(client, rate.Limit(math.NaN()), 1) }, notPositive},
+		"too fast":   {func() { New(client, 3e9, 1) }, tooFast},
+		"above 1e9":  {func() { New(client, 1.5e9, 1) }, tooFast}, // the interval would round to 1 ns
+		"just above": {func() { New(client, rate.Limit(math.Nextafter(1e9, 2e9)), 1) }, tooFast},
+		"too slow":   {func() { New(client, rate.Every(time.Hour), 2000) }, tooSlow},
+		"just over":  {func() { New(client, rate.Every(1<<42), 1<<10+1) }, tooSlow},
+		"nil option": {func() { New(client, 1, 1, nil) }, "nil Option"},
 		// Clients that ignore context deadlines, and so would ignore the store's timeout.
-		"client without context timeouts":  func() { New(plain, 1, 1) },
-		"cluster without context timeouts": func() { New(cluster, 1, 1) },
-		"ring without context timeouts":    func() { New(ring, 1, 1) },
-		"autopipeliner":                    func() { New(pipeliner, 1, 1) },
-		"zero probe interval":              func() { WithProbeInterval(0) },
-		"zero timeout":                     func() { WithTimeout(0) },
+		"client without context timeouts":  {func() { New(plain, 1, 1) }, deadlines},
+		"cluster without context timeouts": {func() { New(cluster, 1, 1) }, deadlines},
+		"ring without context timeouts":    {func() { New(ring, 1, 1) }, deadlines},
+		"autopipeliner":                    {func() { New(pipeliner, 1, 1) }, deadlines},
+		"zero probe interval":              {func() { WithProbeInterval(0) }, "WithProbeInterval not positive"},
+		"zero timeout":                     {func() { WithTimeout(0) }, "WithTimeout not positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
 				r := recover()
-				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "redisstore: ") {
-					t.Fatalf("recovered %v, want a panic starting with \"redisstore: \"", r)
+				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "redisstore: ") || !strings.Contains(s, c.want) {
+					t.Fatalf("recovered %v, want a panic starting with \"redisstore: \" that says %q", r, c.want)
 				}
 			}()
-			fn()
+			c.fn()
 		})
 	}
 	New(client, rate.Every(time.Hour), 1000) // 1000 hours is within 2^52 ns
+	New(client, rate.Every(1<<42), 1<<10)    // exactly 2^52 ns, the longest refill New accepts
 	New(client, 1e9, 1)                      // the fastest rate: 1 ns per token
 }
 
@@ -618,30 +707,82 @@ func TestClockStepsBack(t *testing.T) {
 		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
 	} {
 		for _, step := range mode.steps {
-			t.Run(fmt.Sprintf("%s/%v", mode.name, step), func(t *testing.T) {
-				s := New(client, rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, mode.opts...)...)
-				if d := decide(t, s, "k", burst, t0); !d.Allowed {
-					t.Fatalf("the burst: %+v", d)
-				}
-				at := t0.Add(-step)
-				ref := retryafter.NewTokenBucket(rate.Every(every), burst)
-				ref.Decide(context.Background(), "k", burst, at)
-				rng := rand.New(rand.NewPCG(6, uint64(step)))
-				admitted := 0
-				for now := at; now.Before(at.Add(10 * time.Minute)); now = now.Add(time.Duration(rng.Int64N(int64(2*every))) / time.Microsecond * time.Microsecond) {
-					cost := rng.IntN(3)
-					got := decide(t, s, "k", cost, now)
-					want, _ := ref.Decide(context.Background(), "k", cost, now)
-					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
-						(got.RetryAfter-want.RetryAfter).Abs() > 2*time.Microsecond || (got.Reset-want.Reset).Abs() > 2*time.Microsecond {
-						t.Fatalf("at step + %v, cost %d: %+v, a bucket emptied at the step %+v", now.Sub(at), cost, got, want)
-					}
-					if got.Allowed {
-						admitted += cost
-					}
-				}
-				t.Logf("step back %v: %d tokens admitted in ten minutes", step, admitted)
-			})
+			for _, all := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%v/all=%v", mode.name, step, all), func(t *testing.T) {
+					stepsBack(t, client, every, burst, step, all, mode.opts)
+				})
+			}
 		}
 	}
+}
+
+// stepsBack is one case of TestClockStepsBack: a step back by step after a store of every and
+// burst with opts spent its burst, and ten minutes of decisions after it, by the store or by an
+// All of it (decided by the script of several layers).
+func stepsBack(t *testing.T, client *redis.Client, every time.Duration, burst int, step time.Duration, all bool, opts []Option) {
+	s := New(client, rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, opts...)...)
+	var l retryafter.Limiter = s
+	if all {
+		l = retryafter.All(s)
+	}
+	if d := decide(t, s, "k", burst, t0); !d.Allowed {
+		t.Fatalf("the burst: %+v", d)
+	}
+	at := t0.Add(-step)
+	ref := retryafter.NewTokenBucket(rate.Every(every), burst)
+	ref.Decide(context.Background(), "k", burst, at)
+	rng := rand.New(rand.NewPCG(6, uint64(step)))
+	admitted := 0
+	for now := at; now.Before(at.Add(10 * time.Minute)); now = now.Add(time.Duration(rng.Int64N(int64(2*every))) / time.Microsecond * time.Microsecond) {
+		cost := rng.IntN(3)
+		got, err := l.Decide(context.Background(), "k", cost, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := ref.Decide(context.Background(), "k", cost, now)
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
+			(got.RetryAfter-want.RetryAfter).Abs() > 2*time.Microsecond || (got.Reset-want.Reset).Abs() > 2*time.Microsecond {
+			t.Fatalf("at step + %v, cost %d: %+v, a bucket emptied at the step %+v", now.Sub(at), cost, got, want)
+		}
+		if got.Allowed {
+			admitted += cost
+		}
+	}
+	t.Logf("step back %v: %d tokens admitted in ten minutes", step, admitted)
+}
+
+// TestStepTolerance checks the edge of the caller's clock's tolerance, for a key in debt and one
+// not: an instant exactly one refill of the burst before the key's last write arrived out of
+// order, and is decided as it is; one a microsecond earlier is a clock that stepped back, and
+// the key is repaired.
+func TestStepTolerance(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const (
+		every = time.Second
+		burst = 5
+	)
+	horizon := burst * every
+	t.Run("not in debt", func(t *testing.T) {
+		s := New(client, rate.Every(every), burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+		decide(t, s, "k", burst, t0)
+		// At t0 - horizon the bucket spent at t0 owes a second burst: not repaired.
+		if d := decide(t, s, "k", 1, t0.Add(-horizon)); d.Allowed || d.RetryAfter != horizon+every {
+			t.Fatalf("exactly a refill back: %+v, want refused for %v", d, horizon+every)
+		}
+		// A microsecond earlier: repaired to a bucket emptied then.
+		if d := decide(t, s, "k", 1, t0.Add(-horizon-time.Microsecond)); d.Allowed || d.RetryAfter != every {
+			t.Fatalf("a refill and a microsecond back: %+v, want refused for %v", d, every)
+		}
+	})
+	t.Run("in debt", func(t *testing.T) {
+		s := New(client, rate.Every(every), burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+		charge(t, s, "k", burst+3, t0) // owes 3 s at t0
+		if d := decide(t, s, "k", 0, t0.Add(-horizon)); d.Allowed || d.RetryAfter != horizon+3*every {
+			t.Fatalf("exactly a refill back: %+v, want refused for %v", d, horizon+3*every)
+		}
+		// A microsecond earlier: the debt it had when charged, from then.
+		if d := decide(t, s, "k", 0, t0.Add(-horizon-time.Microsecond)); d.Allowed || d.RetryAfter != 3*every {
+			t.Fatalf("a refill and a microsecond back: %+v, want refused for %v", d, 3*every)
+		}
+	})
 }
