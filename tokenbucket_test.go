@@ -499,6 +499,15 @@ func TestTokenBucketRemainingAtTheEdges(t *testing.T) {
 				t.Fatalf("%v/%d after %v, at %v: Remaining %d, but %d is admitted", limit, burst, history, at, d.Remaining, d.Remaining+1)
 			}
 		}
+		// The same through an All of the bucket and an unlimited one, which TokenBucket's
+		// Combine decides in one step: it binds on nothing, so the answers are the bucket's.
+		for cost := max(0, d.Remaining-1); cost <= min(burst, d.Remaining+1); cost++ {
+			a := All(replay(t, limit, burst, history), NewTokenBucket(rate.Inf, 1))
+			got, err := a.Decide(context.Background(), "k", cost, now)
+			if want := cost <= d.Remaining; err != nil || got.Allowed != want {
+				t.Fatalf("%v/%d after %v, at %v, in an All: cost %d allowed %v (%v), want %v", limit, burst, history, at, cost, got.Allowed, err, want)
+			}
+		}
 	}
 	check(rate.Every(7*time.Second), 2, []step{{0, 2}}, 7*time.Second-time.Microsecond)
 	edges := 0
