@@ -795,3 +795,38 @@ func TestChargedAfterCharges(t *testing.T) {
 		t.Fatalf("refusals gave back %d times what a layer charged afterwards never spent", rc.charges)
 	}
 }
+
+// TestAllDecidesAtTheLatestInstant decides an All whose layers' parts have seen different
+// instants, an unlimited layer and a bucket named twice among them: every layer is decided at the
+// latest instant any of their parts has seen, under the locks of all of them, and the wait is
+// exact from the request's own instant.
+func TestAllDecidesAtTheLatestInstant(t *testing.T) {
+	b := NewTokenBucket(10, 5)
+	late := NewTokenBucket(1, 1)
+	decide(t, late, "k", 1, t0.Add(time.Second)) // its part has seen t0 + 1 s; a token is due at 2 s
+	a := All(NewTokenBucket(rate.Inf, 1), b, b, late)
+	d, err := a.Decide(context.Background(), "k", 1, t0)
+	if err != nil || d.Allowed || d.RetryAfter != 2*time.Second-slack {
+		t.Fatalf("%+v, %v: want refused by the last layer, until 2 s from the request's instant", d, err)
+	}
+	if d := decide(t, b, "k", 5, t0.Add(time.Second)); !d.Allowed {
+		t.Fatalf("the refusal spent in the bucket named twice: %+v", d)
+	}
+}
+
+// TestAllTableFull decides an All in which one bucket's table has no room for a new key: the
+// refusal's wait is still the longest of all the layers', and nothing is spent.
+func TestAllTableFull(t *testing.T) {
+	full := NewTokenBucket(rate.Every(10*time.Second), 1, WithMaxMemory(16<<10)) // one key a part
+	ks := keysInPart(full, 0, 2, 10, "k")
+	decide(t, full, ks[0], 1, t0) // holds the part for 10 s
+	minute := NewTokenBucket(rate.Every(time.Minute), 2)
+	decide(t, minute, ks[1], 2, t0)
+	d, err := All(full, minute).Decide(context.Background(), ks[1], 1, t0)
+	if err != nil || d.Allowed || d.RetryAfter != time.Minute-slack {
+		t.Fatalf("%+v, %v: want refused for the minute of the second layer, the longer wait", d, err)
+	}
+	if d, err := All(full, NewTokenBucket(1, 1)).Decide(context.Background(), ks[1], 1, t0); err != nil || d.Allowed || d.RetryAfter != 10*time.Second-slack || d.Reset != d.RetryAfter {
+		t.Fatalf("%+v, %v: want refused until the key held has refilled", d, err)
+	}
+}

@@ -195,3 +195,18 @@ func TestWithMaxMemoryBound(t *testing.T) {
 	NewTokenBucket(1, 1, WithMaxMemory(16<<10))
 	wantPanics(t, map[string]func(){"16 KiB - 1": func() { WithMaxMemory(16<<10 - 1) }})
 }
+
+// TestTableKeepsKeysFullAfterUnixNano spends a bucket that is full again only after 2262, the
+// last instant UnixNano can hold (8.3e18 ns from 2026, at 1.2e-7 tokens a second): its key is
+// never taken for refilled to make room, and stays refused.
+func TestTableKeepsKeysFullAfterUnixNano(t *testing.T) {
+	b := NewTokenBucket(1.2e-7, 1000, WithMaxMemory(16<<10)) // one key a part
+	ks := keysInPart(b, 0, 2, 10, "k")
+	decide(t, b, ks[0], 1000, t0)
+	if d := decide(t, b, ks[1], 1, t0.Add(time.Hour)); d.Allowed {
+		t.Fatalf("a new key took the place of one spent until after 2262: %+v", d)
+	}
+	if d := decide(t, b, ks[0], 1, t0.Add(time.Hour)); d.Allowed {
+		t.Fatalf("the key spent until after 2262 was forgotten: %+v", d)
+	}
+}

@@ -640,10 +640,36 @@ func TestTokenBucketChargeOfNothing(t *testing.T) {
 	for _, c := range []struct {
 		limit rate.Limit
 		cost  int
-	}{{1, 0}, {rate.Inf, 5}, {rate.Inf, -5}} {
+	}{{1, 0}, {1, -5}, {rate.Inf, 5}, {rate.Inf, -5}} {
 		b := NewTokenBucket(c.limit, 1)
 		if err := b.Charge(ctx, "k", c.cost, t0); err != nil || b.Len() != 0 {
 			t.Fatalf("Charge(%d) at %v: %v, %d keys held", c.cost, c.limit, err, b.Len())
 		}
+	}
+	// A charge to a new key that the table has no room for fails, and holds nothing.
+	b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(16<<10))
+	ks := keysInPart(b, 0, 2, 10, "k")
+	if err := b.Charge(ctx, ks[0], 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Charge(ctx, ks[1], 1, t0); err == nil || b.Len() != 1 {
+		t.Fatalf("a charge to a new key at the bound: %v, %d keys held", err, b.Len())
+	}
+}
+
+// TestTokenBucketRemainingAFloatStepShort gives the quota a bucket one float64 step short of its
+// burst at a rate slow enough (about 263 years a token) that the first guess of Remaining, from
+// the tokens plus what the microsecond of slack lends, rounds up to the burst: Remaining is what
+// the bucket admits, one token.
+func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
+	b := NewTokenBucket(1.2e-10, 2)
+	tokens := math.Nextafter(2, 0)
+	if guess := math.Floor(tokens + float64(b.limit)*slack.Seconds()); guess != 2 {
+		t.Fatalf("the guess is %v: the case is not reached", guess)
+	}
+	var d Decision
+	b.fillQuota(&d, tokens)
+	if d.Remaining != 1 || b.admits(2, tokens) || !b.admits(1, tokens) {
+		t.Fatalf("Remaining %d; admits 1: %v, 2: %v", d.Remaining, b.admits(1, tokens), b.admits(2, tokens))
 	}
 }
