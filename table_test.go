@@ -24,6 +24,18 @@ func keysInPart(b *TokenBucket, i, n, size int, prefix string) []string {
 	return keys
 }
 
+// checkPart fails t unless p counts exactly its keys and its spare buckets, within b's budget.
+func checkPart(t *testing.T, b *TokenBucket, p *part) {
+	t.Helper()
+	want := bucketBytes * len(p.free)
+	for k := range p.keys {
+		want += cost(k)
+	}
+	if p.used != want || p.used > b.budget {
+		t.Fatalf("part counts %d bytes for %d keys and %d spares, which take %d; budget %d", p.used, len(p.keys), len(p.free), want, b.budget)
+	}
+}
+
 // decideOrPanic is decide, reporting a panic of the table as a failure.
 func decideOrPanic(t *testing.T, b *TokenBucket, key string, cost int, now time.Time) (d Decision) {
 	t.Helper()
@@ -58,8 +70,29 @@ func TestTableSpareBucketsGiveWay(t *testing.T) {
 	if d := decideOrPanic(t, b, keysInPart(b, 0, 1, 60, "c")[0], 1, t0); !d.Allowed {
 		t.Fatalf("a new key that fits beside the key still spent: %+v", d)
 	}
-	if p := &b.parts[0]; p.used > b.budget || len(p.keys) != 2 {
-		t.Fatalf("part holds %d keys in %d bytes, budget %d", len(p.keys), p.used, b.budget)
+	if p := &b.parts[0]; len(p.keys) != 2 {
+		t.Fatalf("part holds %d keys, want 2", len(p.keys))
+	}
+	checkPart(t, b, &b.parts[0])
+
+	// 64 KiB: 1,024 bytes a part. A key spent for an hour and four refilled ones (186 bytes
+	// each); a key of 476 bytes drops the four and keeps three spares; a key of 326 bytes then
+	// needs all three gone.
+	b = NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(64<<10))
+	p := &b.parts[0]
+	ks = keysInPart(b, 0, 5, 10, "d")
+	decide(t, b, ks[0], 1, t0)
+	for _, k := range ks[1:] {
+		decide(t, b, k, 0, t0)
+	}
+	for i, k := range []string{keysInPart(b, 0, 1, 300, "e")[0], keysInPart(b, 0, 1, 150, "f")[0]} {
+		if d := decideOrPanic(t, b, k, 1, t0.Add(time.Duration(i)*time.Second)); !d.Allowed {
+			t.Fatalf("new key %d: %+v", i+1, d)
+		}
+		checkPart(t, b, p)
+	}
+	if len(p.keys) != 3 || len(p.free) != 0 {
+		t.Fatalf("%d keys and %d spares held, want 3 and none", len(p.keys), len(p.free))
 	}
 }
 
@@ -99,6 +132,7 @@ func TestTableExactFit(t *testing.T) {
 	if n := b.Len(); n != 2 {
 		t.Fatalf("%d keys held, want 2: making room dropped a key it did not need to", n)
 	}
+	checkPart(t, b, &b.parts[0])
 	if b.budget != budget {
 		t.Fatalf("budget %d, want %d", b.budget, budget)
 	}
@@ -114,9 +148,10 @@ func TestTableHeldWithinBudget(t *testing.T) {
 	ks := keysInPart(b, 0, 4, 10, "k")
 	check := func(when string) {
 		t.Helper()
-		if p.used > b.budget || b.Len() != 2 {
-			t.Fatalf("%s: %d keys in %d bytes, budget %d", when, b.Len(), p.used, b.budget)
+		if b.Len() != 2 {
+			t.Fatalf("%s: %d keys, want 2", when, b.Len())
 		}
+		checkPart(t, b, p)
 	}
 	decide(t, b, ks[0], 0, t0)
 	decide(t, b, ks[1], 0, t0)
