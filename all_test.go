@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -484,6 +485,9 @@ func TestPeek(t *testing.T) {
 			t.Fatalf("peek: %+v, %v", d, err)
 		}
 	}
+	if d, err := p.Decide(ctx, "k", 0, t0); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("peek at cost 0: %+v, %v", d, err)
+	}
 	if _, err := p.Decide(ctx, "k", -1, t0); !errors.Is(err, ErrNegativeCost) {
 		t.Fatalf("negative cost: %v", err)
 	}
@@ -502,5 +506,340 @@ func TestAllGroupsByKind(t *testing.T) {
 	}
 	if d, err := a.Decide(context.Background(), "k", 1, t0); err != nil || !d.Allowed {
 		t.Fatalf("%+v, %v", d, err)
+	}
+}
+
+// nonCharger is a Limiter that cannot give back what it spent, a TokenBucket seen through Decide
+// alone, which counts the requests it is asked to decide.
+type nonCharger struct {
+	b     *TokenBucket
+	asked int
+}
+
+func (n *nonCharger) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	n.asked++
+	return n.b.Decide(ctx, key, cost, now)
+}
+
+// recordingCharger is a Charger that counts the charges it is asked for, and fails them while
+// fail is set.
+type recordingCharger struct {
+	b       *TokenBucket
+	charges int
+	fail    error
+}
+
+func (c *recordingCharger) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	return c.b.Decide(ctx, key, cost, now)
+}
+
+func (c *recordingCharger) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	c.charges++
+	if c.fail != nil {
+		return c.fail
+	}
+	return c.b.Charge(ctx, key, cost, now)
+}
+
+// failingCharger is a Charger that cannot decide, as a store that is down.
+type failingCharger struct{ err error }
+
+func (f failingCharger) Decide(context.Context, string, int, time.Time) (Decision, error) {
+	return Decision{}, f.err
+}
+
+func (f failingCharger) Charge(context.Context, string, int, time.Time) error { return f.err }
+
+// pairStore is a Combiner that, as a store holding only some of the layers, combines at most two
+// of its kind; each Limiter it makes logs the layers it decides.
+type pairStore struct {
+	name string
+	log  *[]string
+}
+
+func (s *pairStore) Decide(context.Context, string, int, time.Time) (Decision, error) {
+	*s.log = append(*s.log, s.name)
+	return Decision{Allowed: true}, nil
+}
+
+func (s *pairStore) Charge(context.Context, string, int, time.Time) error { return nil }
+
+func (s *pairStore) Combine(layers []Layer) (Limiter, bool) {
+	if len(layers) > 2 {
+		return nil, false
+	}
+	var names []string
+	for _, l := range layers {
+		p, ok := l.Limiter.(*pairStore)
+		if !ok {
+			return nil, false
+		}
+		names = append(names, p.name)
+	}
+	return &pairStore{name: strings.Join(names, "+"), log: s.log}, true
+}
+
+// TestAllSixteenLayers decides with the most layers All takes: admitted while every layer holds
+// quota, then refused by the smallest, spending nothing in any.
+func TestAllSixteenLayers(t *testing.T) {
+	ctx := context.Background()
+	var buckets []*TokenBucket
+	var ls []Limiter
+	for i := range maxLayers {
+		b := NewTokenBucket(rate.Every(time.Minute), 2+i)
+		buckets, ls = append(buckets, b), append(ls, b)
+	}
+	a := All(ls...)
+	for i := range 2 {
+		if d, err := a.Decide(ctx, "k", 1, t0); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i+1, d, err)
+		}
+	}
+	for range 5 {
+		if d, err := a.Decide(ctx, "k", 1, t0); err != nil || d.Allowed || d.RetryAfter != time.Minute-slack || d.Limit != 2 {
+			t.Fatalf("%+v, %v: want refused by the burst of 2 for a minute", d, err)
+		}
+	}
+	if d := decide(t, buckets[maxLayers-1], "k", maxLayers-1, t0); !d.Allowed {
+		t.Fatalf("the largest layer lost quota to refusals: %+v", d)
+	}
+}
+
+// TestAllDecidesLastWhatCannotGiveBack puts a Limiter that cannot give back what it spent in an
+// All, first and last: it is decided last, and not at all once another layer has refused, so it
+// never spends on a refused request.
+func TestAllDecidesLastWhatCannotGiveBack(t *testing.T) {
+	ctx := context.Background()
+	for _, first := range []bool{true, false} {
+		plain := &nonCharger{b: NewTokenBucket(rate.Every(time.Minute), 5)}
+		small := NewTokenBucket(rate.Every(time.Minute), 1)
+		a := All(small, plain)
+		if first {
+			a = All(plain, small)
+		}
+		if d, _ := a.Decide(ctx, "k", 1, t0); !d.Allowed {
+			t.Fatalf("first request: %+v", d)
+		}
+		for range 3 {
+			if d, _ := a.Decide(ctx, "k", 1, t0); d.Allowed || d.RetryAfter != time.Minute-slack {
+				t.Fatalf("%+v, want refused by the small bucket for a minute", d)
+			}
+		}
+		if plain.asked != 1 {
+			t.Fatalf("given first %v: the limiter that cannot give back was asked %d times, want once", first, plain.asked)
+		}
+		if d := decide(t, plain.b, "k", 4, t0); !d.Allowed {
+			t.Fatalf("given first %v: it spent on refused requests: %+v", first, d)
+		}
+	}
+}
+
+// TestAllStopsAtAnError checks that a layer that cannot decide ends the decision with its error,
+// and that the layers after it spend nothing.
+func TestAllStopsAtAnError(t *testing.T) {
+	b := NewTokenBucket(rate.Every(time.Minute), 1)
+	a := All(failingCharger{errTest}, b)
+	if d, err := a.Decide(context.Background(), "k", 1, t0); !errors.Is(err, errTest) || d.Allowed {
+		t.Fatalf("%+v, %v: want the layer's error", d, err)
+	}
+	if d := decide(t, b, "k", 1, t0); !d.Allowed {
+		t.Fatalf("the layer after the error spent: %+v", d)
+	}
+}
+
+// TestAllGivesBackEveryGroup decides three layers one after the other (stores of other kinds):
+// when the last refuses, both that admitted get back what they spent, every time.
+func TestAllGivesBackEveryGroup(t *testing.T) {
+	ctx := context.Background()
+	big1 := &otherKind{NewTokenBucket(rate.Every(time.Minute), 3)}
+	big2 := &otherKind{NewTokenBucket(rate.Every(time.Minute), 3)}
+	a := All(big1, big2, &otherKind{NewTokenBucket(rate.Every(time.Minute), 1)})
+	if d, _ := a.Decide(ctx, "k", 1, t0); !d.Allowed {
+		t.Fatalf("first request: %+v", d)
+	}
+	for range 3 {
+		if d, _ := a.Decide(ctx, "k", 1, t0); d.Allowed {
+			t.Fatalf("admitted past the last layer's burst: %+v", d)
+		}
+	}
+	for i, o := range []*otherKind{big1, big2} {
+		if d := decide(t, o.b, "k", 2, t0); !d.Allowed {
+			t.Fatalf("layer %d kept what refusals spent: %+v", i+1, d)
+		}
+	}
+}
+
+// TestAllCombinesRuns checks how All groups layers of a Combiner: the longest run of one kind
+// that its Combine takes, then the rest, each group decided by the Limiter Combine made.
+func TestAllCombinesRuns(t *testing.T) {
+	var log []string
+	s := func(name string) *pairStore { return &pairStore{name: name, log: &log} }
+	for _, c := range []struct {
+		all  Limiter
+		want string
+	}{
+		{All(s("a"), s("b")), "a+b"},
+		{All(s("a"), s("b"), s("c")), "a+b c"},
+		{All(s("a"), s("b"), NewTokenBucket(1, 1), s("c"), s("d"), s("e")), "a+b c+d e"},
+	} {
+		log = nil
+		if d, err := c.all.Decide(context.Background(), "k", 1, t0); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		if got := strings.Join(log, " "); got != c.want {
+			t.Fatalf("decided by %q, want %q", got, c.want)
+		}
+	}
+}
+
+// TestAllSameBucketTwice decides an All that names one TokenBucket twice, for one key: the part
+// is locked once (twice would deadlock), each request spends in both layers, and a refusal in
+// neither.
+func TestAllSameBucketTwice(t *testing.T) {
+	b := NewTokenBucket(rate.Every(time.Minute), 4)
+	a := All(b, b)
+	done := make(chan []Decision)
+	go func() {
+		var ds []Decision
+		for range 4 {
+			d, _ := a.Decide(context.Background(), "k", 1, t0)
+			ds = append(ds, d)
+		}
+		done <- ds
+	}()
+	var ds []Decision
+	select {
+	case ds = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("deadlock: the bucket's part was locked twice")
+	}
+	for i, d := range ds {
+		if want := i < 2; d.Allowed != want {
+			t.Fatalf("request %d: %+v, want allowed %v", i+1, d, want)
+		}
+	}
+	if d := decide(t, b, "k", 1, t0.Add(time.Minute)); !d.Allowed {
+		t.Fatalf("the refusals spent: %+v", d)
+	}
+}
+
+// TestBinding checks Binding against a model over random Decisions: refused if any is, with the
+// first of the longest waits; otherwise the first of the layers with the least share of their
+// Limit left, among those that have one (the first of all when none has).
+func TestBinding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	model := func(ds []Decision) Decision {
+		best := -1
+		for i, d := range ds {
+			if !d.Allowed && (best < 0 || d.RetryAfter > ds[best].RetryAfter) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			return ds[best]
+		}
+		best = 0
+		for i, d := range ds {
+			b := ds[best]
+			if d.Limit > 0 && (b.Limit == 0 || float64(d.Remaining)/float64(d.Limit) < float64(b.Remaining)/float64(b.Limit)) {
+				best = i
+			}
+		}
+		return ds[best]
+	}
+	for range 20_000 {
+		ds := make([]Decision, 1+rng.IntN(5))
+		for i := range ds {
+			d := Decision{Allowed: rng.IntN(3) > 0, Limit: rng.IntN(4), Reset: time.Duration(i)} // Reset tells them apart
+			if d.Limit > 0 {
+				d.Remaining = rng.IntN(d.Limit + 1)
+			}
+			if !d.Allowed {
+				d.RetryAfter = time.Duration(1+rng.IntN(3)) * time.Second
+			}
+			ds[i] = d
+		}
+		if got, want := Binding(ds...), model(ds); got != want {
+			t.Fatalf("Binding(%+v) = %+v, want %+v", ds, got, want)
+		}
+	}
+}
+
+// TestChargedAfterCharges checks what the middleware charges a layer charged afterwards: a cost of
+// 1 reported with Charge; nothing, not even a call, when the handler reports nothing; and that a
+// failed charge goes to the error hook, once, and a successful one does not (nor, without a hook,
+// anywhere). A refusal by another layer gives such a layer nothing back: it spent nothing.
+func TestChargedAfterCharges(t *testing.T) {
+	rc := &recordingCharger{b: NewTokenBucket(rate.Every(time.Minute), 100)}
+	report := 0
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if report > 0 && !Charge(r, report) {
+			t.Errorf("Charge(r, %d) reported the request is not charged", report)
+		}
+	})
+	var hooked []error
+	h := LimitWith(ChargedAfter(rc), WithClock(func() time.Time { return t0 }),
+		WithErrorHook(func(_ *http.Request, err error) { hooked = append(hooked, err) }))(handler)
+	report = 1
+	serve(h, "GET", "192.0.2.1:1")
+	if d := decide(t, rc.b, "192.0.2.1", 0, t0); rc.charges != 1 || d.Remaining != 99 || len(hooked) != 0 {
+		t.Fatalf("a cost of 1: %d charges, Remaining %d, hook %v", rc.charges, d.Remaining, hooked)
+	}
+	report = 0
+	serve(h, "GET", "192.0.2.1:1")
+	if rc.charges != 1 {
+		t.Fatalf("a request that reported nothing was charged: %d charges", rc.charges)
+	}
+	rc.fail, report = errTest, 2
+	serve(h, "GET", "192.0.2.1:1")
+	if len(hooked) != 1 || !errors.Is(hooked[0], errTest) {
+		t.Fatalf("a failed charge reached the hook as %v", hooked)
+	}
+	serve(LimitWith(ChargedAfter(rc))(handler), "GET", "192.0.2.1:1") // no hook: no panic
+
+	rc = &recordingCharger{b: NewTokenBucket(rate.Every(time.Minute), 100)}
+	a := All(ChargedAfter(rc), NewTokenBucket(rate.Every(time.Minute), 1))
+	for i := range 3 {
+		if d, _ := a.Decide(context.Background(), "k", 1, t0); d.Allowed != (i == 0) {
+			t.Fatalf("request %d: %+v", i+1, d)
+		}
+	}
+	if rc.charges != 0 {
+		t.Fatalf("refusals gave back %d times what a layer charged afterwards never spent", rc.charges)
+	}
+}
+
+// TestAllDecidesAtTheLatestInstant decides an All whose layers' parts have seen different
+// instants, an unlimited layer and a bucket named twice among them: every layer is decided at the
+// latest instant any of their parts has seen, under the locks of all of them, and the wait is
+// exact from the request's own instant.
+func TestAllDecidesAtTheLatestInstant(t *testing.T) {
+	b := NewTokenBucket(10, 5)
+	late := NewTokenBucket(1, 1)
+	decide(t, late, "k", 1, t0.Add(time.Second)) // its part has seen t0 + 1 s; a token is due at 2 s
+	a := All(NewTokenBucket(rate.Inf, 1), b, b, late)
+	d, err := a.Decide(context.Background(), "k", 1, t0)
+	if err != nil || d.Allowed || d.RetryAfter != 2*time.Second-slack {
+		t.Fatalf("%+v, %v: want refused by the last layer, until 2 s from the request's instant", d, err)
+	}
+	if d := decide(t, b, "k", 5, t0.Add(time.Second)); !d.Allowed {
+		t.Fatalf("the refusal spent in the bucket named twice: %+v", d)
+	}
+}
+
+// TestAllTableFull decides an All in which one bucket's table has no room for a new key: the
+// refusal's wait is still the longest of all the layers', and nothing is spent.
+func TestAllTableFull(t *testing.T) {
+	full := NewTokenBucket(rate.Every(10*time.Second), 1, WithMaxMemory(16<<10)) // one key a part
+	ks := keysInPart(full, 0, 2, 10, "k")
+	decide(t, full, ks[0], 1, t0) // holds the part for 10 s
+	minute := NewTokenBucket(rate.Every(time.Minute), 2)
+	decide(t, minute, ks[1], 2, t0)
+	d, err := All(full, minute).Decide(context.Background(), ks[1], 1, t0)
+	if err != nil || d.Allowed || d.RetryAfter != time.Minute-slack {
+		t.Fatalf("%+v, %v: want refused for the minute of the second layer, the longer wait", d, err)
+	}
+	if d, err := All(full, NewTokenBucket(1, 1)).Decide(context.Background(), ks[1], 1, t0); err != nil || d.Allowed || d.RetryAfter != 10*time.Second || d.Reset != d.RetryAfter {
+		t.Fatalf("%+v, %v: want refused until the key held has wholly refilled", d, err)
 	}
 }

@@ -408,6 +408,9 @@ func TestClientIPTrustedPrefixNormalised(t *testing.T) {
 		{netip.MustParsePrefix("10.0.0.0/8"), "11.0.0.1:1", "11.0.0.1"},
 		{netip.MustParsePrefix("::/0"), "10.0.0.1:1", "10.0.0.1"}, // an IPv6 prefix holds no IPv4 peer
 		{netip.MustParsePrefix("fe80::/10"), "[fe80::1%eth0]:1", "203.0.113.7"},
+		{netip.MustParsePrefix("::ffff:0.0.0.0/96"), "198.51.100.1:1", "203.0.113.7"}, // every IPv4 peer
+		{netip.MustParsePrefix("2001:db8::1/128"), "[2001:db8::1]:1", "203.0.113.7"},
+		{netip.MustParsePrefix("2001:db8::1/128"), "[2001:db8::2]:1", "2001:db8::/64"}, // one address, not its /32
 	}
 	for _, tt := range tests {
 		key := ClientIP(tt.trusted)
@@ -470,6 +473,7 @@ func TestClientIPNoAllocs(t *testing.T) {
 		{"bare IPv4", ClientIP(), clientIPReq("203.0.113.7")},
 		{"IPv6 /128", ClientIPPrefix(32, 128), clientIPReq("[2001:db8::1]:443")},
 		{"untrusted peer with trusted list", ClientIP(netip.MustParsePrefix("10.0.0.0/8")), clientIPReq("203.0.113.7:1", "X-Forwarded-For", "1.2.3.4")},
+		{"trusted peer without X-Forwarded-For", ClientIP(netip.MustParsePrefix("10.0.0.0/8")), clientIPReq("10.0.0.1:1")},
 	}
 	for _, tt := range tests {
 		var got string

@@ -10,9 +10,14 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// maxDebt is the longest a debt may take to repay: far longer than any client waits, and far
+// from the 292 years at which a wait no longer fits a Duration.
+const maxDebt = 100 * 365 * 24 * time.Hour
+
 // Charge implements [Charger]: it spends cost tokens from key's bucket at now whether or not
-// it holds them, so that the bucket may go into debt, or with a negative cost gives tokens back,
-// never beyond the burst. It fails only when key is new and the table is full (see
+// it holds them, so that the bucket may go into debt (one that would take more than 100 years
+// to repay is forgiven down to that), or with a negative cost gives tokens back, never beyond
+// the burst. It fails only when key is new and the table is full (see
 // [WithMaxMemory]). Decide then refuses key, whatever its cost, until the debt is repaid, with the
 // exact wait; a debt that would take longer than [rate.InfDuration] to repay is never.
 func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.Time) error {
@@ -31,6 +36,13 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 		}
 		if lim, _ = b.add(p, key, at); lim == nil {
 			return fmt.Errorf("retryafter: cannot charge %d to a new key: the table is full", cost)
+		}
+	}
+	if b.limit > 0 {
+		// A debt whose repayment does not fit a Duration would wrap x/time/rate's wait into a
+		// negative one, which admits: beyond maxDebt, a debt is forgiven down to it.
+		if most := lim.TokensAt(at) + float64(b.limit)*maxDebt.Seconds(); float64(cost) > most {
+			cost = int(max(0, most))
 		}
 	}
 	if cost > b.burst {

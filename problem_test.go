@@ -46,6 +46,13 @@ func TestAcceptsProblem(t *testing.T) {
 		{"-", true, true},
 		{"", false, false},
 		{",,, ;q=1, application", false, false},
+		{"text/plain;q=0.5, , application/problem+json", false, true},   // an empty element is skipped
+		{"text/plain;q=2, application/problem+json;q=0.5", false, true}, // so is a range with a bad q
+		{"application/problem+json;charset=utf-8;q=0", false, false},    // q after another parameter
+		{"application/problem+json;q=0.00:", false, false},
+		// A range named twice counts with its first weight (RFC 9110 leaves it open).
+		{"application/problem+json;q=0, application/problem+json", false, false},
+		{"text/plain, text/plain;q=0, application/problem+json;q=0.5", false, false},
 	}
 	for _, tt := range tests {
 		var lines []string
@@ -68,7 +75,7 @@ func TestQvalue(t *testing.T) {
 			t.Errorf("qvalue(%q) = %d, %v, want %d", v, got, ok, want)
 		}
 	}
-	for _, v := range []string{"", "2", "-1", ".5", "0.5000", "1.5", "0,5", "0.a", "1e0", "00"} {
+	for _, v := range []string{"", "2", "-1", ".5", "0.5000", "1.5", "0,5", "0.a", "1e0", "00", "0.00/", "0.00:"} {
 		if _, ok := qvalue(v); ok {
 			t.Errorf("qvalue(%q) accepted", v)
 		}
@@ -231,6 +238,19 @@ func TestPlainTextAllocs(t *testing.T) {
 		respond(w, r, 429, time.Second) // let Vary be set once
 		if n := testing.AllocsPerRun(100, func() { respond(w, r, 429, time.Second) }); n > 1 {
 			t.Errorf("%s: %v allocations", name, n)
+		}
+	}
+}
+
+// TestProblemDetailsWithoutWait checks the problem object of a refusal that has no Retry-After:
+// it has no retry-after member, and its detail does not tell the client to retry in 0 seconds.
+func TestProblemDetailsWithoutWait(t *testing.T) {
+	pd := ProblemDetails{Always: true}
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusForbidden} {
+		w := httptest.NewRecorder()
+		pd.Respond(w, httptest.NewRequest("GET", "/", nil), status, 0)
+		if p := decodeProblem(t, w); p.RetryAfter != nil || strings.Contains(p.Detail, "retry in") {
+			t.Fatalf("status %d without a wait: %+v", status, p)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,6 +146,8 @@ func TestPolicyWindow(t *testing.T) {
 		{0, 5, 0},
 		{rate.Inf, 5, 0},
 		{1e-12, 1 << 20, 0}, // does not fit an sf-integer
+		{1, maxSFInteger, maxSFInteger},
+		{1, maxSFInteger + 1, 0},
 	}
 	for _, tt := range tests {
 		if got := policyWindow(tt.limit, tt.burst); got != tt.want {
@@ -207,8 +210,11 @@ func TestRateLimitFieldsMiddleware(t *testing.T) {
 			Reset: time.Duration(rng.Int64N(int64(time.Hour)))}
 		if !d.Allowed {
 			d.RetryAfter = time.Duration(rng.Int64N(int64(d.Reset) + 1))
-			if rng.IntN(10) == 0 {
+			switch rng.IntN(10) {
+			case 0:
 				d.RetryAfter = rate.InfDuration
+			case 1:
+				d.RetryAfter = 0 // a limiter that does not know the wait: no Retry-After
 			}
 		}
 		fl.d = d
@@ -238,7 +244,7 @@ func TestRateLimitFieldsMiddleware(t *testing.T) {
 		if x := hdr.Get("X-RateLimit-Reset"); x != strconv.FormatInt(tt, 10) {
 			t.Fatalf("%d: X-RateLimit-Reset %q, t=%d", i, x, tt)
 		}
-		if ra := hdr.Get("Retry-After"); !d.Allowed && d.RetryAfter != rate.InfDuration {
+		if ra := hdr.Get("Retry-After"); !d.Allowed && d.RetryAfter > 0 && d.RetryAfter != rate.InfDuration {
 			wait := wantRefusal(t, w, http.StatusTooManyRequests, clk.Now())
 			if time.Duration(tt)*time.Second != wait {
 				t.Fatalf("%d: %+v: t=%d but Retry-After %q", i, d, tt, ra)
@@ -313,5 +319,62 @@ func TestRateLimitFieldsOnAnyTokenBucket(t *testing.T) {
 	}
 	if got, want := w.Header().Get("RateLimit-Policy"), `"default";q=5;w=5`; got != want {
 		t.Fatalf("RateLimit-Policy = %q, want %q", got, want)
+	}
+}
+
+// TestRateLimitFieldsPolicyNames tries every one-byte policy name: WithRateLimitFields takes
+// exactly the printable ASCII ones, space and tilde included, and sends each as an sf-string.
+func TestRateLimitFieldsPolicyNames(t *testing.T) {
+	for c := range 256 {
+		name := string([]byte{byte(c)})
+		var h http.Handler
+		panicked := func() (p bool) {
+			defer func() { p = recover() != nil }()
+			h = Limit(1, 1, WithRateLimitFields(name))(ok)
+			return false
+		}()
+		if want := c < 0x20 || c > 0x7e; panicked != want {
+			t.Fatalf("WithRateLimitFields(%q): panicked %v, want %v", name, panicked, want)
+		}
+		if panicked {
+			continue
+		}
+		got := serve(h, "GET", "192.0.2.1:1").Header().Get("RateLimit-Policy")
+		if want := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(name) + `";q=1;`; !strings.HasPrefix(got, want) {
+			t.Fatalf("policy %q sent as %q, want it to start %q", name, got, want)
+		}
+	}
+}
+
+// TestRateLimitFieldsOptionOrder checks that each option turns on its own fields only, in either
+// order.
+func TestRateLimitFieldsOptionOrder(t *testing.T) {
+	for _, c := range []struct {
+		opts          []Option
+		draft, legacy bool
+	}{
+		{[]Option{WithRateLimitFields("")}, true, false},
+		{[]Option{WithLegacyRateLimitFields(true)}, false, true},
+		{[]Option{WithRateLimitFields(""), WithLegacyRateLimitFields(true)}, true, true},
+		{[]Option{WithLegacyRateLimitFields(true), WithRateLimitFields("")}, true, true},
+		{[]Option{WithLegacyRateLimitFields(true), WithRateLimitFields(""), WithLegacyRateLimitFields(false)}, true, false},
+	} {
+		hdr := serve(Limit(1, 5, c.opts...)(ok), "GET", "192.0.2.1:1").Header()
+		if draft, legacy := hdr.Get("RateLimit") != "", hdr.Get("X-RateLimit-Limit") != ""; draft != c.draft || legacy != c.legacy {
+			t.Fatalf("%d options: draft fields %v, legacy %v; want %v, %v", len(c.opts), draft, legacy, c.draft, c.legacy)
+		}
+	}
+}
+
+// TestRateLimitFieldsAllocs checks that the fields of a TokenBucket cost an admitted request one
+// allocation, the header lines: the policy, which does not change, is formatted once.
+func TestRateLimitFieldsAllocs(t *testing.T) {
+	h := Limit(1e9, 1e9, WithKeyFunc(func(*http.Request) (string, error) { return "k", nil }),
+		WithRateLimitFields(""), WithLegacyRateLimitFields(true))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/", nil)
+	w := newTestWriter()
+	h.ServeHTTP(w, r)
+	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); n > 1 {
+		t.Fatalf("%v allocations per admitted request with the rate-limit fields, want 1", n)
 	}
 }

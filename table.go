@@ -133,8 +133,9 @@ func (b *TokenBucket) add(p *part, key string, now time.Time) (*rate.Limiter, ti
 	return lim, 0
 }
 
-// makeRoom drops keys of p whose bucket is full at now until need more bytes fit its budget,
-// and returns 0, or, when too few have refilled, how long until the next one may have.
+// makeRoom drops keys of p whose bucket is full at now, and when none is, the spare buckets it
+// keeps, until need more bytes fit its budget, and returns 0, or, when too few have refilled, how
+// long until the next one may have.
 func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 	if need > b.budget {
 		return rate.InfDuration // a key longer than a part's budget never fits
@@ -152,11 +153,20 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 	}
 	ns := now.UnixNano()
 	for p.used+need-p.spare() > b.budget {
-		top := &p.due[0] // not empty: the keys held use the bytes
-		if top.at > ns {
-			p.full = time.Unix(0, top.at)
+		if len(p.due) == 0 || p.due[0].at > ns {
+			// No key held can make room now. The spare buckets, kept only to save new keys an
+			// allocation, give way before a new key is refused; once the last key is dropped
+			// they are all that is left, and since need fits the budget, enough.
+			if n := len(p.free); n > 0 {
+				p.free[n-1] = nil
+				p.free = p.free[:n-1]
+				p.used -= bucketBytes
+				continue
+			}
+			p.full = time.Unix(0, p.due[0].at)
 			return p.full.Sub(now)
 		}
+		top := &p.due[0]
 		lim := p.keys[top.key]
 		if at := b.fullAt(lim, now); at > ns {
 			// Spent since it was pushed: down again, with the instant it will be full.

@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"math"
 	mathrand "math/rand/v2"
 	"net/http"
 	"runtime"
@@ -158,7 +159,9 @@ func TestTokenBucketQuota(t *testing.T) {
 	for _, pol := range []struct {
 		limit rate.Limit
 		burst int
-	}{{10, 5}, {rate.Every(time.Minute), 3}, {0.3, 7}, {1000, 1}, {0, 4}} {
+	}{{10, 5}, {rate.Every(time.Minute), 3}, {0.3, 7}, {1000, 1}, {0, 4}, {1e7, 3}, {1e9, 2}} {
+		// From a million a second, the microsecond of slack lends a whole token: never one
+		// beyond the burst, which no reservation can take.
 		b := NewTokenBucket(pol.limit, pol.burst)
 		var history []step
 		var at time.Duration
@@ -470,6 +473,10 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 	if d := decide(t, b, "late", 1, now.Add(-500*time.Millisecond)); d.Allowed || d.RetryAfter != 1500*time.Millisecond-slack {
 		t.Fatalf("a reading half a second late: %+v, want refused until a token is due from the later instant", d)
 	}
+	// Exactly maxLag late is still late, not a step of the clock.
+	if d := decide(t, b, "late", 1, now.Add(-maxLag)); d.Allowed || d.RetryAfter != maxLag+time.Second-slack {
+		t.Fatalf("a reading %v late: %+v, want refused until a token is due from the later instant", maxLag, d)
+	}
 }
 
 // TestTokenBucketRemainingAtTheEdges checks that Remaining is the largest cost admitted at the
@@ -490,6 +497,15 @@ func TestTokenBucketRemainingAtTheEdges(t *testing.T) {
 		if d.Remaining < burst {
 			if got := decide(t, replay(t, limit, burst, history), "k", d.Remaining+1, now); got.Allowed {
 				t.Fatalf("%v/%d after %v, at %v: Remaining %d, but %d is admitted", limit, burst, history, at, d.Remaining, d.Remaining+1)
+			}
+		}
+		// The same through an All of the bucket and an unlimited one, which TokenBucket's
+		// Combine decides in one step: it binds on nothing, so the answers are the bucket's.
+		for cost := max(0, d.Remaining-1); cost <= min(burst, d.Remaining+1); cost++ {
+			a := All(replay(t, limit, burst, history), NewTokenBucket(rate.Inf, 1))
+			got, err := a.Decide(context.Background(), "k", cost, now)
+			if want := cost <= d.Remaining; err != nil || got.Allowed != want {
+				t.Fatalf("%v/%d after %v, at %v, in an All: cost %d allowed %v (%v), want %v", limit, burst, history, at, cost, got.Allowed, err, want)
 			}
 		}
 	}
@@ -553,5 +569,133 @@ func TestTokenBucketSmallTableDecidesAlike(t *testing.T) {
 	}
 	if small.Len() >= big.Len() {
 		t.Fatalf("the small table holds %d keys, the large %d: it did not have to make room", small.Len(), big.Len())
+	}
+}
+
+// TestTokenBucketLateKeepsZeroAndNever decides requests stamped before an instant their part has
+// already decided at: the waits they report are lengthened by the lag, but a full bucket's Reset
+// stays 0, and a wait that is never stays rate.InfDuration.
+func TestTokenBucketLateKeepsZeroAndNever(t *testing.T) {
+	late := 500 * time.Millisecond
+	b := NewTokenBucket(1, 2)
+	decide(t, b, "k", 0, t0.Add(late))
+	if d := decide(t, b, "k", 0, t0); !d.Allowed || d.Remaining != 2 || d.Reset != 0 {
+		t.Fatalf("a full bucket, half a second late: %+v, want Remaining 2 and Reset 0", d)
+	}
+	if d := decide(t, b, "k", 3, t0); d.Allowed || d.RetryAfter != rate.InfDuration {
+		t.Fatalf("a cost above the burst, half a second late: %+v, want refused forever", d)
+	}
+	if d := decide(t, b, "k", 1, t0); !d.Allowed || d.Reset != time.Second+late {
+		t.Fatalf("a token spent half a second late: %+v, want a Reset of 1.5s from its own instant", d)
+	}
+	never := NewTokenBucket(0, 1)
+	decide(t, never, "k", 1, t0.Add(late))
+	if d := decide(t, never, "k", 1, t0); d.Allowed || d.RetryAfter != rate.InfDuration || d.Reset != rate.InfDuration {
+		t.Fatalf("rate 0, spent, half a second late: %+v, want refused forever", d)
+	}
+}
+
+// TestTokenBucketRemainingInDebt charges a key past what it holds: while it is in debt Remaining
+// is 0, never negative, and its Reset is the time to repay and refill.
+func TestTokenBucketRemainingInDebt(t *testing.T) {
+	ctx := context.Background()
+	b := NewTokenBucket(10, 5)
+	if err := b.Charge(ctx, "k", 25, t0); err != nil { // 20 tokens of debt: 2 s
+		t.Fatal(err)
+	}
+	for _, at := range []time.Duration{0, time.Second, 2*time.Second - time.Millisecond} {
+		if d := decide(t, b, "k", 0, t0.Add(at)); d.Allowed || d.Remaining != 0 || d.Reset != 2500*time.Millisecond-at {
+			t.Fatalf("in debt at %v: %+v, want refused, Remaining 0, Reset %v", at, d, 2500*time.Millisecond-at)
+		}
+	}
+	if d := decide(t, b, "k", 0, t0.Add(2*time.Second)); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("debt repaid: %+v, want admitted with Remaining 0", d)
+	}
+}
+
+// TestTokenBucketResetAtTheExtremes checks Reset where the arithmetic runs out: a full bucket at
+// rate 0 is full now (0), a refill too long for a Duration is never, and so is one whose length
+// in nanoseconds rounds to exactly 2^63, which a conversion to Duration would make negative.
+func TestTokenBucketResetAtTheExtremes(t *testing.T) {
+	if d := decide(t, NewTokenBucket(0, 3), "k", 0, t0); !d.Allowed || d.Remaining != 3 || d.Reset != 0 {
+		t.Fatalf("rate 0, full: %+v, want Remaining 3 and Reset 0", d)
+	}
+	if d := decide(t, NewTokenBucket(1e-10, 1), "k", 1, t0); !d.Allowed || d.Reset != rate.InfDuration {
+		t.Fatalf("a token every 317 years, spent: %+v, want Reset never", d)
+	}
+	b := NewTokenBucket(1, 1)
+	edge := float64(1<<63) / float64(time.Second) // missing tokens that take 2^63 ns at 1 a second
+	hit := false
+	for m, i := edge, 0; i < 64; m, i = math.Nextafter(m, 0), i+1 {
+		hit = hit || m*float64(time.Second) == float64(1<<63)
+		if r := b.refill(m); r < 0 || r > rate.InfDuration || (m*float64(time.Second) >= float64(1<<63)) != (r == rate.InfDuration) {
+			t.Fatalf("refill(%v) = %v", m, r)
+		}
+	}
+	if !hit {
+		t.Fatal("no refill of exactly 2^63 ns was checked")
+	}
+}
+
+// TestTokenBucketHugeDebtStaysRefused charges a key about 292 years of tokens, where the wait in
+// nanoseconds rounds to 2^63 as a float64 and x/time/rate's conversion wraps it into a negative
+// Duration, which admits: the debt is capped at 100 years, and the key stays refused, with
+// Remaining 0, at the instants where the wait would have wrapped.
+func TestTokenBucketHugeDebtStaysRefused(t *testing.T) {
+	ctx := context.Background()
+	b := NewTokenBucket(1, 1)
+	if err := b.Charge(ctx, "k", 9_223_372_037, t0); err != nil {
+		t.Fatal(err)
+	}
+	for at := time.Duration(145_220_000); at < 145_226_000; at += 500 {
+		now := t0.Add(at)
+		if peek := decide(t, b, "k", 0, now); peek.Remaining != 0 {
+			t.Fatalf("at %v: Remaining %d", at, peek.Remaining)
+		}
+		d := decide(t, b, "k", 1, now)
+		if d.Allowed || d.RetryAfter > maxDebt+2*time.Second || d.RetryAfter < maxDebt-time.Hour {
+			t.Fatalf("at %v: %+v, want refused for about 100 years", at, d)
+		}
+	}
+}
+
+// TestTokenBucketChargeOfNothing checks that a charge of 0, and any charge at rate.Inf, hold no
+// state: the table stays empty.
+func TestTokenBucketChargeOfNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		limit rate.Limit
+		cost  int
+	}{{1, 0}, {1, -5}, {rate.Inf, 5}, {rate.Inf, -5}} {
+		b := NewTokenBucket(c.limit, 1)
+		if err := b.Charge(ctx, "k", c.cost, t0); err != nil || b.Len() != 0 {
+			t.Fatalf("Charge(%d) at %v: %v, %d keys held", c.cost, c.limit, err, b.Len())
+		}
+	}
+	// A charge to a new key that the table has no room for fails, and holds nothing.
+	b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(16<<10))
+	ks := keysInPart(b, 0, 2, 10, "k")
+	if err := b.Charge(ctx, ks[0], 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Charge(ctx, ks[1], 1, t0); err == nil || b.Len() != 1 {
+		t.Fatalf("a charge to a new key at the bound: %v, %d keys held", err, b.Len())
+	}
+}
+
+// TestTokenBucketRemainingAFloatStepShort gives the quota a bucket one float64 step short of its
+// burst at a rate slow enough (about 263 years a token) that the first guess of Remaining, from
+// the tokens plus what the microsecond of slack lends, rounds up to the burst: Remaining is what
+// the bucket admits, one token.
+func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
+	b := NewTokenBucket(1.2e-10, 2)
+	tokens := math.Nextafter(2, 0)
+	if guess := math.Floor(tokens + float64(b.limit)*slack.Seconds()); guess != 2 {
+		t.Fatalf("the guess is %v: the case is not reached", guess)
+	}
+	var d Decision
+	b.fillQuota(&d, tokens)
+	if d.Remaining != 1 || b.admits(2, tokens) || !b.admits(1, tokens) {
+		t.Fatalf("Remaining %d; admits 1: %v, 2: %v", d.Remaining, b.admits(1, tokens), b.admits(2, tokens))
 	}
 }
