@@ -24,6 +24,11 @@ type Layer struct {
 	// Deferred marks a layer that admits a request while its key is not in debt, deciding at
 	// cost 0, and is charged the request's real cost afterwards (see [ChargedAfter]).
 	Deferred bool
+
+	// The one key of a layer made by Shared, which Key returns whatever it is given, so that a
+	// Combiner can work on it once rather than for every request.
+	shared    bool
+	sharedKey string
 }
 
 // key returns the key the layer counts a request of key k against.
@@ -296,12 +301,18 @@ func tighter(d, e Decision, first bool) Decision {
 	case !e.Allowed:
 		binds = e.RetryAfter > d.RetryAfter
 	default:
-		binds = e.Limit > 0 && (d.Limit == 0 || int64(e.Remaining)*int64(d.Limit) < int64(d.Remaining)*int64(e.Limit))
+		binds = tighterQuota(d, e)
 	}
 	if binds {
 		return e
 	}
 	return d
+}
+
+// tighterQuota reports whether e's quota binds rather than d's: it has one, and a smaller share
+// of it is left.
+func tighterQuota(d, e Decision) bool {
+	return e.Limit > 0 && (d.Limit == 0 || int64(e.Remaining)*int64(d.Limit) < int64(d.Remaining)*int64(e.Limit))
 }
 
 // layered is a Limiter that decides one Layer: what Shared and ChargedAfter return.
@@ -331,6 +342,7 @@ func Shared(l Limiter, key string) Limiter {
 		lay = s.Layer
 	}
 	lay.Key = func(string) string { return key }
+	lay.shared, lay.sharedKey = true, key
 	return &layered{lay}
 }
 

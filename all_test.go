@@ -71,7 +71,9 @@ func (l *modelLayer) key(k string) string {
 // is admitted and one a microsecond earlier is not); a refusal spends nothing in any layer (or
 // the model, which spends nothing on one, would part from the limiter); admitted requests spend
 // in every layer, so none ever exceeds its burst + rate × elapsed; charges afterwards put keys
-// into debt and their next request waits exactly until it is repaid.
+// into debt and their next request waits exactly until it is repaid. Every other seed decides
+// without the quota, as the middleware does when it writes no rate-limit fields, which takes a
+// path of its own.
 func TestAllAgainstModel(t *testing.T) {
 	const tolerance = 2 * time.Microsecond // the bucket's microsecond of slack, and float arithmetic
 	checked := map[string]int{}
@@ -100,6 +102,14 @@ func TestAllAgainstModel(t *testing.T) {
 			}
 		}
 		a := All(limiters...)
+		decide := a.Decide
+		if seed%2 == 1 {
+			g := a.(*all).one.(*bucketGroup)
+			decide = func(_ context.Context, key string, cost int, now time.Time) (d Decision, _ error) {
+				g.decide(key, cost, now, &d, false)
+				return d, nil
+			}
+		}
 		now := t0
 		ctx := context.Background()
 		for range 400 {
@@ -124,7 +134,7 @@ func TestAllAgainstModel(t *testing.T) {
 					margin = min(margin, max(o, -o))
 				}
 			}
-			d, err := a.Decide(ctx, key, cost, now)
+			d, err := decide(ctx, key, cost, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,6 +157,9 @@ func TestAllAgainstModel(t *testing.T) {
 					l.model.spend(l.key(key), cost, now)
 				}
 			}
+			if seed%2 == 0 && quotaOfLayers(t, layers, key, now, d, tolerance) {
+				checked["quota"]++
+			}
 			if rng.IntN(3) == 0 { // what the request really cost, charged afterwards
 				used := rng.IntN(15)
 				later := now.Add(time.Duration(rng.Int64N(int64(time.Second))))
@@ -164,9 +177,48 @@ func TestAllAgainstModel(t *testing.T) {
 		}
 	}
 	t.Log(checked)
-	if checked["refused"] < 1000 || checked["charged"] < 500 {
+	if checked["refused"] < 1000 || checked["charged"] < 500 || checked["quota"] < 1000 {
 		t.Fatalf("too little was checked: %v", checked)
 	}
+}
+
+// quotaOfLayers reports whether d, an admitted request's Decision, carries the quota of the
+// layer that binds after the spending, by the model: the Limit and Remaining of a layer whose
+// share of its quota left is the smallest, Remaining being the largest cost the layer admits at
+// now. It fails t where they differ, and reports false, checking nothing, when some layer is
+// within tolerance of admitting one more, where float arithmetic may round either way.
+func quotaOfLayers(t *testing.T, layers []modelLayer, key string, now time.Time, d Decision, tolerance time.Duration) bool {
+	t.Helper()
+	type quota struct{ limit, remaining int }
+	var qs []quota
+	for i := range layers {
+		l := &layers[i]
+		n := 0
+		for n < l.model.burst {
+			o := l.model.over(l.key(key), n+1, now)
+			if o > -tolerance && o < tolerance {
+				return false
+			}
+			if o > 0 {
+				break
+			}
+			n++
+		}
+		qs = append(qs, quota{l.model.burst, n})
+	}
+	least := qs[0]
+	for _, q := range qs[1:] {
+		if q.remaining*least.limit < least.remaining*q.limit {
+			least = q
+		}
+	}
+	for _, q := range qs {
+		if q.limit == d.Limit && q.remaining == d.Remaining && q.remaining*least.limit == least.remaining*q.limit {
+			return true
+		}
+	}
+	t.Errorf("admitted %s at %v: Limit %d, Remaining %d; the layers' quotas %v, the binding one %v", key, now, d.Limit, d.Remaining, qs, least)
+	return false
 }
 
 // TestAllRoundTrip puts an All of a per-client bucket and one shared by every client behind the
