@@ -124,6 +124,7 @@ func All(limiters ...Limiter) Limiter {
 	}
 	if len(a.groups) == 1 && a.groups[0].Limiter != nil {
 		a.one = a.groups[0].Limiter
+		a.buckets, _ = a.one.(*bucketGroup)
 	}
 	// Whatever cannot give back what it spent is decided last, and only one may.
 	last := -1
@@ -191,6 +192,8 @@ type all struct {
 	layers []Layer
 	groups []group
 	one    Limiter // the one combined Limiter that decides every layer, if there is one
+
+	buckets *bucketGroup // one, when it is TokenBuckets': called directly, not through Limiter
 }
 
 // A group is layers that one step decides: by a combined Limiter, or, when it is nil, by the
@@ -235,6 +238,11 @@ func (g group) refund(ctx context.Context, key string, cost int, now time.Time) 
 func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	if a.buckets != nil {
+		var d Decision
+		a.buckets.decide(key, cost, now, &d, true)
+		return d, nil
 	}
 	if a.one != nil {
 		return a.one.Decide(ctx, key, cost, now)

@@ -861,6 +861,25 @@ func TestChargedAfterCharges(t *testing.T) {
 	}
 }
 
+// TestAllRecordsItsInstant checks that each part an All decides in records the instant it
+// decided at, the latest any of them had seen: a bucket spent at that instant and then asked
+// about alone at the request's own, earlier, instant would move its clock back and credit the
+// time between twice.
+func TestAllRecordsItsInstant(t *testing.T) {
+	ahead, b := NewTokenBucket(rate.Every(time.Minute), 1), NewTokenBucket(rate.Every(time.Minute), 1)
+	seen := t0.Add(time.Second)
+	decide(t, ahead, "k", 0, seen) // its part has seen t0 + 1 s
+	if d, err := All(ahead, b).Decide(context.Background(), "k", 1, t0); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	if d := decide(t, b, "k", 1, t0); d.Allowed || d.RetryAfter != time.Minute+time.Second-slack {
+		t.Fatalf("%+v: want refused until a minute after the instant the All decided at", d)
+	}
+	if d := decide(t, b, "k", 1, seen.Add(time.Minute-time.Millisecond)); d.Allowed {
+		t.Fatalf("admitted a millisecond before the token spent at %v is back: %+v", seen, d)
+	}
+}
+
 // TestAllDecidesAtTheLatestInstant decides an All whose layers' parts have seen different
 // instants, an unlimited layer and a bucket named twice among them: every layer is decided at the
 // latest instant any of their parts has seen, under the locks of all of them, and the wait is

@@ -239,10 +239,11 @@ func (g *bucketGroup) allow(key string, cost int, now time.Time, out *Decision, 
 		return true
 	}
 	d := Decision{Allowed: true}
+	var e Decision // its quota, set whole for each layer
 	for i := range n {
-		b, e := g.buckets[i], Decision{Allowed: true}
+		b := g.buckets[i]
 		if spent[i] == nil { // rate.Inf
-			e.Limit, e.Remaining = b.burst, b.burst
+			e.Limit, e.Remaining, e.Reset = b.burst, b.burst, 0
 		} else {
 			b.fillQuota(&e, spent[i].TokensAt(at))
 		}
@@ -293,8 +294,10 @@ func lockAt(parts []*part, now time.Time) time.Time {
 			at = lat
 		}
 	}
-	for _, p := range parts {
-		p.latest = at
+	if at != now { // else each part took now as its latest already
+		for _, p := range parts {
+			p.latest = at
+		}
 	}
 	return at
 }

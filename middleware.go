@@ -98,7 +98,7 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	m := &Middleware{limiter: l, c: c}
 	m.bucket, _ = l.(*TokenBucket)
 	if a, ok := l.(*all); ok {
-		m.group, _ = a.one.(*bucketGroup)
+		m.group = a.buckets
 	}
 	if a, ok := l.(afterCharger); ok && a.deferred() {
 		m.after = a
