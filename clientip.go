@@ -266,21 +266,33 @@ func clientIPParseHost(s string) (text string, a netip.Addr, ok bool) {
 // peer. It returns the address's text, a slice of s, and its bytes; any other form is not ok
 // and is left to the general parser.
 func canonicalIPv4(s string) (host string, a [4]byte, ok bool) {
-	i, n := 0, 0
-	for ; n < 4; n++ {
+	i := 0
+	for n := range 4 {
 		if n > 0 {
 			if i >= len(s) || s[i] != '.' {
 				return "", a, false
 			}
 			i++
 		}
-		start, v := i, 0
-		for i < len(s) && i-start < 3 && s[i] >= '0' && s[i] <= '9' {
-			v = v*10 + int(s[i]-'0')
-			i++
-		}
-		if i == start || v > 255 || (s[start] == '0' && i-start > 1) {
+		if i >= len(s) {
 			return "", a, false
+		}
+		v := uint(s[i]) - '0' // wraps above 9 for a byte below '0'
+		if v > 9 {
+			return "", a, false
+		}
+		i++
+		if v != 0 { // a 0 stands alone: what follows it must be a dot, a colon or the end
+			for end := min(i+2, len(s)); i < end; i++ {
+				d := uint(s[i]) - '0'
+				if d > 9 {
+					break
+				}
+				v = v*10 + d
+			}
+			if v > 255 {
+				return "", a, false
+			}
 		}
 		a[n] = byte(v)
 	}

@@ -669,11 +669,25 @@ func TestCanonicalIPv4(t *testing.T) {
 		cases = append(cases, b.String())
 	}
 	for _, s := range cases {
-		host, a, ok := canonicalIPv4(s)
-		text, addr, general := clientIPParseHost(s)
-		want := general && addr.Is4() && text == addr.String() && !strings.HasPrefix(s, "[")
-		if ok != want || (ok && (host != text || netip.AddrFrom4(a) != addr)) {
-			t.Fatalf("canonicalIPv4(%q) = %q, %v, %v; the general parser reads %q, %v, %v", s, host, a, ok, text, addr, general)
-		}
+		checkCanonicalIPv4(t, s)
+	}
+}
+
+// FuzzCanonicalIPv4 holds the fast path to the general one on any input.
+func FuzzCanonicalIPv4(f *testing.F) {
+	for _, s := range []string{"203.0.113.7:51234", "0.0.0.0", "01.2.3.4", "1.2.3.4:123456", "255.255.255.256"} {
+		f.Add(s)
+	}
+	f.Fuzz(checkCanonicalIPv4)
+}
+
+// checkCanonicalIPv4 fails t unless canonicalIPv4 takes s exactly when the general parser reads
+// it as an IPv4 address written as netip writes it, with a port or none, and reads the same.
+func checkCanonicalIPv4(t *testing.T, s string) {
+	host, a, ok := canonicalIPv4(s)
+	text, addr, general := clientIPParseHost(s)
+	want := general && addr.Is4() && text == addr.String() && !strings.HasPrefix(s, "[")
+	if ok != want || (ok && (host != text || netip.AddrFrom4(a) != addr)) {
+		t.Fatalf("canonicalIPv4(%q) = %q, %v, %v; the general parser reads %q, %v, %v", s, host, a, ok, text, addr, general)
 	}
 }
