@@ -37,8 +37,8 @@ var returning = policy{n: 36_000_000_000, per: time.Hour, burst: 2}
 // 10k, 100k and 1M clients held.
 func BenchmarkReturning(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		rs := requests(n)
 		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			rs := requests(n) // here, so that a run of one size does not hold the others' requests
 			eachScale(b, returning, func(b *testing.B, s subject, h http.Handler) {
 				serial(b, s, h, rs, http.StatusOK)
 			})
