@@ -861,6 +861,44 @@ func TestChargedAfterCharges(t *testing.T) {
 	}
 }
 
+// TestAllOfManyLayers decides Alls of more layers than allow takes (the long way of decide, by
+// Decide with the quota and as the middleware does without), an unlimited layer first and one
+// bucket named twice: each request spends 2 in that bucket, a refusal spends nothing, the wait
+// is exact, and the quota is the binding layer's.
+func TestAllOfManyLayers(t *testing.T) {
+	for _, quota := range []bool{true, false} {
+		b, other := NewTokenBucket(rate.Every(time.Minute), 4), NewTokenBucket(rate.Every(time.Minute), 10)
+		inf := NewTokenBucket(rate.Inf, 1)
+		g := All(inf, b, inf, b, other, Shared(other, "s")).(*all).buckets
+		if len(g.layers) <= fastLayers {
+			t.Fatalf("%d layers: allow would take them", len(g.layers))
+		}
+		decide := func(now time.Time) (d Decision) {
+			g.decide("k", 1, now, &d, quota)
+			return d
+		}
+		for i, want := range []Decision{
+			{Allowed: true, Limit: 4, Remaining: 2, Reset: 2 * time.Minute},
+			{Allowed: true, Limit: 4, Remaining: 0, Reset: 4 * time.Minute},
+			{RetryAfter: 2*time.Minute - slack, Limit: 4, Reset: 4 * time.Minute},
+		} {
+			if !quota {
+				want.Limit, want.Remaining, want.Reset = 0, 0, 0
+			}
+			if d := decide(t0); d != want {
+				t.Fatalf("quota %v, request %d: %+v, want %+v", quota, i+1, d, want)
+			}
+		}
+		// One token back in b, where each request needs two.
+		if d := decide(t0.Add(time.Minute)); d.Allowed || d.RetryAfter != time.Minute-slack {
+			t.Fatalf("quota %v, with one token of the two: %+v", quota, d)
+		}
+		if d := decide(t0.Add(2 * time.Minute)); !d.Allowed {
+			t.Fatalf("quota %v, on time: %+v", quota, d)
+		}
+	}
+}
+
 // TestAllRecordsItsInstant checks that each part an All decides in records the instant it
 // decided at, the latest any of them had seen: a bucket spent at that instant and then asked
 // about alone at the request's own, earlier, instant would move its clock back and credit the
@@ -869,8 +907,8 @@ func TestAllRecordsItsInstant(t *testing.T) {
 	ahead, b := NewTokenBucket(rate.Every(time.Minute), 1), NewTokenBucket(rate.Every(time.Minute), 1)
 	seen := t0.Add(time.Second)
 	decide(t, ahead, "k", 0, seen) // its part has seen t0 + 1 s
-	if d, err := All(ahead, b).Decide(context.Background(), "k", 1, t0); err != nil || !d.Allowed {
-		t.Fatalf("%+v, %v", d, err)
+	if d, err := All(ahead, b).Decide(context.Background(), "k", 1, t0); err != nil || !d.Allowed || d.Reset != time.Minute+time.Second {
+		t.Fatalf("%+v, %v: want admitted, full again a minute after the instant decided at", d, err)
 	}
 	if d := decide(t, b, "k", 1, t0); d.Allowed || d.RetryAfter != time.Minute+time.Second-slack {
 		t.Fatalf("%+v: want refused until a minute after the instant the All decided at", d)
@@ -912,5 +950,11 @@ func TestAllTableFull(t *testing.T) {
 	}
 	if d, err := All(full, NewTokenBucket(1, 1)).Decide(context.Background(), ks[1], 1, t0); err != nil || d.Allowed || d.RetryAfter != 10*time.Second || d.Reset != d.RetryAfter {
 		t.Fatalf("%+v, %v: want refused until the key held has wholly refilled", d, err)
+	}
+	// As the middleware decides, without the quota.
+	var plain Decision
+	All(full, NewTokenBucket(1, 1)).(*all).buckets.decide(ks[1], 1, t0, &plain, false)
+	if want := (Decision{RetryAfter: 10 * time.Second}); plain != want {
+		t.Fatalf("without the quota: %+v, want %+v", plain, want)
 	}
 }

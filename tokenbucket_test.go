@@ -500,12 +500,16 @@ func TestTokenBucketRemainingAtTheEdges(t *testing.T) {
 			}
 		}
 		// The same through an All of the bucket and an unlimited one, which TokenBucket's
-		// Combine decides in one step: it binds on nothing, so the answers are the bucket's.
+		// Combine decides in one step: it binds on nothing, so the answers are the bucket's. By
+		// Decide, and as the middleware decides without the quota, which takes a path of its own.
 		for cost := max(0, d.Remaining-1); cost <= min(burst, d.Remaining+1); cost++ {
-			a := All(replay(t, limit, burst, history), NewTokenBucket(rate.Inf, 1))
-			got, err := a.Decide(context.Background(), "k", cost, now)
-			if want := cost <= d.Remaining; err != nil || got.Allowed != want {
-				t.Fatalf("%v/%d after %v, at %v, in an All: cost %d allowed %v (%v), want %v", limit, burst, history, at, cost, got.Allowed, err, want)
+			for _, quota := range []bool{true, false} {
+				a := All(replay(t, limit, burst, history), NewTokenBucket(rate.Inf, 1)).(*all)
+				var got Decision
+				a.buckets.decide("k", cost, now, &got, quota)
+				if want := cost <= d.Remaining; got.Allowed != want {
+					t.Fatalf("%v/%d after %v, at %v, in an All (quota %v): cost %d allowed %v, want %v", limit, burst, history, at, quota, cost, got.Allowed, want)
+				}
 			}
 		}
 	}
