@@ -953,6 +953,10 @@ func TestAllTableFull(t *testing.T) {
 	}
 	// As the middleware decides, without the quota.
 	var plain Decision
+	All(full, minute).(*all).buckets.decide(ks[1], 1, t0, &plain, false)
+	if want := (Decision{RetryAfter: time.Minute - slack}); plain != want {
+		t.Fatalf("without the quota: %+v, want %+v, the second layer's longer wait", plain, want)
+	}
 	All(full, NewTokenBucket(1, 1)).(*all).buckets.decide(ks[1], 1, t0, &plain, false)
 	if want := (Decision{RetryAfter: 10 * time.Second}); plain != want {
 		t.Fatalf("without the quota: %+v, want %+v", plain, want)

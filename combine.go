@@ -109,10 +109,11 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	return d, nil
 }
 
-// decide is Decide for a cost of 0 or more, writing its Decision to d, with the quota only when
-// asked. With it, it looks at each bucket first and spends only once every layer holds its cost
-// (the look gives the quota too); without, it reserves at once, which spends one look a layer
-// on the path that admits, and the middleware calls it so when it writes no rate-limit fields.
+// decide is Decide for a cost of 0 or more, writing its Decision to out, with the quota only
+// when asked (the middleware asks only when it writes rate-limit fields). A request of a few
+// layers that each admit at once is decided by allow. Otherwise, with the quota, it looks at each
+// bucket first and spends only once every layer holds its cost (the look gives the quota too);
+// without, it reserves at once, and cancels every reservation if one is not due.
 func (g *bucketGroup) decide(key string, cost int, now time.Time, out *Decision, quota bool) {
 	if len(g.layers) <= fastLayers && g.allow(key, cost, now, out, quota) {
 		return
@@ -187,6 +188,8 @@ func (g *bucketGroup) allow(key string, cost int, now time.Time, out *Decision, 
 		hs    [fastLayers]uint64
 		ps    [fastLayers]*part
 	)
+	// Each layer's key, hash and part, as decide finds them: written out in both, since a call
+	// that does it costs an All of two 64 instructions, 2% of its decision.
 	for i := range n {
 		l, b := &g.layers[i], g.buckets[i]
 		costs[i] = l.cost(cost)
