@@ -104,7 +104,7 @@ func TestAllAgainstModel(t *testing.T) {
 		a := All(limiters...)
 		decide := a.Decide
 		if seed%2 == 1 {
-			g := a.(*all).one.(*bucketGroup)
+			g := a.(*all).buckets
 			decide = func(_ context.Context, key string, cost int, now time.Time) (d Decision, _ error) {
 				g.decide(key, cost, now, &d, false)
 				return d, nil
