@@ -191,16 +191,7 @@ func TestClockStepsBackInDebt(t *testing.T) {
 		burst = 5
 		debt  = 40 // tokens beyond the bucket
 	)
-	horizon := burst * every
-	long := []time.Duration{horizon + time.Microsecond, time.Minute, time.Hour, 30 * 24 * time.Hour}
-	for _, mode := range []struct {
-		name  string
-		opts  []Option
-		steps []time.Duration
-	}{
-		{"redis clock", []Option{withInjectedClock(), withStepTolerance(0)}, append([]time.Duration{time.Microsecond, horizon / 3}, long...)},
-		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
-	} {
+	for _, mode := range clockSteps(burst * every) {
 		for _, step := range mode.steps {
 			t.Run(fmt.Sprintf("%s/%v", mode.name, step), func(t *testing.T) {
 				s := New(client, rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, mode.opts...)...)

@@ -258,3 +258,22 @@ func wantStatus(t *testing.T, code int, h http.Header, status int, now time.Time
 	}
 	return wait
 }
+
+// A clockStep is a clock the store decides by, and the steps back of it that the tests of steps
+// take.
+type clockStep struct {
+	name  string
+	opts  []Option
+	steps []time.Duration
+}
+
+// clockSteps returns the clocks and steps back that the tests of steps take, for a bucket that
+// refills in horizon: Redis's clock (injected), from a microsecond to a month; the caller's, only
+// steps longer than its tolerance of out-of-order instants (a refill), which are repaired.
+func clockSteps(horizon time.Duration) []clockStep {
+	long := []time.Duration{horizon + time.Microsecond, time.Minute, time.Hour, 30 * 24 * time.Hour}
+	return []clockStep{
+		{"redis clock", []Option{withInjectedClock(), withStepTolerance(0)}, append([]time.Duration{time.Microsecond, horizon / 3}, long...)},
+		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
+	}
+}

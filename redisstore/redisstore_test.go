@@ -696,16 +696,7 @@ func TestClockStepsBack(t *testing.T) {
 		every = time.Second
 		burst = 5
 	)
-	horizon := burst * every
-	long := []time.Duration{horizon + time.Microsecond, time.Minute, time.Hour, 30 * 24 * time.Hour}
-	for _, mode := range []struct {
-		name  string
-		opts  []Option
-		steps []time.Duration
-	}{
-		{"redis clock", []Option{withInjectedClock(), withStepTolerance(0)}, append([]time.Duration{time.Microsecond, horizon / 3}, long...)},
-		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
-	} {
+	for _, mode := range clockSteps(burst * every) {
 		for _, step := range mode.steps {
 			for _, all := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%v/all=%v", mode.name, step, all), func(t *testing.T) {
