@@ -277,3 +277,10 @@ func clockSteps(horizon time.Duration) []clockStep {
 		{"caller clock", []Option{withInjectedClock()}, []time.Duration{2*horizon + time.Microsecond, time.Hour}},
 	}
 }
+
+// agrees reports whether got is the decision want is, to Redis's microsecond: the same verdict
+// and Remaining, and RetryAfter and Reset within 2 µs.
+func agrees(got, want retryafter.Decision) bool {
+	return got.Allowed == want.Allowed && got.Remaining == want.Remaining &&
+		(got.RetryAfter-want.RetryAfter).Abs() <= 2*time.Microsecond && (got.Reset-want.Reset).Abs() <= 2*time.Microsecond
+}

@@ -731,8 +731,7 @@ func stepsBack(t *testing.T, client *redis.Client, every time.Duration, burst in
 			t.Fatal(err)
 		}
 		want, _ := ref.Decide(context.Background(), "k", cost, now)
-		if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
-			(got.RetryAfter-want.RetryAfter).Abs() > 2*time.Microsecond || (got.Reset-want.Reset).Abs() > 2*time.Microsecond {
+		if !agrees(got, want) {
 			t.Fatalf("at step + %v, cost %d: %+v, a bucket emptied at the step %+v", now.Sub(at), cost, got, want)
 		}
 		if got.Allowed {
