@@ -133,24 +133,30 @@ func BenchmarkDecide(b *testing.B) {
 	})
 }
 
-// BenchmarkBytesPerKey reports the heap a TokenBucket holds per key, after 100,000 distinct
-// clients and a garbage collection.
+// BenchmarkBytesPerKey reports the heap a TokenBucket of the default bound holds per key, after
+// 10,000, 100,000 and 1,000,000 distinct IPv4 clients and a garbage collection.
 func BenchmarkBytesPerKey(b *testing.B) {
-	const n = 100_000
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = clientAddr(i)
-	}
-	ctx := context.Background()
-	for b.Loop() {
-		before := heapInUse()
-		tb := NewTokenBucket(emptyRate, 1)
-		for _, k := range keys {
-			tb.Decide(ctx, k, 1, t0)
-		}
-		after := heapInUse()
-		b.ReportMetric(float64(after-before)/n, "B/key")
-		runtime.KeepAlive(tb)
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = clientAddr(i)
+			}
+			ctx := context.Background()
+			for b.Loop() {
+				before := heapInUse()
+				tb := NewTokenBucket(emptyRate, 1)
+				for _, k := range keys {
+					tb.Decide(ctx, k, 1, t0)
+				}
+				after := heapInUse()
+				if tb.Len() != n {
+					b.Fatalf("%d keys held, want %d", tb.Len(), n)
+				}
+				b.ReportMetric(float64(after-before)/float64(n), "B/key")
+				runtime.KeepAlive(tb)
+			}
+		})
 	}
 }
 

@@ -34,7 +34,7 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 		if cost < 0 {
 			return nil // a key not held has a full bucket: nothing to give back
 		}
-		if lim, _ = b.add(p, key, at); lim == nil {
+		if lim, _ = b.add(p, h, key, at); lim == nil {
 			return fmt.Errorf("retryafter: cannot charge %d to a new key: the table is full", cost)
 		}
 	}
@@ -216,7 +216,7 @@ func (g *bucketGroup) allow(key string, cost int, now time.Time, out *Decision, 
 		}
 		lim, ok := p.get(hs[i], keys[i])
 		if !ok {
-			if lim, _ = g.buckets[i].add(p, keys[i], at); lim == nil {
+			if lim, _ = g.buckets[i].add(p, hs[i], keys[i], at); lim == nil {
 				admitted = false
 				break
 			}
@@ -326,7 +326,7 @@ func (g *bucketGroup) look(st []layerState, at time.Time) bool {
 		lim, ok := s.p.get(s.h, s.key)
 		if !ok {
 			var wait time.Duration
-			if lim, wait = s.b.add(s.p, s.key, at); lim == nil {
+			if lim, wait = s.b.add(s.p, s.h, s.key, at); lim == nil {
 				admitted = false
 				s.d = Decision{RetryAfter: wait, Limit: s.b.burst, Reset: wait}
 				continue
@@ -404,7 +404,7 @@ func (g *bucketGroup) reserve(st []layerState, at time.Time) bool {
 		lim, ok := s.p.get(s.h, s.key)
 		if !ok {
 			var wait time.Duration
-			if lim, wait = s.b.add(s.p, s.key, at); lim == nil {
+			if lim, wait = s.b.add(s.p, s.h, s.key, at); lim == nil {
 				admitted = false
 				s.d.RetryAfter = wait
 				continue

@@ -1,16 +1,25 @@
 package retryafter
 
 import (
+	"hash/maphash"
 	"math"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 )
 
-// The key table of a TokenBucket: 64 independently locked parts, each a map from key to bucket
-// and a budget of bytes.
+// The key table of a TokenBucket: 64 independently locked parts, each an index from key to
+// entry and a budget of bytes.
+//
+// An entry is one allocation that holds a key's rate.Limiter and, inline, the key itself when
+// it has at most 15 bytes (an IPv4 address has at most 15), so that such a key costs nothing
+// more than its bucket's 80 bytes and 16 of key, and is read in the same few cache lines. A
+// longer key is a string beside it. The index is open addressing with linear probing: a slot is
+// a pointer to an entry and a byte of tag, 7 bits of the key's hash, which a probe compares
+// before it reads the entry.
 //
 // A part keeps every key until a new one does not fit its budget. From then on it keeps a
 // min-heap of all its keys by an instant at or before which each one's bucket cannot be full
@@ -20,46 +29,119 @@ import (
 // most once per request that spent it, so a new key at the bound costs O(log n), where a scan of
 // the part would cost O(n) for every new key while held keys refill one at a time.
 
-// shardCount is the number of independently locked parts of a TokenBucket's key table.
-const shardCount = 64
+// shardCount is the number of independently locked parts of a TokenBucket's key table, and
+// shardBits its logarithm: a key's part is the low bits of its hash, and its slot in the part's
+// index the bits above them.
+const (
+	shardCount = 1 << shardBits
+	shardBits  = 6
+)
 
 // defaultMaxMemory is the bound on the bytes a TokenBucket's table holds when no WithMaxMemory
-// is given: about a million IPv4 clients.
+// is given: about 1.4 million IPv4 clients.
 const defaultMaxMemory = 192 << 20
 
-// keyBytes is what a part counts for each key besides the key's own bytes, an upper estimate so
-// that the bound holds in bytes: its bucket (80), its map slot (24, and a byte of control) at
-// the lowest load of a Go map's tables (7/16), its heap slot (24) and the rounding of the key's
-// allocation to a size class (up to 16).
-const keyBytes = bucketBytes + 57 + 24 + 15
+// What a part counts for each key, an upper estimate so that the bound holds in bytes: its
+// entry (entryBytes, an allocation of the allocator's size class of 96), its share of the index
+// (indexBytes: a slot of 9 bytes at the lowest load the index has, 3/8, right after it
+// doubles) and its place in the heap (heapBytes). A key longer than maxInline adds its string
+// header in the entry (longBytes) and its bytes, rounded up to the allocator's size classes,
+// which are at most an eighth and 16 bytes apart.
+const (
+	entryBytes = 96
+	indexBytes = 24
+	heapBytes  = 16
+	keyBytes   = entryBytes + indexBytes + heapBytes
+	longBytes  = 16
+)
 
-// bucketBytes is the size of a rate.Limiter, which a part counts while it keeps one spare.
-const bucketBytes = 80
+// maxInline is the longest key an entry holds inline; longKey, in place of an inline key's
+// length, marks the entry of a longer one.
+const (
+	maxInline = 15
+	longKey   = 0xff
+)
 
-// maxFree is how many buckets of dropped keys a part keeps for new keys, which then cost no
-// allocation for their bucket.
+// maxLoad is the most keys an index holds for each of its slots before it doubles, in
+// sixteenths.
+const maxLoad = 12
+
+// maxFree is how many entries of dropped keys a part keeps for new keys, which then cost no
+// allocation.
 const maxFree = 64
+
+// cost returns the bytes a part counts for key.
+func cost(key string) int {
+	n := len(key)
+	if n <= maxInline {
+		return keyBytes
+	}
+	return keyBytes + longBytes + n + n/8 + 16
+}
+
+// entry is a key of a part and its bucket, one allocation.
+type entry struct {
+	lim rate.Limiter
+	// The key, when it has at most maxInline bytes, and its length in the last byte. For a
+	// longer key, longKey in the last byte: the entry is the first field of a longEntry.
+	key [maxInline + 1]byte
+}
+
+// longEntry is the entry of a key longer than maxInline.
+type longEntry struct {
+	entry
+	long string
+}
+
+// is reports whether e is the entry of key.
+func (e *entry) is(key string) bool {
+	n := int(e.key[maxInline])
+	if n <= maxInline {
+		return n == len(key) && string(e.key[:n]) == key
+	}
+	return (*longEntry)(unsafe.Pointer(e)).long == key
+}
+
+// hash returns the hash of e's key.
+func (e *entry) hash(seed maphash.Seed) uint64 {
+	if n := e.key[maxInline]; n <= maxInline {
+		return maphash.Bytes(seed, e.key[:n])
+	}
+	return maphash.String(seed, (*longEntry)(unsafe.Pointer(e)).long)
+}
+
+// cost returns the bytes a part counts for e's key.
+func (e *entry) cost() int {
+	if n := e.key[maxInline]; n <= maxInline {
+		return keyBytes
+	}
+	return cost((*longEntry)(unsafe.Pointer(e)).long)
+}
 
 // part is one independently locked part of a TokenBucket's key table.
 type part struct {
 	mu     sync.Mutex
-	keys   map[string]*rate.Limiter
 	latest time.Time       // the latest instant a Decide in this part was made at
-	used   int             // the bytes counted for the keys held
+	tags   []uint8         // for each slot of index: 0 when it is empty, else its key's tag
+	index  []*entry        // a power of two of slots
+	held   int             // the keys held
+	used   int             // the bytes counted for the keys held and the spare entries
 	due    []dueKey        // from the first time the part is full: every key, a min-heap by at
-	free   []*rate.Limiter // buckets of dropped keys, full, for new keys
+	free   []*entry        // entries of dropped keys, their buckets full, for new keys
 	full   time.Time       // no key will have refilled before this instant
-	// The key decided twice in a row last, and its bucket: a key that many requests share (a
-	// client in a burst, the one key of a Shared layer) skips the map under the lock. A key is
-	// copied here, so that the part keeps no string of its caller's alive, only once it has
-	// come twice in a row (seen by its hash), so that distinct keys cost one compare.
-	lastLim  *rate.Limiter
-	lastHash uint64
-	lastSeen uint64 // the hash of the key looked up last
-	lastLen  uint8
-	lastKey  [31]byte
-	_        [192 - 176]byte // three cache lines a part, so that parts do not share one
+	_      [192 - 168]byte // three cache lines a part, so that parts do not share one
 }
+
+// minSlots is the size of a part's index when it holds no key.
+const minSlots = 8
+
+func (p *part) init() {
+	p.tags = make([]uint8, minSlots)
+	p.index = make([]*entry, minSlots)
+}
+
+// tag returns the tag of a key of hash h in an index: never 0, which marks an empty slot.
+func tag(h uint64) uint8 { return uint8(h>>57) | 0x80 }
 
 // at returns the instant p decides a request of the caller's now at, the latest it has seen,
 // and records it. p must be locked.
@@ -86,56 +168,131 @@ const maxLag = time.Second
 
 // get returns the bucket of key, of hash h, if p holds it. p must be locked.
 func (p *part) get(h uint64, key string) (*rate.Limiter, bool) {
-	if h == p.lastHash && p.lastLim != nil && key == string(p.lastKey[:p.lastLen]) {
-		return p.lastLim, true
+	mask := uint64(len(p.tags) - 1)
+	t := tag(h)
+	for i := h >> shardBits & mask; ; i = (i + 1) & mask {
+		switch p.tags[i] {
+		case 0:
+			return nil, false
+		case t:
+			if e := p.index[i]; e.is(key) {
+				return &e.lim, true
+			}
+		}
 	}
-	lim, ok := p.keys[key]
-	if ok && h == p.lastSeen && len(key) <= len(p.lastKey) {
-		p.lastLim, p.lastHash, p.lastLen = lim, h, uint8(copy(p.lastKey[:], key))
-	}
-	p.lastSeen = h
-	return lim, ok
 }
 
-// dueKey is a key of a part's heap and an instant at or before which its bucket cannot be full.
+// insert puts e, whose key has hash h and is not in p, in p's index, first doubling it when it
+// is too full.
+func (p *part) insert(h uint64, e *entry, seed maphash.Seed) {
+	if (p.held+1)*16 > len(p.tags)*maxLoad {
+		p.resize(2*len(p.tags), seed)
+	}
+	p.place(h, e)
+}
+
+// place puts e, of hash h, in the first empty slot from its own.
+func (p *part) place(h uint64, e *entry) {
+	mask := uint64(len(p.tags) - 1)
+	i := h >> shardBits & mask
+	for p.tags[i] != 0 {
+		i = (i + 1) & mask
+	}
+	p.tags[i], p.index[i] = tag(h), e
+}
+
+// resize moves p's index to n slots.
+func (p *part) resize(n int, seed maphash.Seed) {
+	old := p.index
+	p.tags, p.index = make([]uint8, n), make([]*entry, n)
+	for _, e := range old {
+		if e != nil {
+			p.place(e.hash(seed), e)
+		}
+	}
+}
+
+// remove takes e out of p's index.
+func (p *part) remove(e *entry, seed maphash.Seed) {
+	mask := uint64(len(p.tags) - 1)
+	i := e.hash(seed) >> shardBits & mask
+	for p.index[i] != e {
+		i = (i + 1) & mask
+	}
+	// Linear probing's deletion: each entry after the hole, up to an empty slot, moves into it
+	// unless its own slot is cyclically after the hole, so that every probe still finds it.
+	for j := (i + 1) & mask; p.tags[j] != 0; j = (j + 1) & mask {
+		home := p.index[j].hash(seed) >> shardBits & mask
+		if (j-home)&mask >= (j-i)&mask {
+			p.tags[i], p.index[i] = p.tags[j], p.index[j]
+			i = j
+		}
+	}
+	p.tags[i], p.index[i] = 0, nil
+}
+
+// dueKey is an entry of a part's heap and an instant at or before which its bucket cannot be
+// full.
 type dueKey struct {
-	at  int64 // Unix nanoseconds
-	key string
+	at int64 // Unix nanoseconds
+	e  *entry
 }
 
-// cost returns the bytes a part counts for key.
-func cost(key string) int { return keyBytes + len(key) }
-
-// add creates the bucket of key, a key new to p, which the caller has locked. When p has no
-// room and none of its keys has refilled, it returns nil and how long until the first may have.
-func (b *TokenBucket) add(p *part, key string, now time.Time) (*rate.Limiter, time.Duration) {
+// add creates the bucket of key, of hash h, a key new to p, which the caller has locked. When p
+// has no room and none of its keys has refilled, it returns nil and how long until the first
+// may have.
+func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time) (*rate.Limiter, time.Duration) {
 	need := cost(key)
 	if p.used+need > b.budget {
 		if wait := b.makeRoom(p, need, now); wait > 0 {
 			return nil, wait
 		}
 	}
-	var lim *rate.Limiter
-	if n := len(p.free); n > 0 {
+	var e *entry
+	switch n := len(p.free); {
+	case len(key) > maxInline:
+		// A copy, so that a key cut from a long header does not keep the header alive.
+		l := &longEntry{long: strings.Clone(key)}
+		e = &l.entry
+		e.key[maxInline] = longKey
+		b.fill(&e.lim, now)
+	case n > 0:
 		// A refilled bucket is the same as a new one: full, whenever it last spent.
-		lim, p.free = p.free[n-1], p.free[:n-1]
-		p.used -= bucketBytes // counted while spare
-	} else {
-		lim = rate.NewLimiter(b.limit, b.burst)
+		e = p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.used -= entryBytes // counted while spare
+	default:
+		e = new(entry)
+		b.fill(&e.lim, now)
 	}
-	// A copy, so that a key cut from a long header does not keep the header alive.
-	key = strings.Clone(key)
-	p.keys[key] = lim
+	if len(key) <= maxInline {
+		copy(e.key[:], key)
+		e.key[maxInline] = uint8(len(key))
+	}
+	p.insert(h, e, b.seed)
+	p.held++
 	p.used += need
 	if p.due != nil {
-		p.push(dueKey{at: now.UnixNano(), key: key})
+		p.push(dueKey{at: now.UnixNano(), e: e})
 	}
-	return lim, 0
+	return &e.lim, 0
 }
 
-// makeRoom drops keys of p whose bucket is full at now, and when none is, the spare buckets it
-// keeps, until need more bytes fit its budget, and returns 0, or, when too few have refilled, how
-// long until the next one may have.
+// fill makes lim, a zero rate.Limiter, what rate.NewLimiter(b.limit, b.burst) returns, in
+// place (a rate.Limiter holds a mutex, and is not to be copied): with b's burst, no rate, and
+// then an infinite one, so that a nanosecond later it holds the whole burst, it takes b's rate
+// at t.
+func (b *TokenBucket) fill(lim *rate.Limiter, t time.Time) {
+	before := t.Add(-1)
+	lim.SetBurstAt(before, b.burst)
+	lim.SetLimitAt(before, rate.Inf)
+	lim.SetLimitAt(t, b.limit)
+}
+
+// makeRoom drops keys of p whose bucket is full at now, and when none is, the spare entries it
+// keeps, until need more bytes fit its budget, and returns 0, or, when too few have refilled,
+// how long until the next one may have.
 func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 	if need > b.budget {
 		return rate.InfDuration // a key longer than a part's budget never fits
@@ -146,44 +303,53 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 	if p.due == nil {
 		// Room for as many keys as the budget can ever count, so that it never grows.
 		p.due = make([]dueKey, 0, b.budget/keyBytes)
-		for k, lim := range p.keys {
-			p.due = append(p.due, dueKey{at: b.fullAt(lim, now), key: k})
+		for _, e := range p.index {
+			if e != nil {
+				p.due = append(p.due, dueKey{at: b.fullAt(&e.lim, now), e: e})
+			}
 		}
 		p.heapify()
 	}
 	ns := now.UnixNano()
-	for p.used+need-p.spare() > b.budget {
+	for p.used+need-p.spare(need) > b.budget {
 		if len(p.due) == 0 || p.due[0].at > ns {
-			// No key held can make room now. The spare buckets, kept only to save new keys an
+			// No key held can make room now. The spare entries, kept only to save new keys an
 			// allocation, give way before a new key is refused; once the last key is dropped
 			// they are all that is left, and since need fits the budget, enough.
 			if n := len(p.free); n > 0 {
 				p.free[n-1] = nil
 				p.free = p.free[:n-1]
-				p.used -= bucketBytes
+				p.used -= entryBytes
 				continue
 			}
 			p.full = time.Unix(0, p.due[0].at)
 			return p.full.Sub(now)
 		}
 		top := &p.due[0]
-		lim := p.keys[top.key]
-		if at := b.fullAt(lim, now); at > ns {
+		e := top.e
+		if at := b.fullAt(&e.lim, now); at > ns {
 			// Spent since it was pushed: down again, with the instant it will be full.
 			top.at = at
 			p.down(0)
 			continue
 		}
-		delete(p.keys, top.key)
-		if p.lastLim == lim {
-			p.lastLim = nil
-		}
-		p.used -= cost(top.key)
-		if len(p.free) < maxFree {
-			p.free = append(p.free, lim)
-			p.used += bucketBytes
+		p.remove(e, b.seed)
+		p.held--
+		p.used -= e.cost()
+		if e.key[maxInline] <= maxInline && len(p.free) < maxFree {
+			p.free = append(p.free, e)
+			p.used += entryBytes
 		}
 		p.pop()
+	}
+	return 0
+}
+
+// spare returns the bytes counted for the entry a new key of p, of need bytes, would take from
+// its spares: that room is the new key's. A key longer than maxInline takes none.
+func (p *part) spare(need int) int {
+	if len(p.free) > 0 && need == keyBytes {
+		return entryBytes
 	}
 	return 0
 }
@@ -203,15 +369,6 @@ func (b *TokenBucket) fullAt(lim *rate.Limiter, now time.Time) int64 {
 		return math.MaxInt64
 	}
 	return ns + max(int64(refill), 1) // at least a nanosecond on: refill is truncated
-}
-
-// spare returns the bytes counted for the bucket a new key of p would take from its spares: that
-// room is the new key's.
-func (p *part) spare() int {
-	if len(p.free) > 0 {
-		return bucketBytes
-	}
-	return 0
 }
 
 // The heap of a part, by hand: container/heap would box every element.
@@ -268,7 +425,7 @@ func (b *TokenBucket) Len() int {
 	for i := range b.parts {
 		p := &b.parts[i]
 		p.mu.Lock()
-		n += len(p.keys)
+		n += p.held
 		p.mu.Unlock()
 	}
 	return n

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 )
@@ -56,9 +58,9 @@ func boundFor(held int, atBound bool) TokenBucketOption {
 	return WithMaxMemory(1 << 32)
 }
 
-// TestLastKeyForgottenWhenDropped drops a key that its part remembers, and hands its bucket to a
-// new key of the same part: the dropped key must not reach that bucket through the part's memory.
-func TestLastKeyForgottenWhenDropped(t *testing.T) {
+// TestDroppedKeyLosesItsEntry drops a key that was just decided twice in a row, and hands its
+// entry to a new key of the same part: the dropped key must not reach that entry again.
+func TestDroppedKeyLosesItsEntry(t *testing.T) {
 	b := NewTokenBucket(1, 5, WithMaxMemory(shardCount*2*cost("key-00000")))
 	inPart := func(key string) int { return int(maphash.String(b.seed, key) % shardCount) }
 	a := "key-00000"
@@ -76,7 +78,7 @@ func TestLastKeyForgottenWhenDropped(t *testing.T) {
 	}
 	ctx := context.Background()
 	b.Decide(ctx, a, 1, t0)
-	b.Decide(ctx, a, 1, t0) // twice in a row: the part remembers a
+	b.Decide(ctx, a, 1, t0)
 	b.Decide(ctx, x, 5, t0.Add(2*time.Second))
 	// At 10 s, a is full again and x is not: n takes a's place, and its bucket, and spends one.
 	if d, _ := b.Decide(ctx, n, 1, t0.Add(3*time.Second)); !d.Allowed {
@@ -102,16 +104,31 @@ func keysInPart(b *TokenBucket, i, n, size int, prefix string) []string {
 	return keys
 }
 
-// checkPart fails t unless p counts exactly its keys and its spare buckets, within b's budget.
+// checkPart fails t unless p counts exactly its keys and its spare entries, within b's budget,
+// and its index finds every key it holds.
 func checkPart(t *testing.T, b *TokenBucket, p *part) {
 	t.Helper()
-	want := bucketBytes * len(p.free)
-	for k := range p.keys {
-		want += cost(k)
+	want, held := entryBytes*len(p.free), 0
+	for i, e := range p.index {
+		if e == nil {
+			continue
+		}
+		held++
+		want += e.cost()
+		if p.tags[i] != tag(e.hash(b.seed)) {
+			t.Fatalf("slot %d: tag %#x, want %#x", i, p.tags[i], tag(e.hash(b.seed)))
+		}
 	}
-	if p.used != want || p.used > b.budget {
-		t.Fatalf("part counts %d bytes for %d keys and %d spares, which take %d; budget %d", p.used, len(p.keys), len(p.free), want, b.budget)
+	if held != p.held || p.used != want || p.used > b.budget {
+		t.Fatalf("part counts %d bytes for %d keys (%d in its index) and %d spares, which take %d; budget %d", p.used, p.held, held, len(p.free), want, b.budget)
 	}
+}
+
+// holds reports whether b's table holds key.
+func holds(b *TokenBucket, key string) bool {
+	h := maphash.String(b.seed, key)
+	_, ok := b.parts[h%shardCount].get(h, key)
+	return ok
 }
 
 // decideOrPanic is decide, reporting a panic of the table as a failure.
@@ -125,52 +142,70 @@ func decideOrPanic(t *testing.T, b *TokenBucket, key string, cost int, now time.
 	return decide(t, b, key, cost, now)
 }
 
-// TestTableSpareBucketsGiveWay checks that the buckets a part keeps from dropped keys, only to
+// keyOfCost returns a key of part i of b's table that the part counts as n bytes, failing t when
+// no key length gives exactly n.
+func keyOfCost(t *testing.T, b *TokenBucket, i, n int, prefix string) string {
+	t.Helper()
+	for size := maxInline + 1; size <= n; size++ {
+		if k := strings.Repeat("x", size); cost(k) == n {
+			return keysInPart(b, i, 1, size, prefix)[0]
+		}
+	}
+	t.Fatalf("no key costs %d bytes", n)
+	return ""
+}
+
+// TestTableSpareBucketsGiveWay checks that the entries a part keeps from dropped keys, only to
 // spare new keys an allocation, never cost a new key its room: when the last key held is
 // dropped, or no held key has refilled, the spares go first. (The part once indexed its empty
 // heap when the bytes of a kept spare and a new key did not fit together, and panicked with its
 // lock held.)
 func TestTableSpareBucketsGiveWay(t *testing.T) {
-	// 16 KiB: 256 bytes a part, one key of up to 80 bytes; a spare bucket counts 80.
+	// 16 KiB: 256 bytes a part, one key of up to 15 bytes (136) and the spare of another (96).
 	b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(16<<10))
 	ks := keysInPart(b, 0, 2, 10, "a")
 	decideOrPanic(t, b, ks[0], 0, t0) // held, and full: it makes room when asked
 	if d := decideOrPanic(t, b, ks[1], 1, t0); !d.Allowed {
 		t.Fatalf("a new key, after the only key held had refilled: %+v", d)
 	}
-
-	// 32 KiB: 512 bytes a part. A held key that has not refilled and the spare of a dropped one
-	// leave 216 bytes; a new key of 236 fits once the spare goes, and is admitted.
-	b = NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(32<<10))
-	ks = keysInPart(b, 0, 2, 40, "b")
-	decideOrPanic(t, b, ks[0], 0, t0) // full
-	decideOrPanic(t, b, ks[1], 1, t0) // spent for an hour
-	if d := decideOrPanic(t, b, keysInPart(b, 0, 1, 60, "c")[0], 1, t0); !d.Allowed {
-		t.Fatalf("a new key that fits beside the key still spent: %+v", d)
-	}
-	if p := &b.parts[0]; len(p.keys) != 2 {
-		t.Fatalf("part holds %d keys, want 2", len(p.keys))
-	}
 	checkPart(t, b, &b.parts[0])
 
-	// 64 KiB: 1,024 bytes a part. A key spent for an hour and four refilled ones (186 bytes
-	// each); a key of 476 bytes drops the four and keeps three spares; a key of 326 bytes then
-	// needs all three gone.
-	b = NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(64<<10))
+	// 32 KiB: 512 bytes a part. A short key, full (136), and a long one spent for an hour (201):
+	// a long key of 280 bytes drops the first, whose spare (96) leaves it too little room, and
+	// fits once the spare goes.
+	b = NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(32<<10))
 	p := &b.parts[0]
-	ks = keysInPart(b, 0, 5, 10, "d")
+	decideOrPanic(t, b, keysInPart(b, 0, 1, 10, "b")[0], 0, t0)
+	decideOrPanic(t, b, keyOfCost(t, b, 0, 201, "c"), 1, t0)
+	if d := decideOrPanic(t, b, keyOfCost(t, b, 0, 280, "d"), 1, t0); !d.Allowed {
+		t.Fatalf("a new key that fits beside the key still spent: %+v", d)
+	}
+	if p.held != 2 || len(p.free) != 0 {
+		t.Fatalf("part holds %d keys and %d spares, want 2 and none", p.held, len(p.free))
+	}
+	checkPart(t, b, p)
+
+	// 64 KiB: 1,024 bytes a part. A short key spent for an hour and four refilled ones (136
+	// each); a long key of 503 bytes drops the four and keeps their four spares (96 each); a
+	// long key of 381 then needs all four gone.
+	b = NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(64<<10))
+	p = &b.parts[0]
+	ks = keysInPart(b, 0, 5, 10, "e")
 	decide(t, b, ks[0], 1, t0)
 	for _, k := range ks[1:] {
 		decide(t, b, k, 0, t0)
 	}
-	for i, k := range []string{keysInPart(b, 0, 1, 300, "e")[0], keysInPart(b, 0, 1, 150, "f")[0]} {
-		if d := decideOrPanic(t, b, k, 1, t0.Add(time.Duration(i)*time.Second)); !d.Allowed {
+	for i, n := range []int{503, 381} {
+		if d := decideOrPanic(t, b, keyOfCost(t, b, 0, n, "f"+strconv.Itoa(i)), 1, t0.Add(time.Duration(i)*time.Second)); !d.Allowed {
 			t.Fatalf("new key %d: %+v", i+1, d)
 		}
 		checkPart(t, b, p)
+		if want := []int{4, 0}[i]; len(p.free) != want {
+			t.Fatalf("after new key %d: %d spares, want %d", i+1, len(p.free), want)
+		}
 	}
-	if len(p.keys) != 3 || len(p.free) != 0 {
-		t.Fatalf("%d keys and %d spares held, want 3 and none", len(p.keys), len(p.free))
+	if p.held != 3 {
+		t.Fatalf("%d keys held, want 3", p.held)
 	}
 }
 
@@ -183,28 +218,29 @@ func TestTableExactFit(t *testing.T) {
 	hour := rate.Every(time.Hour)
 
 	b := NewTokenBucket(hour, 1, WithMaxMemory(32<<10))
-	held := keysInPart(b, 0, 1, 80, "a")[0] // 256 bytes
-	decide(t, b, held, 1, t0)
-	if d := decide(t, b, keysInPart(b, 0, 1, 81, "b")[0], 1, t0); d.Allowed || d.RetryAfter != time.Hour {
-		t.Fatalf("257 bytes beside 256 spent for an hour: %+v, want refused for that hour", d)
+	decide(t, b, keysInPart(b, 0, 1, 10, "a")[0], 1, t0) // 136 bytes, spent for an hour
+	if d := decide(t, b, keyOfCost(t, b, 0, budget-keyBytes+1, "b"), 1, t0); d.Allowed || d.RetryAfter != time.Hour {
+		t.Fatalf("%d bytes beside %d spent for an hour: %+v, want refused for that hour", budget-keyBytes+1, keyBytes, d)
 	}
-	if d := decide(t, b, keysInPart(b, 0, 1, 80, "c")[0], 1, t0); !d.Allowed {
-		t.Fatalf("256 bytes beside 256, in a part of 512: %+v, want admitted", d)
+	if d := decide(t, b, keyOfCost(t, b, 0, budget-keyBytes, "c"), 1, t0); !d.Allowed {
+		t.Fatalf("%d bytes beside %d, in a part of %d: %+v, want admitted", budget-keyBytes, keyBytes, budget, d)
 	}
+	checkPart(t, b, &b.parts[0])
 
 	b = NewTokenBucket(hour, 1, WithMaxMemory(16<<10)) // 256 bytes a part
 	decideOrPanic(t, b, keysInPart(b, 0, 1, 10, "a")[0], 0, t0)
-	if d := decideOrPanic(t, b, keysInPart(b, 0, 1, 80, "b")[0], 1, t0); !d.Allowed {
+	if d := decideOrPanic(t, b, keyOfCost(t, b, 0, 256, "b"), 1, t0); !d.Allowed {
 		t.Fatalf("a key of the part's whole budget, the key held refilled: %+v", d)
 	}
+	checkPart(t, b, &b.parts[0])
 
-	// Two refilled keys of 186 bytes; a new key of 246 fits once one is dropped (its bucket
-	// kept as a spare of 80): the other stays.
+	// Two refilled keys of 136 bytes; a new key of 258 fits once one is dropped (its entry kept
+	// as a spare of 96): the other stays.
 	b = NewTokenBucket(hour, 1, WithMaxMemory(32<<10))
 	for _, k := range keysInPart(b, 0, 2, 10, "a") {
 		decide(t, b, k, 0, t0)
 	}
-	if d := decideOrPanic(t, b, keysInPart(b, 0, 1, 70, "b")[0], 1, t0); !d.Allowed {
+	if d := decideOrPanic(t, b, keyOfCost(t, b, 0, 258, "b"), 1, t0); !d.Allowed {
 		t.Fatalf("new key: %+v", d)
 	}
 	if n := b.Len(); n != 2 {
@@ -221,7 +257,7 @@ func TestTableExactFit(t *testing.T) {
 // since it was pushed. The part drops a refilled key each time, and never holds more bytes than
 // its budget.
 func TestTableHeldWithinBudget(t *testing.T) {
-	b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(32<<10)) // 512 bytes: two keys of 186
+	b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(shardCount*300)) // 300 bytes: two keys of 136
 	p := &b.parts[0]
 	ks := keysInPart(b, 0, 4, 10, "k")
 	check := func(when string) {
@@ -241,7 +277,7 @@ func TestTableHeldWithinBudget(t *testing.T) {
 	// The key left of the first two is on top of the heap, at t0; spend it, and its bound goes
 	// stale: the next key must look past it, to the one pushed at t0 and still full.
 	stale := ks[0]
-	if _, ok := p.keys[stale]; !ok {
+	if !holds(b, stale) {
 		stale = ks[1]
 	}
 	decide(t, b, stale, 1, t0.Add(time.Second))
@@ -249,7 +285,7 @@ func TestTableHeldWithinBudget(t *testing.T) {
 		t.Fatalf("fourth key: %+v", d)
 	}
 	check("a stale bound on top")
-	if _, ok := p.keys[stale]; !ok {
+	if !holds(b, stale) {
 		t.Fatal("the spent key was dropped")
 	}
 }
@@ -321,5 +357,90 @@ func TestTableKeepsKeysFullAfterUnixNano(t *testing.T) {
 	}
 	if d := decide(t, b, ks[0], 1, t0.Add(time.Hour)); d.Allowed {
 		t.Fatalf("the key spent until after 2262 was forgotten: %+v", d)
+	}
+}
+
+// TestFilledBucketIsNew checks that a bucket filled in place behaves as rate.NewLimiter's, over
+// random requests at random instants, for rates from none to many a second and bursts from 1.
+func TestFilledBucketIsNew(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, limit := range []rate.Limit{0, 1e-7, 0.5, 1, 3, 1000} {
+		for _, burst := range []int{1, 2, 7, 100} {
+			b := NewTokenBucket(limit, burst)
+			now := t0.Add(time.Duration(rng.Int64N(int64(time.Hour))))
+			var e entry
+			b.fill(&e.lim, now)
+			want := rate.NewLimiter(limit, burst)
+			for i := range 200 {
+				now = now.Add(time.Duration(rng.Int64N(int64(2 * time.Second))))
+				if i%17 == 0 {
+					now = now.Add(-time.Duration(rng.Int64N(int64(time.Second)))) // out of order
+				}
+				n := rng.IntN(burst + 2)
+				if got, w := e.lim.TokensAt(now), want.TokensAt(now); got != w {
+					t.Fatalf("limit %v burst %d, request %d: %v tokens, want %v", limit, burst, i, got, w)
+				}
+				if rng.IntN(2) == 0 {
+					if got, w := e.lim.AllowN(now, n), want.AllowN(now, n); got != w {
+						t.Fatalf("limit %v burst %d, request %d: AllowN(%d) = %v, want %v", limit, burst, i, n, got, w)
+					}
+					continue
+				}
+				r, w := e.lim.ReserveN(now, n), want.ReserveN(now, n)
+				if r.OK() != w.OK() || r.DelayFrom(now) != w.DelayFrom(now) {
+					t.Fatalf("limit %v burst %d, request %d: ReserveN(%d) = %v %v, want %v %v", limit, burst, i, n, r.OK(), r.DelayFrom(now), w.OK(), w.DelayFrom(now))
+				}
+				r.CancelAt(now)
+				w.CancelAt(now)
+			}
+		}
+	}
+}
+
+// TestTableIndexAgainstMap adds keys to a part and drops them at random, short and long, many of
+// the same tag, and checks after each step that the part finds exactly the keys a map holds, and
+// the bucket it gave each.
+func TestTableIndexAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	b := NewTokenBucket(1, 1, WithMaxMemory(1<<30))
+	p := &b.parts[0]
+	model := map[string]*rate.Limiter{}
+	var keys []string
+	for i := range 3000 {
+		k := strings.Repeat("k", rng.IntN(24)) + strconv.Itoa(i)
+		if rng.IntN(2) == 0 {
+			k = strconv.Itoa(i) // short
+		}
+		keys = append(keys, k)
+	}
+	for step := range 20_000 {
+		k := keys[rng.IntN(len(keys))]
+		h := maphash.String(b.seed, k)
+		lim, ok := p.get(h, k)
+		if want, held := model[k]; ok != held || lim != want {
+			t.Fatalf("step %d: get(%q) = %p %v, want %p %v", step, k, lim, ok, want, held)
+		}
+		switch {
+		case !ok:
+			lim, _ = b.add(p, h, k, t0)
+			model[k] = lim
+		case rng.IntN(3) == 0:
+			e := (*entry)(unsafe.Pointer(lim)) // the bucket is the entry's first field
+			p.remove(e, b.seed)
+			p.held--
+			p.used -= e.cost()
+			delete(model, k)
+		}
+		if step%1000 == 0 || step == 19_999 {
+			checkPart(t, b, p)
+			for k, want := range model {
+				if lim, ok := p.get(maphash.String(b.seed, k), k); !ok || lim != want {
+					t.Fatalf("step %d: held key %q not found", step, k)
+				}
+			}
+		}
+	}
+	if len(p.tags) <= minSlots {
+		t.Fatalf("the index never grew: %d slots", len(p.tags))
 	}
 }

@@ -66,7 +66,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		budget: c.maxMemory / shardCount,
 	}
 	for i := range b.parts {
-		b.parts[i].keys = make(map[string]*rate.Limiter)
+		b.parts[i].init()
 	}
 	return b
 }
@@ -129,7 +129,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 	lim, ok := p.get(h, key)
 	if !ok {
 		var wait time.Duration
-		if lim, wait = b.add(p, key, at); lim == nil {
+		if lim, wait = b.add(p, h, key, at); lim == nil {
 			p.mu.Unlock()
 			d.RetryAfter = late(wait, at.Sub(now))
 			if quota {
