@@ -1,6 +1,7 @@
 package retryafter
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"strings"
@@ -95,11 +96,10 @@ type longEntry struct {
 
 // is reports whether e is the entry of key.
 func (e *entry) is(key string) bool {
-	n := int(e.key[maxInline])
-	if n <= maxInline {
-		return n == len(key) && string(e.key[:n]) == key
+	if n := len(key); n <= maxInline {
+		return e.key[maxInline] == uint8(n) && key == string(e.key[:n])
 	}
-	return (*longEntry)(unsafe.Pointer(e)).long == key
+	return e.key[maxInline] == longKey && (*longEntry)(unsafe.Pointer(e)).long == key
 }
 
 // hash returns the hash of e's key.
@@ -168,6 +168,32 @@ const maxLag = time.Second
 
 // get returns the bucket of key, of hash h, if p holds it. p must be locked.
 func (p *part) get(h uint64, key string) (*rate.Limiter, bool) {
+	n := len(key)
+	if n < 8 || n > maxInline {
+		return p.find(h, key)
+	}
+	// A key of 8 to 15 bytes, most IPv4 addresses: its first and its last 8 bytes, which
+	// overlap, against the same bytes of each entry, where comparing strings costs a call.
+	k := unsafe.Slice(unsafe.StringData(key), n)
+	first, last := binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[n-8:])
+	mask := uint64(len(p.tags) - 1)
+	t := tag(h)
+	for i := h >> shardBits & mask; ; i = (i + 1) & mask {
+		switch p.tags[i] {
+		case 0:
+			return nil, false
+		case t:
+			e := p.index[i]
+			if e.key[maxInline] == uint8(n) && binary.LittleEndian.Uint64(e.key[:]) == first &&
+				binary.LittleEndian.Uint64(e.key[n-8:]) == last {
+				return &e.lim, true
+			}
+		}
+	}
+}
+
+// find is get for any key.
+func (p *part) find(h uint64, key string) (*rate.Limiter, bool) {
 	mask := uint64(len(p.tags) - 1)
 	t := tag(h)
 	for i := h >> shardBits & mask; ; i = (i + 1) & mask {
@@ -336,7 +362,7 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 		p.remove(e, b.seed)
 		p.held--
 		p.used -= e.cost()
-		if e.key[maxInline] <= maxInline && len(p.free) < maxFree {
+		if e.key[maxInline] != longKey && len(p.free) < maxFree {
 			p.free = append(p.free, e)
 			p.used += entryBytes
 		}
@@ -432,8 +458,10 @@ func (b *TokenBucket) Len() int {
 }
 
 // WithMaxMemory bounds the bytes a [TokenBucket]'s table holds, whatever its key function
-// returns: it counts each key as 176 bytes (its bucket, its map and heap slots, an upper
-// estimate) plus the key's length. The default is 192 MiB, about a million IPv4 clients.
+// returns: it counts each key of up to 15 bytes (an IPv4 address) as 136 bytes, its bucket and
+// the key in one allocation of 96 and its place in the table's index and heap, an upper estimate;
+// a longer key, as 168 bytes plus its length and an eighth. The default is 192 MiB, about 1.4
+// million IPv4 clients.
 //
 // The table keeps every key until a new one does not fit, so that a client that comes back
 // finds its bucket. Then keys whose bucket has refilled make room; when none has, the new key is

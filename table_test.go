@@ -444,3 +444,47 @@ func TestTableIndexAgainstMap(t *testing.T) {
 		t.Fatalf("the index never grew: %d slots", len(p.tags))
 	}
 }
+
+// checkIs fails t unless a part that holds only a finds b, of the same hash, exactly when a
+// and b are equal.
+func checkIs(t *testing.T, a, b string) {
+	t.Helper()
+	tb := NewTokenBucket(1, 1)
+	p := &tb.parts[0]
+	tb.add(p, 0, a, t0)
+	if _, ok := p.get(0, b); ok != (a == b) {
+		t.Fatalf("the entry of %q is the entry of %q: %v", a, b, ok)
+	}
+}
+
+// TestEntryIsItsKey compares the entry of keys of every length up to maxInline and one more, of
+// random bytes (zeros among them), with the same key, the key with one byte changed, one byte
+// more and one less.
+func TestEntryIsItsKey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for n := range maxInline + 2 {
+		for range 200 {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(rng.IntN(4)) // zeros and near misses
+			}
+			k := string(b)
+			checkIs(t, k, k)
+			checkIs(t, k, k+"\x00")
+			if n > 0 {
+				checkIs(t, k, k[:n-1])
+				c := []byte(k)
+				c[rng.IntN(n)] ^= byte(1 + rng.IntN(255))
+				checkIs(t, k, string(c))
+			}
+		}
+	}
+}
+
+func FuzzEntryIsItsKey(f *testing.F) {
+	f.Add("10.0.0.1", "10.0.0.10")
+	f.Add("", "\x00")
+	f.Add("255.255.255.255", "255.255.255.25")
+	f.Add("2001:db8:1:2::/64", "2001:db8:1:3::/64")
+	f.Fuzz(checkIs)
+}
