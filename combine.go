@@ -3,7 +3,6 @@ package retryafter
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"time"
 	"unsafe"
 
@@ -24,7 +23,7 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 	if cost == 0 || b.limit == rate.Inf {
 		return nil
 	}
-	h := maphash.String(b.seed, key)
+	h := b.seed.sum(key)
 	p := &b.parts[h%shardCount]
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -71,7 +70,7 @@ func (b *TokenBucket) Combine(layers []Layer) (Limiter, bool) {
 		}
 		g.buckets = append(g.buckets, tb)
 		if l.shared {
-			g.sharedHash[i] = maphash.String(tb.seed, l.sharedKey)
+			g.sharedHash[i] = tb.seed.sum(l.sharedKey)
 		}
 	}
 	return g, true
@@ -136,7 +135,7 @@ func (g *bucketGroup) decide(key string, cost int, now time.Time, out *Decision,
 			s.p = &s.b.parts[s.h%shardCount]
 		default:
 			s.key = l.key(key)
-			s.h = maphash.String(s.b.seed, s.key)
+			s.h = s.b.seed.sum(s.key)
 			s.p = &s.b.parts[s.h%shardCount]
 		}
 	}
@@ -200,7 +199,7 @@ func (g *bucketGroup) allow(key string, cost int, now time.Time, out *Decision, 
 			keys[i], hs[i] = l.sharedKey, g.sharedHash[i]
 		} else {
 			keys[i] = l.key(key)
-			hs[i] = maphash.String(b.seed, keys[i])
+			hs[i] = b.seed.sum(keys[i])
 		}
 		ps[i] = &b.parts[hs[i]%shardCount]
 	}

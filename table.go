@@ -2,7 +2,6 @@ package retryafter
 
 import (
 	"encoding/binary"
-	"hash/maphash"
 	"math"
 	"strings"
 	"sync"
@@ -103,11 +102,11 @@ func (e *entry) is(key string) bool {
 }
 
 // hash returns the hash of e's key.
-func (e *entry) hash(seed maphash.Seed) uint64 {
+func (e *entry) hash(seed *hashSeed) uint64 {
 	if n := e.key[maxInline]; n <= maxInline {
-		return maphash.Bytes(seed, e.key[:n])
+		return seed.sum(unsafe.String(&e.key[0], n)) // read, not kept
 	}
-	return maphash.String(seed, (*longEntry)(unsafe.Pointer(e)).long)
+	return seed.sum((*longEntry)(unsafe.Pointer(e)).long)
 }
 
 // cost returns the bytes a part counts for e's key.
@@ -210,7 +209,7 @@ func (p *part) find(h uint64, key string) (*rate.Limiter, bool) {
 
 // insert puts e, whose key has hash h and is not in p, in p's index, first doubling it when it
 // is too full.
-func (p *part) insert(h uint64, e *entry, seed maphash.Seed) {
+func (p *part) insert(h uint64, e *entry, seed *hashSeed) {
 	if (p.held+1)*16 > len(p.tags)*maxLoad {
 		p.resize(2*len(p.tags), seed)
 	}
@@ -228,7 +227,7 @@ func (p *part) place(h uint64, e *entry) {
 }
 
 // resize moves p's index to n slots.
-func (p *part) resize(n int, seed maphash.Seed) {
+func (p *part) resize(n int, seed *hashSeed) {
 	old := p.index
 	p.tags, p.index = make([]uint8, n), make([]*entry, n)
 	for _, e := range old {
@@ -239,7 +238,7 @@ func (p *part) resize(n int, seed maphash.Seed) {
 }
 
 // remove takes e out of p's index.
-func (p *part) remove(e *entry, seed maphash.Seed) {
+func (p *part) remove(e *entry, seed *hashSeed) {
 	mask := uint64(len(p.tags) - 1)
 	i := e.hash(seed) >> shardBits & mask
 	for p.index[i] != e {
@@ -296,7 +295,7 @@ func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time) (*rate.L
 		copy(e.key[:], key)
 		e.key[maxInline] = uint8(len(key))
 	}
-	p.insert(h, e, b.seed)
+	p.insert(h, e, &b.seed)
 	p.held++
 	p.used += need
 	if p.due != nil {
@@ -359,7 +358,7 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 			p.down(0)
 			continue
 		}
-		p.remove(e, b.seed)
+		p.remove(e, &b.seed)
 		p.held--
 		p.used -= e.cost()
 		if e.key[maxInline] != longKey && len(p.free) < maxFree {

@@ -3,7 +3,6 @@ package retryafter
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -62,7 +61,7 @@ func boundFor(held int, atBound bool) TokenBucketOption {
 // entry to a new key of the same part: the dropped key must not reach that entry again.
 func TestDroppedKeyLosesItsEntry(t *testing.T) {
 	b := NewTokenBucket(1, 5, WithMaxMemory(shardCount*2*cost("key-00000")))
-	inPart := func(key string) int { return int(maphash.String(b.seed, key) % shardCount) }
+	inPart := func(key string) int { return int(b.seed.sum(key) % shardCount) }
 	a := "key-00000"
 	var x, n string
 	for i := 1; n == ""; i++ {
@@ -97,7 +96,7 @@ func keysInPart(b *TokenBucket, i, n, size int, prefix string) []string {
 	var keys []string
 	for j := 0; len(keys) < n; j++ {
 		k := fmt.Sprintf("%s%0*d", prefix, size-len(prefix), j)
-		if maphash.String(b.seed, k)%shardCount == uint64(i) {
+		if b.seed.sum(k)%shardCount == uint64(i) {
 			keys = append(keys, k)
 		}
 	}
@@ -115,8 +114,8 @@ func checkPart(t *testing.T, b *TokenBucket, p *part) {
 		}
 		held++
 		want += e.cost()
-		if p.tags[i] != tag(e.hash(b.seed)) {
-			t.Fatalf("slot %d: tag %#x, want %#x", i, p.tags[i], tag(e.hash(b.seed)))
+		if p.tags[i] != tag(e.hash(&b.seed)) {
+			t.Fatalf("slot %d: tag %#x, want %#x", i, p.tags[i], tag(e.hash(&b.seed)))
 		}
 	}
 	if held != p.held || p.used != want || p.used > b.budget {
@@ -126,7 +125,7 @@ func checkPart(t *testing.T, b *TokenBucket, p *part) {
 
 // holds reports whether b's table holds key.
 func holds(b *TokenBucket, key string) bool {
-	h := maphash.String(b.seed, key)
+	h := b.seed.sum(key)
 	_, ok := b.parts[h%shardCount].get(h, key)
 	return ok
 }
@@ -415,7 +414,7 @@ func TestTableIndexAgainstMap(t *testing.T) {
 	}
 	for step := range 20_000 {
 		k := keys[rng.IntN(len(keys))]
-		h := maphash.String(b.seed, k)
+		h := b.seed.sum(k)
 		lim, ok := p.get(h, k)
 		if want, held := model[k]; ok != held || lim != want {
 			t.Fatalf("step %d: get(%q) = %p %v, want %p %v", step, k, lim, ok, want, held)
@@ -426,7 +425,7 @@ func TestTableIndexAgainstMap(t *testing.T) {
 			model[k] = lim
 		case rng.IntN(3) == 0:
 			e := (*entry)(unsafe.Pointer(lim)) // the bucket is the entry's first field
-			p.remove(e, b.seed)
+			p.remove(e, &b.seed)
 			p.held--
 			p.used -= e.cost()
 			delete(model, k)
@@ -434,7 +433,7 @@ func TestTableIndexAgainstMap(t *testing.T) {
 		if step%1000 == 0 || step == 19_999 {
 			checkPart(t, b, p)
 			for k, want := range model {
-				if lim, ok := p.get(maphash.String(b.seed, k), k); !ok || lim != want {
+				if lim, ok := p.get(b.seed.sum(k), k); !ok || lim != want {
 					t.Fatalf("step %d: held key %q not found", step, k)
 				}
 			}

@@ -3,7 +3,6 @@ package retryafter
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"time"
 
@@ -28,7 +27,7 @@ const slack = time.Microsecond
 type TokenBucket struct {
 	limit  rate.Limit
 	burst  int
-	seed   maphash.Seed
+	seed   hashSeed
 	budget int // bytes each part holds at most
 	parts  [shardCount]part
 }
@@ -62,7 +61,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 	b := &TokenBucket{
 		limit:  limit,
 		burst:  burst,
-		seed:   maphash.MakeSeed(),
+		seed:   newHashSeed(),
 		budget: c.maxMemory / shardCount,
 	}
 	for i := range b.parts {
@@ -114,7 +113,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 		}
 		return
 	}
-	h := maphash.String(b.seed, key)
+	h := b.seed.sum(key)
 	p := &b.parts[h%shardCount]
 	// Unlocked by hand rather than deferred, which costs the hot path: no code of a user's runs
 	// under the lock, only map and heap operations and methods of rate.Limiter, which do not

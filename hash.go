@@ -1,0 +1,44 @@
+package retryafter
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+	"math/rand/v2"
+	"unsafe"
+)
+
+// hashSeed is the random seed of the hash a TokenBucket gives its keys: the low shardBits of a
+// key's hash choose its part of the table, the bits above them its slot in the part's index, and
+// the top 7 its tag. A client who does not know the seed cannot choose keys that meet in one part
+// or one run of slots.
+type hashSeed struct {
+	seed   maphash.Seed
+	k0, k1 uint64
+}
+
+func newHashSeed() hashSeed {
+	return hashSeed{seed: maphash.MakeSeed(), k0: rand.Uint64(), k1: rand.Uint64()}
+}
+
+// sum returns the hash of key.
+//
+// A key of 8 to 16 bytes, an IPv4 address but the shortest, is read as its first and its last 8
+// bytes, which overlap, and mixed with the seed by two rounds of the 128-bit multiply of wyhash
+// (the runtime's own hash of strings where the CPU has no AES): a tenth of the work of
+// maphash.String on a key that short. Other keys go to maphash.String.
+func (s *hashSeed) sum(key string) uint64 {
+	n := len(key)
+	if n < 8 || n > 16 {
+		return maphash.String(s.seed, key)
+	}
+	k := unsafe.Slice(unsafe.StringData(key), n)
+	first, last := binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[n-8:])
+	return mix(mix(first^s.k0, last^s.k1)^uint64(n), s.k0^s.k1)
+}
+
+// mix folds the 128-bit product of a and b into 64 bits.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
