@@ -308,8 +308,8 @@ func clientIPIsPort(s string) bool {
 	if len(s) == 0 || len(s) > 5 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
+	for i := range len(s) {
+		if s[i]-'0' > 9 { // wraps above 9 for a byte below '0'
 			return false
 		}
 	}

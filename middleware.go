@@ -87,6 +87,7 @@ type Middleware struct {
 	fields        quotaFields
 	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
 	cors          corsOrderWatch
+	plain         bool // limiter is a TokenBucket, with no cost function and no rate-limit fields
 }
 
 // NewMiddleware returns a [Middleware] that asks l, configured by opts. It panics if l is nil.
@@ -104,6 +105,7 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 		m.after = a
 	}
 	m.fields = newQuotaFields(&m.c, l)
+	m.plain = m.bucket != nil && m.c.cost == nil && m.fields.set == 0
 	names := m.fields.exposed()
 	m.exposeAllowed = newExposeList(names...)
 	m.emit.expose = newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
@@ -153,7 +155,16 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if !m.decide(w, r, now, key) {
+	if m.plain {
+		// decide's path for a TokenBucket with no cost function and no rate-limit fields, the
+		// most common one, without its call and its checks.
+		var d Decision
+		m.bucket.decide(key, 1, now, &d, false)
+		if !d.Allowed {
+			m.limited(w, r, now, key, d, nil)
+			return
+		}
+	} else if !m.decide(w, r, now, key) {
 		return
 	}
 	if m.after == nil {
@@ -216,11 +227,17 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Tim
 	if d.Allowed {
 		return true
 	}
+	m.limited(w, r, now, key, d, lines)
+	return false
+}
+
+// limited answers a request that d refused: it calls the hook of WithOnLimited, and writes the
+// refusal, with lines when the rate-limit fields were written.
+func (m *Middleware) limited(w http.ResponseWriter, r *http.Request, now time.Time, key string, d Decision, lines *header.Lines) {
 	if m.c.onLimited != nil {
 		m.c.onLimited(r, key, d)
 	}
 	m.emit.refuse(w, r, m.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines)
-	return false
 }
 
 // failClosedWait is the Retry-After of the 503 that answers a limiter error when failing

@@ -152,9 +152,16 @@ func tag(h uint64) uint8 { return uint8(h>>57) | 0x80 }
 // credited twice, once. time.Now's readings are monotonic, and never step back.
 func (p *part) at(now time.Time) time.Time {
 	if now.Before(p.latest) {
-		if p.latest.Sub(now) <= maxLag || now != now.Round(0) {
-			return p.latest
-		}
+		return p.behind(now)
+	}
+	p.latest = now
+	return now
+}
+
+// behind is at for a now before the latest instant p has seen.
+func (p *part) behind(now time.Time) time.Time {
+	if p.latest.Sub(now) <= maxLag || now != now.Round(0) {
+		return p.latest
 	}
 	p.latest = now
 	return now
