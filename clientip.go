@@ -95,6 +95,12 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 // found equal to its canonical form. A key found in X-Forwarded-For is always a fresh
 // string, so that it does not keep the rest of a long header alive in the limiter.
 func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
+	return newClientKeyer(v4Bits, v6Bits, trusted...).key
+}
+
+// newClientKeyer returns the configuration of ClientIPPrefix(v4Bits, v6Bits, trusted...), or
+// panics as it does.
+func newClientKeyer(v4Bits, v6Bits int, trusted ...netip.Prefix) *clientKeyer {
 	if v4Bits < 1 || v4Bits > 32 {
 		panic(fmt.Sprintf("retryafter: ClientIPPrefix: v4Bits %d is outside 1..32", v4Bits))
 	}
@@ -111,7 +117,7 @@ func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
 		}
 		k.trusted = append(k.trusted, p)
 	}
-	return k.key
+	return k
 }
 
 // clientKeyer holds the configuration of one [ClientIPPrefix] key function.

@@ -147,7 +147,13 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := m.c.now()
-	key, err := m.c.key(r)
+	var key string
+	var err error
+	if m.c.keyer != nil {
+		key, err = m.c.keyer.key(r) // a direct call, without the method value's
+	} else {
+		key, err = m.c.key(r)
+	}
 	if err != nil {
 		m.fail(w, r, now, http.StatusInternalServerError, err)
 		if m.c.failOpen {

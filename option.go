@@ -12,7 +12,8 @@ type Option func(*config)
 type config struct {
 	now       func() time.Time
 	key       KeyFunc
-	respond   Responder // nil: the default plain text (writePlain)
+	keyer     *clientKeyer // key's own, when it is the default ClientIP(): called directly
+	respond   Responder    // nil: the default plain text (writePlain)
 	onError   func(*http.Request, error)
 	failOpen  bool
 	fields    fieldSet                              // which rate-limit fields to write (ratelimitfields.go)
@@ -30,7 +31,8 @@ func newConfig(opts []Option) config {
 		o(&c)
 	}
 	if c.key == nil {
-		c.key = ClientIP()
+		c.keyer = newClientKeyer(32, 64)
+		c.key = c.keyer.key
 	}
 	return c
 }
