@@ -45,8 +45,9 @@ const defaultMaxMemory = 192 << 20
 // entry (entryBytes, an allocation of the allocator's size class of 96), its share of the index
 // (indexBytes: a slot of 9 bytes at the lowest load the index has, 3/8, right after it
 // doubles) and its place in the heap (heapBytes). A key longer than maxInline adds its string
-// header in the entry (longBytes) and its bytes, rounded up to the allocator's size classes,
-// which are at most an eighth and 16 bytes apart.
+// header in the entry (longBytes) and its bytes, rounded up by the allocator: to a size class
+// up to 32 KiB, some of which are 16 bytes or a seventh apart, beyond it to a page of 8 KiB;
+// n + n/4 + 16 covers both.
 const (
 	entryBytes = 96
 	indexBytes = 24
@@ -76,7 +77,7 @@ func cost(key string) int {
 	if n <= maxInline {
 		return keyBytes
 	}
-	return keyBytes + longBytes + n + n/8 + 16
+	return keyBytes + longBytes + n + n/4 + 16
 }
 
 // entry is a key of a part and its bucket, one allocation.
@@ -280,6 +281,13 @@ func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time) (*rate.L
 			return nil, wait
 		}
 	}
+	if n := len(p.free); n > 0 && p.free[n-1].lim.TokensAt(now) < float64(b.burst) {
+		// A spare that is not full was spent after it was dropped, by a decision of several
+		// layers that had looked its key up before a later layer made room: it goes.
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.used -= entryBytes
+	}
 	var e *entry
 	switch n := len(p.free); {
 	case len(key) > maxInline:
@@ -466,7 +474,7 @@ func (b *TokenBucket) Len() int {
 // WithMaxMemory bounds the bytes a [TokenBucket]'s table holds, whatever its key function
 // returns: it counts each key of up to 15 bytes (an IPv4 address) as 136 bytes, its bucket and
 // the key in one allocation of 96 and its place in the table's index and heap, an upper estimate;
-// a longer key, as 168 bytes plus its length and an eighth. The default is 192 MiB, about 1.4
+// a longer key, as 168 bytes plus its length and a quarter. The default is 192 MiB, about 1.4
 // million IPv4 clients.
 //
 // The table keeps every key until a new one does not fit, so that a client that comes back

@@ -3,7 +3,9 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,6 +156,16 @@ func keyOfCost(t *testing.T, b *TokenBucket, i, n int, prefix string) string {
 	return ""
 }
 
+// costExists reports whether some key longer than maxInline costs exactly n bytes.
+func costExists(n int) bool {
+	for size := maxInline + 1; size <= n; size++ {
+		if cost(strings.Repeat("x", size)) == n {
+			return true
+		}
+	}
+	return false
+}
+
 // TestTableSpareBucketsGiveWay checks that the entries a part keeps from dropped keys, only to
 // spare new keys an allocation, never cost a new key its room: when the last key held is
 // dropped, or no held key has refilled, the spares go first. (The part once indexed its empty
@@ -218,8 +230,12 @@ func TestTableExactFit(t *testing.T) {
 
 	b := NewTokenBucket(hour, 1, WithMaxMemory(32<<10))
 	decide(t, b, keysInPart(b, 0, 1, 10, "a")[0], 1, t0) // 136 bytes, spent for an hour
-	if d := decide(t, b, keyOfCost(t, b, 0, budget-keyBytes+1, "b"), 1, t0); d.Allowed || d.RetryAfter != time.Hour {
-		t.Fatalf("%d bytes beside %d spent for an hour: %+v, want refused for that hour", budget-keyBytes+1, keyBytes, d)
+	over := budget - keyBytes + 1                        // the least cost of a long key above what is left
+	for !costExists(over) {
+		over++
+	}
+	if d := decide(t, b, keyOfCost(t, b, 0, over, "b"), 1, t0); d.Allowed || d.RetryAfter != time.Hour {
+		t.Fatalf("%d bytes beside %d spent for an hour: %+v, want refused for that hour", over, keyBytes, d)
 	}
 	if d := decide(t, b, keyOfCost(t, b, 0, budget-keyBytes, "c"), 1, t0); !d.Allowed {
 		t.Fatalf("%d bytes beside %d, in a part of %d: %+v, want admitted", budget-keyBytes, keyBytes, budget, d)
@@ -487,3 +503,52 @@ func FuzzEntryIsItsKey(f *testing.F) {
 	f.Add("2001:db8:1:2::/64", "2001:db8:1:3::/64")
 	f.Fuzz(checkIs)
 }
+
+// TestSpentSpareNotReused drops a key's entry to the spares while a caller still holds its bucket
+// and spends from it, as a decision of several layers can when a later layer makes room: a new
+// key must not start from that spent bucket.
+func TestSpentSpareNotReused(t *testing.T) {
+	b := NewTokenBucket(rate.Every(time.Hour), 1)
+	p := &b.parts[0]
+	ks := keysInPart(b, 0, 2, 10, "k")
+	held, _ := b.add(p, b.seed.sum(ks[0]), ks[0], t0)
+	// Dropped as makeRoom drops a refilled key: out of the index, its entry kept as a spare.
+	e := (*entry)(unsafe.Pointer(held)) // the bucket is the entry's first field
+	p.remove(e, &b.seed)
+	p.held--
+	p.used += entryBytes - e.cost()
+	p.free = append(p.free, e)
+	if !held.AllowN(t0, 1) { // the caller that looked it up spends
+		t.Fatal("the held bucket was not full")
+	}
+	if d := decide(t, b, ks[1], 1, t0); !d.Allowed {
+		t.Fatalf("a new key started from the spent bucket of a dropped one: %+v", d)
+	}
+	checkPart(t, b, p)
+}
+
+// TestCostCoversAllocation checks that what a part counts for a long key covers what the
+// allocator hands out for its copy, over lengths up to 100 KiB and at the edges of the size
+// classes where the rounding is widest.
+func TestCostCoversAllocation(t *testing.T) {
+	lengths := []int{16, 17, 24, 25, 33, 769, 1793, 3457, 4097, 6913, 28673, 32768, 32769, 40961, 65536, 65537}
+	for n := 100; n <= 100_000; n = n*9/8 + 1 {
+		lengths = append(lengths, n)
+	}
+	src := strings.Repeat("k", 100_000)
+	for _, n := range lengths {
+		got := uint64(math.MaxUint64)
+		for range 3 { // the least of three: anything else the runtime allocates only adds
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			sink = strings.Clone(src[:n])
+			runtime.ReadMemStats(&after)
+			got = min(got, after.TotalAlloc-before.TotalAlloc)
+		}
+		if counted := cost(src[:n]) - keyBytes - longBytes; uint64(counted) < got {
+			t.Fatalf("a key of %d bytes is counted %d bytes beyond its entry; its copy takes %d", n, counted, got)
+		}
+	}
+}
+
+var sink string

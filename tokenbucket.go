@@ -116,8 +116,8 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 	h := b.seed.sum(key)
 	p := &b.parts[h%shardCount]
 	// Unlocked by hand rather than deferred, which costs the hot path: no code of a user's runs
-	// under the lock, only map and heap operations and methods of rate.Limiter, which do not
-	// panic.
+	// under the lock, only operations of the table's index and heap and methods of
+	// rate.Limiter, which do not panic.
 	p.mu.Lock()
 	// Concurrent requests read the clock before they take the lock, so they can arrive out of
 	// order. A rate.Limiter given an instant before its last one moves its clock back, and
