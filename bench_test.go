@@ -2,6 +2,7 @@ package retryafter
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime"
@@ -134,29 +135,40 @@ func BenchmarkDecide(b *testing.B) {
 }
 
 // BenchmarkBytesPerKey reports the heap a TokenBucket of the default bound holds per key, after
-// 10,000, 100,000 and 1,000,000 distinct IPv4 clients and a garbage collection.
+// 10,000, 100,000 and 1,000,000 distinct clients and a garbage collection: IPv4 addresses, and
+// the /64 prefixes ClientIP makes the keys of IPv6 clients.
 func BenchmarkBytesPerKey(b *testing.B) {
-	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = clientAddr(i)
-			}
-			ctx := context.Background()
-			for b.Loop() {
-				before := heapInUse()
-				tb := NewTokenBucket(emptyRate, 1)
-				for _, k := range keys {
-					tb.Decide(ctx, k, 1, t0)
-				}
-				after := heapInUse()
-				if tb.Len() != n {
-					b.Fatalf("%d keys held, want %d", tb.Len(), n)
-				}
-				b.ReportMetric(float64(after-before)/float64(n), "B/key")
-				runtime.KeepAlive(tb)
-			}
-		})
+	for _, v := range []struct {
+		name string
+		key  func(int) string
+	}{
+		{"ipv4", clientAddr},
+		{"ipv6", func(i int) string { return fmt.Sprintf("2001:db8:%x:%x::/64", i>>16, i&0xffff) }},
+	} {
+		for _, n := range []int{10_000, 100_000, 1_000_000} {
+			b.Run(v.name+"/keys="+strconv.Itoa(n), func(b *testing.B) { benchmarkBytesPerKey(b, n, v.key) })
+		}
+	}
+}
+
+func benchmarkBytesPerKey(b *testing.B, n int, key func(int) string) {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = key(i)
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		before := heapInUse()
+		tb := NewTokenBucket(emptyRate, 1)
+		for _, k := range keys {
+			tb.Decide(ctx, k, 1, t0)
+		}
+		after := heapInUse()
+		if tb.Len() != n {
+			b.Fatalf("%d keys held, want %d", tb.Len(), n)
+		}
+		b.ReportMetric(float64(after-before)/float64(n), "B/key")
+		runtime.KeepAlive(tb)
 	}
 }
 

@@ -16,8 +16,9 @@ import (
 //
 // An entry is one allocation that holds a key's rate.Limiter and, inline, the key itself when
 // it has at most 15 bytes (an IPv4 address has at most 15), so that such a key costs nothing
-// more than its bucket's 80 bytes and 16 of key, and is read in the same few cache lines. A
-// longer key is a string beside it. The index is open addressing with linear probing: a slot is
+// more than its bucket's 80 bytes and 16 of key, and is read in the same few cache lines. A key
+// of 16 to 30 bytes (the /64 of an IPv6 client, "2001:db8:85a3:8d3::/64") is inline too, in
+// an entry of 16 bytes more; a longer key is a string beside its entry. The index is open addressing with linear probing: a slot is
 // a pointer to an entry and a byte of tag, 7 bits of the key's hash, which a probe compares
 // before it reads the entry.
 //
@@ -44,22 +45,27 @@ const defaultMaxMemory = 192 << 20
 // What a part counts for each key, an upper estimate so that the bound holds in bytes: its
 // entry (entryBytes, an allocation of the allocator's size class of 96), its share of the index
 // (indexBytes: a slot of 9 bytes at the lowest load the index has, 3/8, right after it
-// doubles) and its place in the heap (heapBytes). A key longer than maxInline adds its string
-// header in the entry (longBytes) and its bytes, rounded up by the allocator: to a size class
-// up to 32 KiB, some of which are 16 bytes or a seventh apart, beyond it to a page of 8 KiB;
-// n + n/4 + 16 covers both.
+// doubles) and its place in the heap (heapBytes). A key longer than maxInline adds the 16
+// bytes more of its entry (wideBytes, or longBytes for its string header) and, when it is
+// longer than maxWide, its bytes, rounded up by the allocator: to a size class up to 32 KiB,
+// some of which are 16 bytes or a seventh apart, beyond it to a page of 8 KiB; n + n/4 + 16
+// covers both.
 const (
 	entryBytes = 96
 	indexBytes = 24
 	heapBytes  = 16
 	keyBytes   = entryBytes + indexBytes + heapBytes
+	wideBytes  = 16
 	longBytes  = 16
 )
 
-// maxInline is the longest key an entry holds inline; longKey, in place of an inline key's
-// length, marks the entry of a longer one.
+// maxInline is the longest key an entry holds inline, and maxWide the longest a wideEntry
+// holds; wideKey and longKey, in place of an inline key's length, mark the entry of a longer
+// one.
 const (
 	maxInline = 15
+	maxWide   = 2 * maxInline
+	wideKey   = 0xfe
 	longKey   = 0xff
 )
 
@@ -73,22 +79,33 @@ const maxFree = 64
 
 // cost returns the bytes a part counts for key.
 func cost(key string) int {
-	n := len(key)
-	if n <= maxInline {
+	switch n := len(key); {
+	case n <= maxInline:
 		return keyBytes
+	case n <= maxWide:
+		return keyBytes + wideBytes
+	default:
+		return keyBytes + longBytes + n + n/4 + 16
 	}
-	return keyBytes + longBytes + n + n/4 + 16
 }
 
 // entry is a key of a part and its bucket, one allocation.
 type entry struct {
 	lim rate.Limiter
 	// The key, when it has at most maxInline bytes, and its length in the last byte. For a
-	// longer key, longKey in the last byte: the entry is the first field of a longEntry.
+	// longer key, wideKey or longKey in the last byte: the entry is the first field of a
+	// wideEntry or a longEntry.
 	key [maxInline + 1]byte
 }
 
-// longEntry is the entry of a key longer than maxInline.
+// wideEntry is the entry of a key of more than maxInline bytes and at most maxWide: its first
+// maxInline bytes in the entry's key, the others in more, and its length in more's last byte.
+type wideEntry struct {
+	entry
+	more [maxInline + 1]byte
+}
+
+// longEntry is the entry of a key longer than maxWide.
 type longEntry struct {
 	entry
 	long string
@@ -96,24 +113,40 @@ type longEntry struct {
 
 // is reports whether e is the entry of key.
 func (e *entry) is(key string) bool {
-	if n := len(key); n <= maxInline {
-		return e.key[maxInline] == uint8(n) && key == string(e.key[:n])
+	n := len(key)
+	switch m := e.key[maxInline]; {
+	case m <= maxInline:
+		return int(m) == n && key == string(e.key[:n])
+	case m == wideKey:
+		w := (*wideEntry)(unsafe.Pointer(e))
+		return int(w.more[maxInline]) == n && key[:maxInline] == string(e.key[:maxInline]) &&
+			key[maxInline:] == string(w.more[:n-maxInline])
 	}
-	return e.key[maxInline] == longKey && (*longEntry)(unsafe.Pointer(e)).long == key
+	return (*longEntry)(unsafe.Pointer(e)).long == key
 }
 
 // hash returns the hash of e's key.
 func (e *entry) hash(seed *hashSeed) uint64 {
-	if n := e.key[maxInline]; n <= maxInline {
-		return seed.sum(unsafe.String(&e.key[0], n)) // read, not kept
+	switch m := e.key[maxInline]; {
+	case m <= maxInline:
+		return seed.sum(unsafe.String(&e.key[0], m)) // read, not kept
+	case m == wideKey:
+		w := (*wideEntry)(unsafe.Pointer(e))
+		var key [maxWide]byte
+		copy(key[:], e.key[:maxInline])
+		n := maxInline + copy(key[maxInline:], w.more[:w.more[maxInline]-maxInline])
+		return seed.sum(unsafe.String(&key[0], n))
 	}
 	return seed.sum((*longEntry)(unsafe.Pointer(e)).long)
 }
 
 // cost returns the bytes a part counts for e's key.
 func (e *entry) cost() int {
-	if n := e.key[maxInline]; n <= maxInline {
+	switch m := e.key[maxInline]; {
+	case m <= maxInline:
 		return keyBytes
+	case m == wideKey:
+		return keyBytes + wideBytes
 	}
 	return cost((*longEntry)(unsafe.Pointer(e)).long)
 }
@@ -290,11 +323,19 @@ func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time) (*rate.L
 	}
 	var e *entry
 	switch n := len(p.free); {
-	case len(key) > maxInline:
+	case len(key) > maxWide:
 		// A copy, so that a key cut from a long header does not keep the header alive.
 		l := &longEntry{long: strings.Clone(key)}
 		e = &l.entry
 		e.key[maxInline] = longKey
+		b.fill(&e.lim, now)
+	case len(key) > maxInline:
+		w := new(wideEntry)
+		e = &w.entry
+		copy(e.key[:], key[:maxInline])
+		e.key[maxInline] = wideKey
+		copy(w.more[:], key[maxInline:])
+		w.more[maxInline] = uint8(len(key))
 		b.fill(&e.lim, now)
 	case n > 0:
 		// A refilled bucket is the same as a new one: full, whenever it last spent.
@@ -376,7 +417,7 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 		p.remove(e, &b.seed)
 		p.held--
 		p.used -= e.cost()
-		if e.key[maxInline] != longKey && len(p.free) < maxFree {
+		if e.key[maxInline] <= maxInline && len(p.free) < maxFree {
 			p.free = append(p.free, e)
 			p.used += entryBytes
 		}
@@ -386,7 +427,8 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 }
 
 // spare returns the bytes counted for the entry a new key of p, of need bytes, would take from
-// its spares: that room is the new key's. A key longer than maxInline takes none.
+// its spares: that room is the new key's. A key longer than maxInline takes none, since its
+// entry is larger.
 func (p *part) spare(need int) int {
 	if len(p.free) > 0 && need == keyBytes {
 		return entryBytes
@@ -473,9 +515,9 @@ func (b *TokenBucket) Len() int {
 
 // WithMaxMemory bounds the bytes a [TokenBucket]'s table holds, whatever its key function
 // returns: it counts each key of up to 15 bytes (an IPv4 address) as 136 bytes, its bucket and
-// the key in one allocation of 96 and its place in the table's index and heap, an upper estimate;
-// a longer key, as 168 bytes plus its length and a quarter. The default is 192 MiB, about 1.4
-// million IPv4 clients.
+// the key in one allocation of 96 and its place in the table's index and heap, an upper
+// estimate; a key of 16 to 30 bytes (the /64 of an IPv6 client) as 152; a longer key as 168
+// bytes plus its length and a quarter. The default is 192 MiB, about 1.4 million IPv4 clients.
 //
 // The table keeps every key until a new one does not fit, so that a client that comes back
 // finds its bucket. Then keys whose bucket has refilled make room; when none has, the new key is

@@ -120,6 +120,11 @@ func checkPart(t *testing.T, b *TokenBucket, p *part) {
 			t.Fatalf("slot %d: tag %#x, want %#x", i, p.tags[i], tag(e.hash(&b.seed)))
 		}
 	}
+	for _, e := range p.free {
+		if e.key[maxInline] > maxInline {
+			t.Fatalf("a spare entry of %d bytes, kept for a key of at most %d", e.cost()-keyBytes+entryBytes, maxInline)
+		}
+	}
 	if held != p.held || p.used != want || p.used > b.budget {
 		t.Fatalf("part counts %d bytes for %d keys (%d in its index) and %d spares, which take %d; budget %d", p.used, p.held, held, len(p.free), want, b.budget)
 	}
@@ -181,13 +186,13 @@ func TestTableSpareBucketsGiveWay(t *testing.T) {
 	}
 	checkPart(t, b, &b.parts[0])
 
-	// 32 KiB: 512 bytes a part. A short key, full (136), and a long one spent for an hour (201):
+	// 32 KiB: 512 bytes a part. A short key, full (136), and a long one spent for an hour (206):
 	// a long key of 280 bytes drops the first, whose spare (96) leaves it too little room, and
 	// fits once the spare goes.
 	b = NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(32<<10))
 	p := &b.parts[0]
 	decideOrPanic(t, b, keysInPart(b, 0, 1, 10, "b")[0], 0, t0)
-	decideOrPanic(t, b, keyOfCost(t, b, 0, 201, "c"), 1, t0)
+	decideOrPanic(t, b, keyOfCost(t, b, 0, 206, "c"), 1, t0)
 	if d := decideOrPanic(t, b, keyOfCost(t, b, 0, 280, "d"), 1, t0); !d.Allowed {
 		t.Fatalf("a new key that fits beside the key still spent: %+v", d)
 	}
@@ -218,6 +223,23 @@ func TestTableSpareBucketsGiveWay(t *testing.T) {
 	if p.held != 3 {
 		t.Fatalf("%d keys held, want 3", p.held)
 	}
+}
+
+// TestTableKeepsOnlyPlainSpares drops the refilled key of a wide entry to make room for a long
+// one: its entry, larger than a plain one, is not kept as a spare, which is counted as a plain
+// entry and handed to a short key.
+func TestTableKeepsOnlyPlainSpares(t *testing.T) {
+	b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(32<<10)) // 512 bytes a part
+	p := &b.parts[0]
+	decide(t, b, keysInPart(b, 0, 1, 10, "a")[0], 1, t0) // 136, spent for an hour
+	decide(t, b, keysInPart(b, 0, 1, 20, "w")[0], 0, t0) // 152, full
+	if d := decide(t, b, keyOfCost(t, b, 0, 250, "l"), 1, t0); !d.Allowed {
+		t.Fatalf("a long key, once the wide one made room: %+v", d)
+	}
+	if p.held != 2 {
+		t.Fatalf("%d keys held, want 2", p.held)
+	}
+	checkPart(t, b, p)
 }
 
 // TestTableExactFit checks the byte arithmetic of a part at its edges: a key whose bytes fill
@@ -422,7 +444,7 @@ func TestTableIndexAgainstMap(t *testing.T) {
 	model := map[string]*rate.Limiter{}
 	var keys []string
 	for i := range 3000 {
-		k := strings.Repeat("k", rng.IntN(24)) + strconv.Itoa(i)
+		k := strings.Repeat("k", rng.IntN(40)) + strconv.Itoa(i) // short, wide and long
 		if rng.IntN(2) == 0 {
 			k = strconv.Itoa(i) // short
 		}
@@ -472,12 +494,12 @@ func checkIs(t *testing.T, a, b string) {
 	}
 }
 
-// TestEntryIsItsKey compares the entry of keys of every length up to maxInline and one more, of
-// random bytes (zeros among them), with the same key, the key with one byte changed, one byte
-// more and one less.
+// TestEntryIsItsKey compares the entry of keys of every length up to maxWide and two more, short,
+// wide and long, of random bytes (zeros among them), with the same key, the key with one byte
+// changed, one byte more and one less.
 func TestEntryIsItsKey(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for n := range maxInline + 2 {
+	for n := range maxWide + 3 {
 		for range 200 {
 			b := make([]byte, n)
 			for i := range b {
@@ -531,7 +553,7 @@ func TestSpentSpareNotReused(t *testing.T) {
 // allocator hands out for its copy, over lengths up to 100 KiB and at the edges of the size
 // classes where the rounding is widest.
 func TestCostCoversAllocation(t *testing.T) {
-	lengths := []int{16, 17, 24, 25, 33, 769, 1793, 3457, 4097, 6913, 28673, 32768, 32769, 40961, 65536, 65537}
+	lengths := []int{31, 32, 33, 49, 769, 1793, 3457, 4097, 6913, 28673, 32768, 32769, 40961, 65536, 65537}
 	for n := 100; n <= 100_000; n = n*9/8 + 1 {
 		lengths = append(lengths, n)
 	}
@@ -549,6 +571,30 @@ func TestCostCoversAllocation(t *testing.T) {
 			t.Fatalf("a key of %d bytes is counted %d bytes beyond its entry; its copy takes %d", n, counted, got)
 		}
 	}
+	// Each kind of entry is one allocation of what it is counted.
+	for _, c := range []struct {
+		name    string
+		new     func()
+		counted int
+	}{
+		{"entry", func() { sinkEntry = new(entry) }, entryBytes},
+		{"wideEntry", func() { sinkEntry = &new(wideEntry).entry }, entryBytes + wideBytes},
+		{"longEntry", func() { sinkEntry = &new(longEntry).entry }, entryBytes + longBytes},
+	} {
+		got := uint64(math.MaxUint64)
+		for range 3 {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			c.new()
+			runtime.ReadMemStats(&after)
+			got = min(got, after.TotalAlloc-before.TotalAlloc)
+		}
+		if got != uint64(c.counted) {
+			t.Fatalf("a %s takes %d bytes, counted %d", c.name, got, c.counted)
+		}
+	}
 }
+
+var sinkEntry *entry
 
 var sink string
