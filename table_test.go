@@ -79,7 +79,7 @@ func TestDroppedKeyLosesItsEntry(t *testing.T) {
 	}
 	ctx := context.Background()
 	b.Decide(ctx, a, 1, t0)
-	b.Decide(ctx, a, 1, t0)
+	b.Decide(ctx, a, 1, t0) // twice in a row: the part remembers a's entry
 	b.Decide(ctx, x, 5, t0.Add(2*time.Second))
 	// At 10 s, a is full again and x is not: n takes a's place, and its bucket, and spends one.
 	if d, _ := b.Decide(ctx, n, 1, t0.Add(3*time.Second)); !d.Allowed {
@@ -119,6 +119,9 @@ func checkPart(t *testing.T, b *TokenBucket, p *part) {
 		if p.tags[i] != tag(e.hash(&b.seed)) {
 			t.Fatalf("slot %d: tag %#x, want %#x", i, p.tags[i], tag(e.hash(&b.seed)))
 		}
+	}
+	if p.last != nil && !slices.Contains(p.index, p.last) {
+		t.Fatalf("the part remembers an entry its index does not hold")
 	}
 	for _, e := range p.free {
 		if e.key[maxInline] > maxInline {
@@ -238,6 +241,27 @@ func TestTableKeepsOnlyPlainSpares(t *testing.T) {
 	}
 	if p.held != 2 {
 		t.Fatalf("%d keys held, want 2", p.held)
+	}
+	checkPart(t, b, p)
+}
+
+// TestTableForgetsDroppedLastEntry drops the key whose entry a part remembers, to make room for
+// a long key that takes no spare: the part must not remember an entry it no longer holds, which
+// would give the dropped key its old bucket outside the index.
+func TestTableForgetsDroppedLastEntry(t *testing.T) {
+	b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(32<<10)) // 512 bytes a part
+	p := &b.parts[0]
+	a := keysInPart(b, 0, 1, 10, "a")[0]
+	decide(t, b, a, 0, t0)
+	decide(t, b, a, 0, t0) // twice in a row: the part remembers a's entry
+	if p.last == nil {
+		t.Fatal("the part does not remember a key that came twice in a row")
+	}
+	if d := decide(t, b, keyOfCost(t, b, 0, 400, "l"), 1, t0); !d.Allowed { // drops a
+		t.Fatalf("a long key, once a made room: %+v", d)
+	}
+	if holds(b, a) || len(p.free) != 1 {
+		t.Fatalf("a held: %v, %d spares; want a dropped to the spares", holds(b, a), len(p.free))
 	}
 	checkPart(t, b, p)
 }
