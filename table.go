@@ -222,8 +222,7 @@ func (p *part) get(h uint64, key string) (*rate.Limiter, bool) {
 	// overlap, against the same bytes of each entry, where comparing strings costs a call.
 	k := unsafe.Slice(unsafe.StringData(key), n)
 	first, last := binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[n-8:])
-	if e := p.last; e != nil && e.key[maxInline] == uint8(n) && binary.LittleEndian.Uint64(e.key[:]) == first &&
-		binary.LittleEndian.Uint64(e.key[n-8:]) == last {
+	if e := p.last; e != nil && e.holds(n, first, last) {
 		return &e.lim, true
 	}
 	mask := uint64(len(p.tags) - 1)
@@ -234,9 +233,7 @@ func (p *part) get(h uint64, key string) (*rate.Limiter, bool) {
 			p.lastHash = h
 			return nil, false
 		case t:
-			e := p.index[i]
-			if e.key[maxInline] == uint8(n) && binary.LittleEndian.Uint64(e.key[:]) == first &&
-				binary.LittleEndian.Uint64(e.key[n-8:]) == last {
+			if e := p.index[i]; e.holds(n, first, last) {
 				if h == p.lastHash {
 					p.last = e
 				}
@@ -245,6 +242,13 @@ func (p *part) get(h uint64, key string) (*rate.Limiter, bool) {
 			}
 		}
 	}
+}
+
+// holds reports whether e is the entry of a key of n bytes, 8 to maxInline, whose first and
+// last 8 bytes are first and last.
+func (e *entry) holds(n int, first, last uint64) bool {
+	return e.key[maxInline] == uint8(n) && binary.LittleEndian.Uint64(e.key[:]) == first &&
+		binary.LittleEndian.Uint64(e.key[n-8:]) == last
 }
 
 // find is get for any key.
