@@ -237,7 +237,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Tim
 	return false
 }
 
-// limited answers a request that d refused: it calls the hook of WithOnLimited, and writes the
+// limited answers a request that d refused: it calls the hook of WithLimitedHook, and writes the
 // refusal, with lines when the rate-limit fields were written.
 func (m *Middleware) limited(w http.ResponseWriter, r *http.Request, now time.Time, key string, d Decision, lines *header.Lines) {
 	if m.c.onLimited != nil {
