@@ -622,3 +622,18 @@ func TestCostCoversAllocation(t *testing.T) {
 var sinkEntry *entry
 
 var sink string
+
+// TestTableFullWaitsForTheRefill refuses a new key at a full part while the key it holds has
+// spent two of its three tokens: the wait is exactly until that key's bucket is whole again, and
+// the new key is admitted then.
+func TestTableFullWaitsForTheRefill(t *testing.T) {
+	b := NewTokenBucket(rate.Every(time.Minute), 3, WithMaxMemory(16<<10)) // one key a part
+	ks := keysInPart(b, 0, 2, 10, "k")
+	decide(t, b, ks[0], 2, t0) // one token left: whole again at t0 + 2 min
+	if d := decide(t, b, ks[1], 1, t0.Add(10*time.Second)); d.Allowed || d.RetryAfter != 110*time.Second {
+		t.Fatalf("a new key at a full part: %+v, want refused for 110 s", d)
+	}
+	if d := decide(t, b, ks[1], 1, t0.Add(2*time.Minute)); !d.Allowed {
+		t.Fatalf("a new key once the key held is whole again: %+v", d)
+	}
+}
