@@ -121,8 +121,10 @@ func (e *entry) is(key string) bool {
 		w := (*wideEntry)(unsafe.Pointer(e))
 		return int(w.more[maxInline]) == n && key[:maxInline] == string(e.key[:maxInline]) &&
 			key[maxInline:] == string(w.more[:n-maxInline])
+	case m == longKey:
+		return (*longEntry)(unsafe.Pointer(e)).long == key
 	}
-	return (*longEntry)(unsafe.Pointer(e)).long == key
+	return false // no entry is marked otherwise: not read as a larger one than it is
 }
 
 // hash returns the hash of e's key.
