@@ -181,6 +181,10 @@ func (p *part) init() {
 	p.index = make([]*entry, minSlots)
 }
 
+// slot returns the slot of a key of hash h in an index of mask+1 slots, where a probe for it
+// starts: the bits of h above those that chose its part.
+func slot(h, mask uint64) uint64 { return h >> shardBits & mask }
+
 // tag returns the tag of a key of hash h in an index: never 0, which marks an empty slot.
 func tag(h uint64) uint8 { return uint8(h>>57) | 0x80 }
 
@@ -229,7 +233,7 @@ func (p *part) get(h uint64, key string) (*rate.Limiter, bool) {
 	}
 	mask := uint64(len(p.tags) - 1)
 	t := tag(h)
-	for i := h >> shardBits & mask; ; i = (i + 1) & mask {
+	for i := slot(h, mask); ; i = (i + 1) & mask {
 		switch p.tags[i] {
 		case 0:
 			p.lastHash = h
@@ -257,7 +261,7 @@ func (e *entry) holds(n int, first, last uint64) bool {
 func (p *part) find(h uint64, key string) (*rate.Limiter, bool) {
 	mask := uint64(len(p.tags) - 1)
 	t := tag(h)
-	for i := h >> shardBits & mask; ; i = (i + 1) & mask {
+	for i := slot(h, mask); ; i = (i + 1) & mask {
 		switch p.tags[i] {
 		case 0:
 			return nil, false
@@ -281,7 +285,7 @@ func (p *part) insert(h uint64, e *entry, seed *hashSeed) {
 // place puts e, of hash h, in the first empty slot from its own.
 func (p *part) place(h uint64, e *entry) {
 	mask := uint64(len(p.tags) - 1)
-	i := h >> shardBits & mask
+	i := slot(h, mask)
 	for p.tags[i] != 0 {
 		i = (i + 1) & mask
 	}
@@ -305,14 +309,14 @@ func (p *part) remove(e *entry, seed *hashSeed) {
 		p.last = nil
 	}
 	mask := uint64(len(p.tags) - 1)
-	i := e.hash(seed) >> shardBits & mask
+	i := slot(e.hash(seed), mask)
 	for p.index[i] != e {
 		i = (i + 1) & mask
 	}
 	// Linear probing's deletion: each entry after the hole, up to an empty slot, moves into it
 	// unless its own slot is cyclically after the hole, so that every probe still finds it.
 	for j := (i + 1) & mask; p.tags[j] != 0; j = (j + 1) & mask {
-		home := p.index[j].hash(seed) >> shardBits & mask
+		home := slot(p.index[j].hash(seed), mask)
 		if (j-home)&mask >= (j-i)&mask {
 			p.tags[i], p.index[i] = p.tags[j], p.index[j]
 			i = j
@@ -341,9 +345,7 @@ func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time) (*rate.L
 	if n := len(p.free); n > 0 && p.free[n-1].lim.TokensAt(now) < float64(b.burst) {
 		// A spare that is not full was spent after it was dropped, by a decision of several
 		// layers that had looked its key up before a later layer made room: it goes.
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
-		p.used -= entryBytes
+		p.takeSpare()
 	}
 	var e *entry
 	switch n := len(p.free); {
@@ -363,10 +365,7 @@ func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time) (*rate.L
 		b.fill(&e.lim, now)
 	case n > 0:
 		// A refilled bucket is the same as a new one: full, whenever it last spent.
-		e = p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
-		p.used -= entryBytes // counted while spare
+		e = p.takeSpare()
 	default:
 		e = new(entry)
 		b.fill(&e.lim, now)
@@ -421,10 +420,8 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 			// No key held can make room now. The spare entries, kept only to save new keys an
 			// allocation, give way before a new key is refused; once the last key is dropped
 			// they are all that is left, and since need fits the budget, enough.
-			if n := len(p.free); n > 0 {
-				p.free[n-1] = nil
-				p.free = p.free[:n-1]
-				p.used -= entryBytes
+			if len(p.free) > 0 {
+				p.takeSpare()
 				continue
 			}
 			p.full = time.Unix(0, p.due[0].at)
@@ -448,6 +445,16 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 		p.pop()
 	}
 	return 0
+}
+
+// takeSpare takes the last of p's spare entries, which it no longer counts, and returns it.
+func (p *part) takeSpare() *entry {
+	n := len(p.free) - 1
+	e := p.free[n]
+	p.free[n] = nil
+	p.free = p.free[:n]
+	p.used -= entryBytes
+	return e
 }
 
 // spare returns the bytes counted for the entry a new key of p, of need bytes, would take from
