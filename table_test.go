@@ -583,14 +583,7 @@ func TestCostCoversAllocation(t *testing.T) {
 	}
 	src := strings.Repeat("k", 100_000)
 	for _, n := range lengths {
-		got := uint64(math.MaxUint64)
-		for range 3 { // the least of three: anything else the runtime allocates only adds
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			sink = strings.Clone(src[:n])
-			runtime.ReadMemStats(&after)
-			got = min(got, after.TotalAlloc-before.TotalAlloc)
-		}
+		got := allocated(func() { sink = strings.Clone(src[:n]) })
 		if counted := cost(src[:n]) - keyBytes - longBytes; uint64(counted) < got {
 			t.Fatalf("a key of %d bytes is counted %d bytes beyond its entry; its copy takes %d", n, counted, got)
 		}
@@ -605,21 +598,27 @@ func TestCostCoversAllocation(t *testing.T) {
 		{"wideEntry", func() { sinkEntry = &new(wideEntry).entry }, entryBytes + wideBytes},
 		{"longEntry", func() { sinkEntry = &new(longEntry).entry }, entryBytes + longBytes},
 	} {
-		got := uint64(math.MaxUint64)
-		for range 3 {
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			c.new()
-			runtime.ReadMemStats(&after)
-			got = min(got, after.TotalAlloc-before.TotalAlloc)
-		}
-		if got != uint64(c.counted) {
+		if got := allocated(c.new); got != uint64(c.counted) {
 			t.Fatalf("a %s takes %d bytes, counted %d", c.name, got, c.counted)
 		}
 	}
 }
 
 var sinkEntry *entry
+
+// allocated returns the bytes the heap hands out while fn runs: the least of three runs, since
+// anything else the runtime allocates meanwhile only adds.
+func allocated(fn func()) uint64 {
+	got := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		fn()
+		runtime.ReadMemStats(&after)
+		got = min(got, after.TotalAlloc-before.TotalAlloc)
+	}
+	return got
+}
 
 var sink string
 
