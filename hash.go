@@ -32,9 +32,17 @@ func (s *hashSeed) sum(key string) uint64 {
 	if n < 8 || n > 16 {
 		return maphash.String(s.seed, key)
 	}
-	k := unsafe.Slice(unsafe.StringData(key), n)
-	first, last := binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[n-8:])
+	first, last := words(key)
 	return mix(mix(first^s.k0, last^s.k1)^uint64(n), s.k0^s.k1)
+}
+
+// words returns the first and the last 8 bytes of s, which has 8 to 16, as little-endian
+// words; they overlap when s is shorter than 16. It reads them through array pointers, which
+// the compiler does not check as it checks a slice of the string's bytes.
+func words(s string) (first, last uint64) {
+	p := unsafe.Pointer(unsafe.StringData(s))
+	return binary.LittleEndian.Uint64((*[8]byte)(p)[:]),
+		binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(p, len(s)-8))[:])
 }
 
 // mix folds the 128-bit product of a and b into 64 bits.

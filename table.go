@@ -226,8 +226,7 @@ func (p *part) get(h uint64, key string) (*rate.Limiter, bool) {
 	}
 	// A key of 8 to 15 bytes, most IPv4 addresses: its first and its last 8 bytes, which
 	// overlap, against the same bytes of each entry, where comparing strings costs a call.
-	k := unsafe.Slice(unsafe.StringData(key), n)
-	first, last := binary.LittleEndian.Uint64(k), binary.LittleEndian.Uint64(k[n-8:])
+	first, last := words(key)
 	if e := p.last; e != nil && e.holds(n, first, last) {
 		return &e.lim, true
 	}
