@@ -65,6 +65,24 @@ func TestHashCountsTheLength(t *testing.T) {
 	}
 }
 
+// TestHashReadsEveryByte changes each byte of keys of every length to 48 in turn: every change
+// moves the hash. A hash that read only a key's ends, as the short keys' does, would let keys
+// that differ only in their middle (a user name after a long prefix) fall in one run of slots.
+func TestHashReadsEveryByte(t *testing.T) {
+	s := newHashSeed()
+	for n := 1; n <= 48; n++ {
+		key := []byte((clientAddr(n) + "/a-key-of-many-bytes-for-every-length-to-48")[:n])
+		h := s.sum(string(key))
+		for i := range key {
+			key[i] ^= 0x20
+			if s.sum(string(key)) == h {
+				t.Fatalf("%d bytes: changing byte %d of %q left its hash", n, i, key)
+			}
+			key[i] ^= 0x20
+		}
+	}
+}
+
 // TestHashDependsOnSeed checks that two seeds put the same keys in different parts: a client who
 // does not know the seed cannot choose keys that meet in one part.
 func TestHashDependsOnSeed(t *testing.T) {
