@@ -217,7 +217,7 @@ func (b *TokenBucket) admits(n int, tokens float64) bool {
 		return false
 	}
 	wait := (-left / float64(b.limit)) * float64(time.Second)
-	return wait <= float64(math.MaxInt64) && time.Duration(wait) <= slack
+	return wait < float64(math.MaxInt64) && time.Duration(wait) <= slack // 2^63 does not fit
 }
 
 // refill returns how long b's rate takes to add missing tokens: 0 when none are missing,
