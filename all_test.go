@@ -962,3 +962,55 @@ func TestAllTableFull(t *testing.T) {
 		t.Fatalf("without the quota: %+v, want %+v", plain, want)
 	}
 }
+
+// TestAllKeepsItsBucketsAtTheBound decides a request in two layers of one TokenBucket whose keys
+// fall in one part, at its bound, where the only key that could make room is the first layer's:
+// making room for the second layer's new key must neither drop the bucket the first layer holds
+// nor count on it. Both layers would then spend one bucket, and the first key's spending would
+// be lost. The request is refused until another key refills, and every bucket is as it was.
+func TestAllKeepsItsBucketsAtTheBound(t *testing.T) {
+	for _, layers := range []int{2, 5} { // 5: past the fast path, straight to the long way
+		for _, quota := range []bool{true, false} { // false: as the middleware decides
+			b := NewTokenBucket(rate.Every(time.Hour), 2, WithMaxMemory(shardCount*(2*keyBytes+keyBytes/2)))
+			ks := keysInPart(b, 0, 3, 10, "k")
+			client, other, service := ks[0], ks[1], ks[2]
+			decide(t, b, client, 1, t0)                           // full again an hour on
+			decide(t, b, other, 2, t0.Add(time.Hour+time.Second)) // full two hours after that
+			now := t0.Add(time.Hour + 2*time.Second)
+			ls := []Limiter{b}
+			for range layers - 2 {
+				ls = append(ls, NewTokenBucket(1, 1))
+			}
+			ls = append(ls, Shared(b, service))
+			var d Decision
+			All(ls...).(*all).buckets.decide(client, 1, now, &d, quota)
+			if want := 2*time.Hour - time.Second; d.Allowed || d.RetryAfter != want {
+				t.Fatalf("%d layers, quota %v: %+v; want refused for %v, until the other key refills", layers, quota, d, want)
+			}
+			p := &b.parts[0]
+			checkPart(t, b, p)
+			lim, ok := p.get(b.seed.sum(client), client)
+			if !ok || lim.TokensAt(now) != 2 {
+				t.Fatalf("%d layers, quota %v: the first layer's key is held %v: want held, its bucket full", layers, quota, ok)
+			}
+			if _, ok := p.get(b.seed.sum(service), service); ok {
+				t.Fatalf("%d layers, quota %v: the second layer's key was added, in place of the first's", layers, quota)
+			}
+			// Kept for that decision only, which spent its bucket and gave it back, or only
+			// looked: a new key of its own takes the full bucket's place.
+			if d := decide(t, b, service, 1, now); !d.Allowed {
+				t.Fatalf("%d layers, quota %v: then a key alone: %+v, want admitted in the first key's place", layers, quota, d)
+			}
+			checkPart(t, b, p)
+		}
+	}
+	// A part that holds one key can never hold both: refused, with no Retry-After.
+	b := NewTokenBucket(rate.Every(time.Hour), 2, WithMaxMemory(16<<10))
+	ks := keysInPart(b, 0, 2, 10, "k")
+	decide(t, b, ks[0], 1, t0)
+	d, err := All(b, Shared(b, ks[1])).Decide(context.Background(), ks[0], 1, t0.Add(time.Hour))
+	if err != nil || d.Allowed || d.RetryAfter != rate.InfDuration {
+		t.Fatalf("one key a part: %+v, %v; want refused, never to be admitted", d, err)
+	}
+	checkPart(t, b, &b.parts[0])
+}

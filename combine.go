@@ -33,7 +33,7 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 		if cost < 0 {
 			return nil // a key not held has a full bucket: nothing to give back
 		}
-		if lim, _ = b.add(p, h, key, at); lim == nil {
+		if lim, _ = b.add(p, h, key, at, nil); lim == nil {
 			return fmt.Errorf("retryafter: cannot charge %d to a new key: the table is full", cost)
 		}
 	}
@@ -215,7 +215,7 @@ func (g *bucketGroup) allow(key string, cost int, now time.Time, out *Decision, 
 		}
 		lim, ok := p.get(hs[i], keys[i])
 		if !ok {
-			if lim, _ = g.buckets[i].add(p, hs[i], keys[i], at); lim == nil {
+			if lim, _ = g.buckets[i].add(p, hs[i], keys[i], at, spent[:i]); lim == nil {
 				admitted = false
 				break
 			}
@@ -316,6 +316,7 @@ func unlock(parts []*part) {
 // bucket count together, as if reserved one after the other.
 func (g *bucketGroup) look(st []layerState, at time.Time) bool {
 	admitted := true
+	var held [maxLayers]*rate.Limiter // each layer's bucket: a later layer's new key keeps them
 	for i := range st {
 		s := &st[i]
 		if s.p == nil { // rate.Inf
@@ -325,12 +326,13 @@ func (g *bucketGroup) look(st []layerState, at time.Time) bool {
 		lim, ok := s.p.get(s.h, s.key)
 		if !ok {
 			var wait time.Duration
-			if lim, wait = s.b.add(s.p, s.h, s.key, at); lim == nil {
+			if lim, wait = s.b.add(s.p, s.h, s.key, at, held[:i]); lim == nil {
 				admitted = false
 				s.d = Decision{RetryAfter: wait, Limit: s.b.burst, Reset: wait}
 				continue
 			}
 		}
+		held[i] = lim
 		s.lim, s.tokens, s.need = lim, lim.TokensAt(at), s.cost
 		for j := range i {
 			if st[j].lim == lim {
@@ -394,6 +396,7 @@ func (g *bucketGroup) reserve(st []layerState, at time.Time) bool {
 		rs = make([]rate.Reservation, len(st))
 	}
 	admitted := true
+	var held [maxLayers]*rate.Limiter // as in look
 	for i := range st {
 		s := &st[i]
 		if s.p == nil { // rate.Inf
@@ -403,12 +406,13 @@ func (g *bucketGroup) reserve(st []layerState, at time.Time) bool {
 		lim, ok := s.p.get(s.h, s.key)
 		if !ok {
 			var wait time.Duration
-			if lim, wait = s.b.add(s.p, s.h, s.key, at); lim == nil {
+			if lim, wait = s.b.add(s.p, s.h, s.key, at, held[:i]); lim == nil {
 				admitted = false
 				s.d.RetryAfter = wait
 				continue
 			}
 		}
+		held[i] = lim
 		rs[i] = *lim.ReserveN(at, s.cost)
 		if wait := rs[i].DelayFrom(at); wait <= slack {
 			s.d.Allowed = true

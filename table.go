@@ -3,6 +3,7 @@ package retryafter
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -333,17 +334,18 @@ type dueKey struct {
 
 // add creates the bucket of key, of hash h, a key new to p, which the caller has locked. When p
 // has no room and none of its keys has refilled, it returns nil and how long until the first
-// may have.
-func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time) (*rate.Limiter, time.Duration) {
+// may have. The buckets of keep, which the caller's decision holds (the earlier layers of an
+// All), are not dropped to make room, whether or not they have refilled.
+func (b *TokenBucket) add(p *part, h uint64, key string, now time.Time, keep []*rate.Limiter) (*rate.Limiter, time.Duration) {
 	need := cost(key)
 	if p.used+need > b.budget {
-		if wait := b.makeRoom(p, need, now); wait > 0 {
+		if wait := b.makeRoom(p, need, now, keep); wait > 0 {
 			return nil, wait
 		}
 	}
 	if n := len(p.free); n > 0 && p.free[n-1].lim.TokensAt(now) < float64(b.burst) {
-		// A spare that is not full was spent after it was dropped, by a decision of several
-		// layers that had looked its key up before a later layer made room: it goes.
+		// A spare that is not full was spent after it was dropped, which keep prevents for the
+		// layers of one decision: should it happen all the same, it goes.
 		p.takeSpare()
 	}
 	var e *entry
@@ -395,8 +397,9 @@ func (b *TokenBucket) fill(lim *rate.Limiter, t time.Time) {
 
 // makeRoom drops keys of p whose bucket is full at now, and when none is, the spare entries it
 // keeps, until need more bytes fit its budget, and returns 0, or, when too few have refilled,
-// how long until the next one may have.
-func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
+// how long until the next one may have. It neither drops the buckets of keep nor counts on them
+// refilling: they are put back in the heap as they were.
+func (b *TokenBucket) makeRoom(p *part, need int, now time.Time, keep []*rate.Limiter) time.Duration {
 	if need > b.budget {
 		return rate.InfDuration // a key longer than a part's budget never fits
 	}
@@ -414,7 +417,23 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 		p.heapify()
 	}
 	ns := now.UnixNano()
+	var kept [maxLayers]dueKey // the keys of keep met at the top, out of the heap meanwhile
+	n := 0
+	defer func() {
+		for _, d := range kept[:n] {
+			// Due now at the latest: the decision may give back what it spent from them,
+			// which makes them full sooner than their place said.
+			d.at = min(d.at, ns)
+			p.push(d)
+		}
+	}()
 	for p.used+need-p.spare(need) > b.budget {
+		if len(p.due) > 0 && slices.Contains(keep, &p.due[0].e.lim) {
+			kept[n] = p.due[0]
+			n++
+			p.pop()
+			continue
+		}
 		if len(p.due) == 0 || p.due[0].at > ns {
 			// No key held can make room now. The spare entries, kept only to save new keys an
 			// allocation, give way before a new key is refused; once the last key is dropped
@@ -423,8 +442,14 @@ func (b *TokenBucket) makeRoom(p *part, need int, now time.Time) time.Duration {
 				p.takeSpare()
 				continue
 			}
-			p.full = time.Unix(0, p.due[0].at)
-			return p.full.Sub(now)
+			if len(p.due) == 0 {
+				return rate.InfDuration // every key left is one keep holds
+			}
+			full := time.Unix(0, p.due[0].at)
+			if n == 0 {
+				p.full = full // else a key of keep may have refilled already, for others
+			}
+			return full.Sub(now)
 		}
 		top := &p.due[0]
 		e := top.e
@@ -556,7 +581,10 @@ func (b *TokenBucket) Len() int {
 // package that is an estimate rather than exact: the held key it counts on may spend again
 // meanwhile, or another new key may take its place first, and the client is then refused
 // again. The table is split in 64 independently locked parts of bytes/64 each, so a new key can
-// meet a full part a little before the whole table is full. It panics if bytes is below 16 KiB.
+// meet a full part a little before the whole table is full. In an [All] whose layers share a
+// TokenBucket, the keys of one request never make room for each other: a request whose keys
+// need more room in one part than it will ever have is refused with no Retry-After. It panics
+// if bytes is below 16 KiB.
 func WithMaxMemory(bytes int) TokenBucketOption {
 	if bytes < 16<<10 {
 		panic("retryafter: WithMaxMemory below 16 KiB")

@@ -131,6 +131,23 @@ func checkPart(t *testing.T, b *TokenBucket, p *part) {
 	if held != p.held || p.used != want || p.used > b.budget {
 		t.Fatalf("part counts %d bytes for %d keys (%d in its index) and %d spares, which take %d; budget %d", p.used, p.held, held, len(p.free), want, b.budget)
 	}
+	if p.due == nil {
+		return
+	}
+	// Once the part has been full, its heap holds every key once, each at or after its parent.
+	inHeap := make(map[*entry]bool, len(p.due))
+	for i, d := range p.due {
+		if inHeap[d.e] || !slices.Contains(p.index, d.e) {
+			t.Fatalf("heap slot %d: an entry twice, or one the index does not hold", i)
+		}
+		inHeap[d.e] = true
+		if parent := (i - 1) / 2; i > 0 && p.due[parent].at > d.at {
+			t.Fatalf("heap slot %d is due before its parent", i)
+		}
+	}
+	if len(p.due) != held {
+		t.Fatalf("the heap holds %d keys, the index %d", len(p.due), held)
+	}
 }
 
 // holds reports whether b's table holds key.
@@ -483,7 +500,7 @@ func TestTableIndexAgainstMap(t *testing.T) {
 		}
 		switch {
 		case !ok:
-			lim, _ = b.add(p, h, k, t0)
+			lim, _ = b.add(p, h, k, t0, nil)
 			model[k] = lim
 		case rng.IntN(3) == 0:
 			e := (*entry)(unsafe.Pointer(lim)) // the bucket is the entry's first field
@@ -512,7 +529,7 @@ func checkIs(t *testing.T, a, b string) {
 	t.Helper()
 	tb := NewTokenBucket(1, 1)
 	p := &tb.parts[0]
-	tb.add(p, 0, a, t0)
+	tb.add(p, 0, a, t0, nil)
 	if _, ok := p.get(0, b); ok != (a == b) {
 		t.Fatalf("the entry of %q is the entry of %q: %v", a, b, ok)
 	}
@@ -551,13 +568,13 @@ func FuzzEntryIsItsKey(f *testing.F) {
 }
 
 // TestSpentSpareNotReused drops a key's entry to the spares while a caller still holds its bucket
-// and spends from it, as a decision of several layers can when a later layer makes room: a new
-// key must not start from that spent bucket.
+// and spends from it, as a decision of several layers could before makeRoom kept its buckets: a
+// new key must not start from that spent bucket all the same.
 func TestSpentSpareNotReused(t *testing.T) {
 	b := NewTokenBucket(rate.Every(time.Hour), 1)
 	p := &b.parts[0]
 	ks := keysInPart(b, 0, 2, 10, "k")
-	held, _ := b.add(p, b.seed.sum(ks[0]), ks[0], t0)
+	held, _ := b.add(p, b.seed.sum(ks[0]), ks[0], t0, nil)
 	// Dropped as makeRoom drops a refilled key: out of the index, its entry kept as a spare.
 	e := (*entry)(unsafe.Pointer(held)) // the bucket is the entry's first field
 	p.remove(e, &b.seed)

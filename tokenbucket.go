@@ -135,7 +135,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, d *Decision, q
 	lim, ok := p.get(h, key)
 	if !ok {
 		var wait time.Duration
-		if lim, wait = b.add(p, h, key, at); lim == nil {
+		if lim, wait = b.add(p, h, key, at, nil); lim == nil {
 			p.mu.Unlock()
 			d.RetryAfter = late(wait, at.Sub(now))
 			if quota {
