@@ -398,7 +398,7 @@ func (b *TokenBucket) fill(lim *rate.Limiter, t time.Time) {
 // makeRoom drops keys of p whose bucket is full at now, and when none is, the spare entries it
 // keeps, until need more bytes fit its budget, and returns 0, or, when too few have refilled,
 // how long until the next one may have. It neither drops the buckets of keep nor counts on them
-// refilling: they are put back in the heap as they were.
+// refilling: they go back in the heap, due now at the latest.
 func (b *TokenBucket) makeRoom(p *part, need int, now time.Time, keep []*rate.Limiter) time.Duration {
 	if need > b.budget {
 		return rate.InfDuration // a key longer than a part's budget never fits
