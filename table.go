@@ -18,10 +18,10 @@ import (
 // An entry is one allocation that holds a key's rate.Limiter and, inline, the key itself when
 // it has at most 15 bytes (an IPv4 address has at most 15), so that such a key costs nothing
 // more than its bucket's 80 bytes and 16 of key, and is read in the same few cache lines. A key
-// of 16 to 30 bytes (the /64 of an IPv6 client, "2001:db8:85a3:8d3::/64") is inline too, in
-// an entry of 16 bytes more; a longer key is a string beside its entry. The index is open addressing with linear probing: a slot is
-// a pointer to an entry and a byte of tag, 7 bits of the key's hash, which a probe compares
-// before it reads the entry.
+// of 16 to 30 bytes (the /64 of an IPv6 client, "2001:db8:85a3:8d3::/64") is inline too, in an
+// entry of 16 bytes more; a longer key is a string beside its entry. The index is open
+// addressing with linear probing: a slot is a pointer to an entry and a byte of tag, 7 bits of
+// the key's hash, which a probe compares before it reads the entry.
 //
 // A part keeps every key until a new one does not fit its budget. From then on it keeps a
 // min-heap of all its keys by an instant at or before which each one's bucket cannot be full
