@@ -703,3 +703,25 @@ func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
 		t.Fatalf("Remaining %d; admits 1: %v, 2: %v", d.Remaining, b.admits(1, tokens), b.admits(2, tokens))
 	}
 }
+
+// TestPartsStartOnACacheLine checks the padding before TokenBucket's parts, and that a part's
+// lock and latest instant fit the line it starts. Only speed depends on it.
+func TestPartsStartOnACacheLine(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the padding is laid out for 64-bit platforms")
+	}
+	const line = 64
+	var p part
+	if end := unsafe.Offsetof(p.latest) + unsafe.Sizeof(p.latest); unsafe.Offsetof(p.mu) != 0 || end > line {
+		t.Fatalf("a part's lock and latest instant end %d bytes into it, past a cache line", end)
+	}
+	if unsafe.Sizeof(p)%line != 0 {
+		t.Fatalf("a part is %d bytes, not whole cache lines", unsafe.Sizeof(p))
+	}
+	for range 8 { // several slots of the allocator's spans
+		b := NewTokenBucket(1, 1)
+		if off := uintptr(unsafe.Pointer(&b.parts[0])) % line; off != 0 {
+			t.Fatalf("the parts start %d bytes into a cache line", off)
+		}
+	}
+}
