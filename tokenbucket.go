@@ -33,8 +33,8 @@ type TokenBucket struct {
 	// this pads the parts to the start of a cache line (TestPartsStartOnACacheLine checks it).
 	// A part's lock and its latest instant, the words every decision writes, then share a line,
 	// and with one key hot on several cores one line moves between them for each decision, not
-	// two: in sets of interleaved rounds of BenchmarkHotKey (in _benchmarks), the median wall
-	// time was 1.13x to 1.18x the baseline's unaligned, 1.00x to 1.06x aligned.
+	// two: in four sets of interleaved rounds of BenchmarkHotKey (in _benchmarks), the median
+	// wall time was 1.02x to 1.06x the baseline's aligned, against 1.03x to 1.18x unaligned.
 	_     [8]byte
 	parts [shardCount]part
 }
