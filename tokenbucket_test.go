@@ -704,16 +704,24 @@ func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
 	}
 }
 
-// TestPartsStartOnACacheLine checks the padding before TokenBucket's parts, and that a part's
-// lock and latest instant fit the line it starts. Only speed depends on it.
+// TestPartsStartOnACacheLine checks the padding before TokenBucket's parts, and that the words
+// of a part a decision writes, its lock, latest instant and remembered entry, fit the line it
+// starts. Only speed depends on it.
 func TestPartsStartOnACacheLine(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("the padding is laid out for 64-bit platforms")
 	}
 	const line = 64
 	var p part
-	if end := unsafe.Offsetof(p.latest) + unsafe.Sizeof(p.latest); unsafe.Offsetof(p.mu) != 0 || end > line {
-		t.Fatalf("a part's lock and latest instant end %d bytes into it, past a cache line", end)
+	for _, end := range []uintptr{
+		unsafe.Offsetof(p.mu) + unsafe.Sizeof(p.mu),
+		unsafe.Offsetof(p.latest) + unsafe.Sizeof(p.latest),
+		unsafe.Offsetof(p.last) + unsafe.Sizeof(p.last),
+		unsafe.Offsetof(p.lastHash) + unsafe.Sizeof(p.lastHash),
+	} {
+		if end > line {
+			t.Fatalf("a word a decision writes ends %d bytes into its part, past a cache line", end)
+		}
 	}
 	if unsafe.Sizeof(p)%line != 0 {
 		t.Fatalf("a part is %d bytes, not whole cache lines", unsafe.Sizeof(p))
