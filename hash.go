@@ -25,8 +25,8 @@ func newHashSeed() hashSeed {
 //
 // A key of 8 to 16 bytes, an IPv4 address but the shortest, is read as its first and its last 8
 // bytes, which overlap, and mixed with the seed by two rounds of the 128-bit multiply of wyhash
-// (the runtime's own hash of strings where the CPU has no AES): a tenth of the work of
-// maphash.String on a key that short. Other keys go to maphash.String.
+// (the runtime's own hash of strings where the CPU has no AES): about half the instructions of
+// maphash.String on a key that short (30 against 64). Other keys go to maphash.String.
 func (s *hashSeed) sum(key string) uint64 {
 	n := len(key)
 	if n < 8 || n > 16 {

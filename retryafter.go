@@ -41,7 +41,7 @@
 // # Memory
 //
 // A [TokenBucket] keeps every client until its table needs the room, so that a client that comes
-// back finds its bucket, and holds at most [WithMaxMemory] bytes (192 MiB by default, about 1.4
+// back finds its bucket, and holds at most [WithMaxMemory] bytes (192 MiB by default, nearly 1.5
 // million IPv4 clients), whatever its keys weigh, without a goroutine. At the bound, clients
 // whose bucket has refilled make room; a flood of new clients is refused, never admitted by
 // forgetting one that is over its limit.

@@ -40,7 +40,7 @@ const (
 )
 
 // defaultMaxMemory is the bound on the bytes a TokenBucket's table holds when no WithMaxMemory
-// is given: about 1.4 million IPv4 clients.
+// is given: nearly 1.5 million IPv4 clients.
 const defaultMaxMemory = 192 << 20
 
 // What a part counts for each key, an upper estimate so that the bound holds in bytes: its
@@ -573,7 +573,7 @@ func (b *TokenBucket) Len() int {
 // returns: it counts each key of up to 15 bytes (an IPv4 address) as 136 bytes, its bucket and
 // the key in one allocation of 96 and its place in the table's index and heap, an upper
 // estimate; a key of 16 to 30 bytes (the /64 of an IPv6 client) as 152; a longer key as 168
-// bytes plus its length and a quarter. The default is 192 MiB, about 1.4 million IPv4 clients.
+// bytes plus its length and a quarter. The default is 192 MiB, nearly 1.5 million IPv4 clients.
 //
 // The table keeps every key until a new one does not fit, so that a client that comes back
 // finds its bucket. Then keys whose bucket has refilled make room; when none has, the new key is
