@@ -34,7 +34,13 @@ type KeyFunc func(*http.Request) (string, error)
 // See [ClientIPPrefix] for what is trusted, how X-Forwarded-For is walked, and the
 // handling of ports, zones, IPv4-mapped addresses and malformed entries.
 func ClientIP(trusted ...netip.Prefix) KeyFunc {
-	return ClientIPPrefix(32, 64, trusted...)
+	return newClientIP(trusted...).key
+}
+
+// newClientIP returns the configuration of ClientIP(trusted...), which is also the middleware's
+// default key.
+func newClientIP(trusted ...netip.Prefix) *clientKeyer {
+	return newClientKeyer(32, 64, trusted...)
 }
 
 // ClientIPPrefix is like [ClientIP] but groups clients by the given prefix lengths:

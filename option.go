@@ -31,7 +31,7 @@ func newConfig(opts []Option) config {
 		o(&c)
 	}
 	if c.key == nil {
-		c.keyer = newClientKeyer(32, 64)
+		c.keyer = newClientIP()
 		c.key = c.keyer.key
 	}
 	return c
