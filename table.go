@@ -79,8 +79,11 @@ const maxLoad = 12
 const maxFree = 64
 
 // cost returns the bytes a part counts for key.
-func cost(key string) int {
-	switch n := len(key); {
+func cost(key string) int { return costOf(len(key)) }
+
+// costOf returns the bytes a part counts for a key of n bytes.
+func costOf(n int) int {
+	switch {
 	case n <= maxInline:
 		return keyBytes
 	case n <= maxWide:
@@ -144,14 +147,17 @@ func (e *entry) hash(seed *hashSeed) uint64 {
 }
 
 // cost returns the bytes a part counts for e's key.
-func (e *entry) cost() int {
+func (e *entry) cost() int { return costOf(e.len()) }
+
+// len returns the length of e's key.
+func (e *entry) len() int {
 	switch m := e.key[maxInline]; {
 	case m <= maxInline:
-		return keyBytes
+		return int(m)
 	case m == wideKey:
-		return keyBytes + wideBytes
+		return int((*wideEntry)(unsafe.Pointer(e)).more[maxInline])
 	}
-	return cost((*longEntry)(unsafe.Pointer(e)).long)
+	return len((*longEntry)(unsafe.Pointer(e)).long)
 }
 
 // part is one independently locked part of a TokenBucket's key table.
