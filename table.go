@@ -147,10 +147,10 @@ func (e *entry) hash(seed *hashSeed) uint64 {
 }
 
 // cost returns the bytes a part counts for e's key.
-func (e *entry) cost() int { return costOf(e.len()) }
+func (e *entry) cost() int { return costOf(e.keyLen()) }
 
-// len returns the length of e's key.
-func (e *entry) len() int {
+// keyLen returns the length of e's key.
+func (e *entry) keyLen() int {
 	switch m := e.key[maxInline]; {
 	case m <= maxInline:
 		return int(m)
