@@ -162,6 +162,16 @@ func (e *entry) keyLen() int {
 
 // part is one independently locked part of a TokenBucket's key table.
 type part struct {
+	partFields
+	// Whole cache lines a part, so that parts do not share one, on 32-bit platforms too.
+	_ [(cacheLine - unsafe.Sizeof(partFields{})%cacheLine) % cacheLine]byte
+}
+
+// cacheLine is the size of a cache line on the platforms that matter most for speed.
+const cacheLine = 64
+
+// partFields are the fields of a part.
+type partFields struct {
 	mu     sync.Mutex
 	latest time.Time // the latest instant a Decide in this part was made at
 	// The entry of the key get found twice in a row last, and the hash of the key it looked up
@@ -171,14 +181,13 @@ type part struct {
 	// cache line of the lock, which every decision writes anyway.
 	last     *entry
 	lastHash uint64
-	tags     []uint8         // for each slot of index: 0 when it is empty, else its key's tag
-	index    []*entry        // a power of two of slots
-	held     int             // the keys held
-	used     int             // the bytes counted for the keys held and the spare entries
-	due      []dueKey        // from the first time the part is full: every key, a min-heap by at
-	free     []*entry        // entries of dropped keys, their buckets full, for new keys
-	full     time.Time       // no key will have refilled before this instant
-	_        [192 - 184]byte // three cache lines a part, so that parts do not share one
+	tags     []uint8   // for each slot of index: 0 when it is empty, else its key's tag
+	index    []*entry  // a power of two of slots
+	held     int       // the keys held
+	used     int       // the bytes counted for the keys held and the spare entries
+	due      []dueKey  // from the first time the part is full: every key, a min-heap by at
+	free     []*entry  // entries of dropped keys, their buckets full, for new keys
+	full     time.Time // no key will have refilled before this instant
 }
 
 // minSlots is the size of a part's index when it holds no key.

@@ -7,6 +7,7 @@ import (
 	mathrand "math/rand/v2"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -646,9 +647,13 @@ func TestTokenBucketResetAtTheExtremes(t *testing.T) {
 // Duration, which admits: the debt is capped at 100 years, and the key stays refused, with
 // Remaining 0, at the instants where the wait would have wrapped.
 func TestTokenBucketHugeDebtStaysRefused(t *testing.T) {
+	if strconv.IntSize < 64 {
+		t.Skip("a cost of 292 years of tokens at 1 a second does not fit a 32-bit int")
+	}
+	var years292 int64 = 9_223_372_037
 	ctx := context.Background()
 	b := NewTokenBucket(1, 1)
-	if err := b.Charge(ctx, "k", 9_223_372_037, t0); err != nil {
+	if err := b.Charge(ctx, "k", int(years292), t0); err != nil {
 		t.Fatal(err)
 	}
 	for at := time.Duration(145_220_000); at < 145_226_000; at += 500 {
@@ -711,7 +716,7 @@ func TestPartsStartOnACacheLine(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("the padding is laid out for 64-bit platforms")
 	}
-	const line = 64
+	const line = cacheLine
 	var p part
 	for _, end := range []uintptr{
 		unsafe.Offsetof(p.mu) + unsafe.Sizeof(p.mu),
