@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -63,6 +64,8 @@ func TestQuotaFieldsWrite(t *testing.T) {
 	bucket := newQuotaFields(&config{fields: fieldsDraft | fieldsLegacy, policy: `"default"`}, NewTokenBucket(rate.Every(200*time.Millisecond), 10))
 	other := newQuotaFields(&config{fields: fieldsDraft | fieldsLegacy, policy: `"api"`}, &fakeLimiter{})
 	inf := rate.InfDuration
+	// The largest int, clamped to the largest sf-integer where it is larger (64-bit platforms).
+	huge := strconv.FormatInt(min(int64(math.MaxInt), maxSFInteger), 10)
 	tests := []struct {
 		name string
 		f    quotaFields
@@ -101,8 +104,8 @@ func TestQuotaFieldsWrite(t *testing.T) {
 			Decision{Allowed: true, Limit: 20, Remaining: 19, Reset: 100 * time.Millisecond},
 			map[string]string{"RateLimit-Policy": `"default";q=20;w=2`}},
 		{"huge values are clamped to sf-integers", other,
-			Decision{Allowed: true, Limit: 1 << 62, Remaining: 1 << 62, Reset: inf - 1},
-			map[string]string{"RateLimit-Policy": `"api";q=999999999999999`, "RateLimit": `"api";r=999999999999999;t=9223372037`}},
+			Decision{Allowed: true, Limit: math.MaxInt, Remaining: math.MaxInt, Reset: inf - 1},
+			map[string]string{"RateLimit-Policy": `"api";q=` + huge, "RateLimit": `"api";r=` + huge + `;t=9223372037`}},
 		{"only the legacy fields", quotaFields{set: fieldsLegacy, name: `"x"`},
 			Decision{Allowed: true, Limit: 5000, Remaining: 4000, Reset: time.Hour},
 			map[string]string{"RateLimit": "", "RateLimit-Policy": "", "X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4000", "X-RateLimit-Reset": "3600"}},
@@ -146,8 +149,17 @@ func TestPolicyWindow(t *testing.T) {
 		{0, 5, 0},
 		{rate.Inf, 5, 0},
 		{1e-12, 1 << 20, 0}, // does not fit an sf-integer
-		{1, maxSFInteger, maxSFInteger},
-		{1, maxSFInteger + 1, 0},
+	}
+	if strconv.IntSize == 64 { // a burst this large does not fit a 32-bit int
+		var largest int64 = maxSFInteger
+		tests = append(tests, []struct {
+			limit rate.Limit
+			burst int
+			want  int64
+		}{
+			{1, int(largest), maxSFInteger},
+			{1, int(largest + 1), 0},
+		}...)
 	}
 	for _, tt := range tests {
 		if got := policyWindow(tt.limit, tt.burst); got != tt.want {
