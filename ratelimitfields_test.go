@@ -135,11 +135,12 @@ func TestQuotaFieldsWrite(t *testing.T) {
 }
 
 func TestPolicyWindow(t *testing.T) {
-	tests := []struct {
+	type test struct {
 		limit rate.Limit
 		burst int
 		want  int64
-	}{
+	}
+	tests := []test{
 		{rate.Every(200 * time.Millisecond), 10, 2},
 		{1, 1, 1},
 		{10, 1, 1}, // 0.1 s rounds up to the smallest window there is
@@ -152,14 +153,7 @@ func TestPolicyWindow(t *testing.T) {
 	}
 	if strconv.IntSize == 64 { // a burst this large does not fit a 32-bit int
 		var largest int64 = maxSFInteger
-		tests = append(tests, []struct {
-			limit rate.Limit
-			burst int
-			want  int64
-		}{
-			{1, int(largest), maxSFInteger},
-			{1, int(largest + 1), 0},
-		}...)
+		tests = append(tests, test{1, int(largest), maxSFInteger}, test{1, int(largest + 1), 0})
 	}
 	for _, tt := range tests {
 		if got := policyWindow(tt.limit, tt.burst); got != tt.want {

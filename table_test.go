@@ -616,7 +616,7 @@ func TestCostCoversAllocation(t *testing.T) {
 		{"wideEntry", func() { sinkEntry = &new(wideEntry).entry }, entryBytes + wideBytes},
 		{"longEntry", func() { sinkEntry = &new(longEntry).entry }, entryBytes + longBytes},
 	} {
-		if got := allocated(c.new); got > uint64(c.counted) || got != uint64(c.counted) && strconv.IntSize == 64 {
+		if got := allocated(c.new); got > uint64(c.counted) || (strconv.IntSize == 64 && got != uint64(c.counted)) {
 			t.Fatalf("a %s takes %d bytes, counted %d", c.name, got, c.counted)
 		}
 	}
