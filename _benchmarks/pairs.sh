@@ -3,10 +3,10 @@
 #
 # Runs ROUNDS rounds (default 16) of the benchmarks BENCH matches, BENCHTIME each (500ms), from
 # a test binary built once, and prints the ratio of subject A's time per request to subject B's
-# in each round (subjects are named by lib=), then the median and quartiles of the ratios, for
-# wall time and CPU time. Both subjects of a ratio ran in the same round, one right after the
-# other, so a slow spell of the machine falls on both: this is how README.md's interleaved
-# rounds are measured. For example:
+# in each round (subjects are named by lib=), with both wall times, then the median and
+# quartiles of the ratios, for wall time and CPU time. Both subjects of a ratio ran in the same
+# round, one right after the other, so a slow spell of the machine falls on both: this is how
+# README.md's interleaved rounds are measured. For example:
 #
 #	./pairs.sh 'HotKey/lib=(baseline|retryafter)$' retryafter baseline
 set -euo pipefail
@@ -27,15 +27,25 @@ for round in $(seq "${ROUNDS:-16}"); do
 				lib = $1
 				sub(/.*\/lib=/, "", lib)
 				sub(/-[0-9]+$/, "", lib)
+				if (lib in wall) {
+					# Names match per level, unanchored: keys=10000 matches keys=100000 too.
+					print "pairs.sh: " $1 " is a second benchmark of " lib ": anchor BENCH (keys=10000$)" > "/dev/stderr"
+					twice = 1
+					exit 1
+				}
 				wall[lib] = $3
 				cpu[lib] = $5
 			}
 			END {
+				if (twice) {
+					exit 1
+				}
 				if (!(a in wall) || !(b in wall)) {
 					print "pairs.sh: round " round " did not run both " a " and " b > "/dev/stderr"
 					exit 1
 				}
-				printf "round %d: wall %.3f cpu %.3f\n", round, wall[a] / wall[b], cpu[a] / cpu[b]
+				printf "round %d: wall %.3f cpu %.3f (%s %s ns, %s %s ns)\n", round, wall[a] / wall[b], cpu[a] / cpu[b],
+					a, wall[a], b, wall[b]
 			}'
 done | tee "$bin/ratios" >&2
 for column in wall cpu; do
