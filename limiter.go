@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // A Limiter decides, for one request, whether the client named by key may proceed at the instant
@@ -52,4 +54,18 @@ type Decision struct {
 	Limit     int
 	Remaining int
 	Reset     time.Duration
+
+	// Policy is the limit that decided the request, for the RateLimit fields: their quota is
+	// its Burst and their window the time its Limit takes to restore Burst. Its Name, when not
+	// empty, names the item in the fields instead of the middleware's policy name. A Limiter
+	// that does not know its rate leaves Policy.Limit at 0, and the fields then carry no window.
+	Policy Policy
+}
+
+// A Policy is a named token-bucket limit: Limit tokens restored per second, up to Burst at once.
+// Its Name is the item's name in the RateLimit fields ("default" when empty).
+type Policy struct {
+	Name  string
+	Limit rate.Limit
+	Burst int
 }
