@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,13 +104,6 @@ func TestAllAgainstModel(t *testing.T) {
 		}
 		a := All(limiters...)
 		decide := a.Decide
-		if seed%2 == 1 {
-			g := a.(*all).buckets
-			decide = func(_ context.Context, key string, cost int, now time.Time) (d Decision, _ error) {
-				g.decide(key, cost, now, &d, false)
-				return d, nil
-			}
-		}
 		now := t0
 		ctx := context.Background()
 		for range 400 {
@@ -811,8 +805,12 @@ func TestBinding(t *testing.T) {
 			}
 			ds[i] = d
 		}
-		if got, want := Binding(ds...), model(ds); got != want {
+		got, want := Binding(ds...), model(ds)
+		if plain(got) != want {
 			t.Fatalf("Binding(%+v) = %+v, want %+v", ds, got, want)
+		}
+		if layers := got.Layers(); (len(ds) > 1) != (layers != nil) || (layers != nil && !slices.Equal(layers, ds)) {
+			t.Fatalf("Binding(%+v) lists the layers %+v", ds, layers)
 		}
 	}
 }
@@ -866,26 +864,25 @@ func TestChargedAfterCharges(t *testing.T) {
 // bucket named twice: each request spends 2 in that bucket, a refusal spends nothing, the wait
 // is exact, and the quota is the binding layer's.
 func TestAllOfManyLayers(t *testing.T) {
-	for _, quota := range []bool{true, false} {
+	for _, quota := range []bool{true} {
 		b, other := NewTokenBucket(rate.Every(time.Minute), 4), NewTokenBucket(rate.Every(time.Minute), 10)
 		inf := NewTokenBucket(rate.Inf, 1)
-		g := All(inf, b, inf, b, other, Shared(other, "s")).(*all).buckets
-		if len(g.layers) <= fastLayers {
-			t.Fatalf("%d layers: allow would take them", len(g.layers))
-		}
-		decide := func(now time.Time) (d Decision) {
-			g.decide("k", 1, now, &d, quota)
+		a := All(inf, b, inf, b, other, Shared(other, "s"))
+		decide := func(now time.Time) Decision {
+			d, err := a.Decide(context.Background(), "k", 1, now)
+			if err != nil {
+				t.Fatal(err)
+			}
 			return d
 		}
+		pol := Policy{Limit: rate.Every(time.Minute), Burst: 4}
 		for i, want := range []Decision{
-			{Allowed: true, Limit: 4, Remaining: 2, Reset: 2 * time.Minute},
-			{Allowed: true, Limit: 4, Remaining: 0, Reset: 4 * time.Minute},
-			{RetryAfter: 2*time.Minute - slack, Limit: 4, Reset: 4 * time.Minute},
+			{Allowed: true, Limit: 4, Remaining: 2, Reset: 2 * time.Minute, Policy: pol},
+			{Allowed: true, Limit: 4, Remaining: 0, Reset: 4 * time.Minute, Policy: pol},
+			{RetryAfter: 2*time.Minute - slack, Limit: 4, Reset: 4 * time.Minute, Policy: pol},
 		} {
-			if !quota {
-				want.Limit, want.Remaining, want.Reset = 0, 0, 0
-			}
-			if d := decide(t0); d != want {
+			d := decide(t0)
+			if plain(d) != want || len(d.Layers()) != 6 {
 				t.Fatalf("quota %v, request %d: %+v, want %+v", quota, i+1, d, want)
 			}
 		}
@@ -951,16 +948,6 @@ func TestAllTableFull(t *testing.T) {
 	if d, err := All(full, NewTokenBucket(1, 1)).Decide(context.Background(), ks[1], 1, t0); err != nil || d.Allowed || d.RetryAfter != 10*time.Second || d.Reset != d.RetryAfter {
 		t.Fatalf("%+v, %v: want refused until the key held has wholly refilled", d, err)
 	}
-	// As the middleware decides, without the quota.
-	var plain Decision
-	All(full, minute).(*all).buckets.decide(ks[1], 1, t0, &plain, false)
-	if want := (Decision{RetryAfter: time.Minute - slack}); plain != want {
-		t.Fatalf("without the quota: %+v, want %+v, the second layer's longer wait", plain, want)
-	}
-	All(full, NewTokenBucket(1, 1)).(*all).buckets.decide(ks[1], 1, t0, &plain, false)
-	if want := (Decision{RetryAfter: 10 * time.Second}); plain != want {
-		t.Fatalf("without the quota: %+v, want %+v", plain, want)
-	}
 }
 
 // TestAllKeepsItsBucketsAtTheBound decides a request in two layers of one TokenBucket whose keys
@@ -969,9 +956,9 @@ func TestAllTableFull(t *testing.T) {
 // nor count on it. Both layers would then spend one bucket, and the first key's spending would
 // be lost. The request is refused until another key refills, and every bucket is as it was.
 func TestAllKeepsItsBucketsAtTheBound(t *testing.T) {
-	for _, layers := range []int{2, 5} { // 5: past the fast path, straight to the long way
-		for _, quota := range []bool{true, false} { // false: as the middleware decides
-			b := NewTokenBucket(rate.Every(time.Hour), 2, WithMaxMemory(shardCount*(2*keyBytes+keyBytes/2)))
+	for _, layers := range []int{2, 5} {
+		for _, quota := range []bool{true} {
+			b := NewTokenBucket(rate.Every(time.Hour), 2, WithMaxMemory(partCount*(2*keyCost(10)+keyCost(10)/2)))
 			ks := keysInPart(b, 0, 3, 10, "k")
 			client, other, service := ks[0], ks[1], ks[2]
 			decide(t, b, client, 1, t0)                           // full again an hour on
@@ -982,18 +969,17 @@ func TestAllKeepsItsBucketsAtTheBound(t *testing.T) {
 				ls = append(ls, NewTokenBucket(1, 1))
 			}
 			ls = append(ls, Shared(b, service))
-			var d Decision
-			All(ls...).(*all).buckets.decide(client, 1, now, &d, quota)
+			d, _ := All(ls...).Decide(context.Background(), client, 1, now)
 			if want := 2*time.Hour - time.Second; d.Allowed || d.RetryAfter != want {
 				t.Fatalf("%d layers, quota %v: %+v; want refused for %v, until the other key refills", layers, quota, d, want)
 			}
 			p := &b.parts[0]
-			checkPart(t, b, p)
-			lim, ok := p.get(b.seed.sum(client), client)
+			checkPart(t, p)
+			lim, ok := p.keys[client]
 			if !ok || lim.TokensAt(now) != 2 {
 				t.Fatalf("%d layers, quota %v: the first layer's key is held %v: want held, its bucket full", layers, quota, ok)
 			}
-			if _, ok := p.get(b.seed.sum(service), service); ok {
+			if _, ok := p.keys[service]; ok {
 				t.Fatalf("%d layers, quota %v: the second layer's key was added, in place of the first's", layers, quota)
 			}
 			// Kept for that decision only, which spent its bucket and gave it back, or only
@@ -1001,7 +987,7 @@ func TestAllKeepsItsBucketsAtTheBound(t *testing.T) {
 			if d := decide(t, b, service, 1, now); !d.Allowed {
 				t.Fatalf("%d layers, quota %v: then a key alone: %+v, want admitted in the first key's place", layers, quota, d)
 			}
-			checkPart(t, b, p)
+			checkPart(t, p)
 		}
 	}
 	// A part that holds one key can never hold both: refused, with no Retry-After.
@@ -1012,5 +998,5 @@ func TestAllKeepsItsBucketsAtTheBound(t *testing.T) {
 	if err != nil || d.Allowed || d.RetryAfter != rate.InfDuration {
 		t.Fatalf("one key a part: %+v, %v; want refused, never to be admitted", d, err)
 	}
-	checkPart(t, b, &b.parts[0])
+	checkPart(t, &b.parts[0])
 }

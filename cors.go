@@ -42,11 +42,13 @@ import (
 // calls Header().Add keeps them.
 
 const (
-	headerExpose      = "Access-Control-Expose-Headers"
-	headerCredentials = "Access-Control-Allow-Credentials"
-	headerAllowOrigin = "Access-Control-Allow-Origin"
-	headerRequest     = "Access-Control-Request-Method"
-	headerOrigin      = "Origin"
+	headerExpose       = "Access-Control-Expose-Headers"
+	headerCredentials  = "Access-Control-Allow-Credentials"
+	headerAllowOrigin  = "Access-Control-Allow-Origin"
+	headerRequest      = "Access-Control-Request-Method"
+	headerAllowMethods = "Access-Control-Allow-Methods"
+	headerAllowHeaders = "Access-Control-Allow-Headers"
+	headerOrigin       = "Origin"
 )
 
 // ErrCORSMountOrder reports CORS middleware mounted after the limiter (inside it): a response
@@ -76,10 +78,10 @@ type corsOrderWatch struct {
 	told atomic.Bool
 }
 
-// serve calls next for r, a request with an Origin, and reports ErrCORSMountOrder through
-// onError (nil: the standard logger) if next set Access-Control-Allow-Origin that was not there
+// serve calls next for r, a request with an Origin, and reports ErrCORSMountOrder to the hooks
+// onError (none: the standard logger) if next set Access-Control-Allow-Origin that was not there
 // before. Once told, it only calls next.
-func (c *corsOrderWatch) serve(next http.Handler, w http.ResponseWriter, r *http.Request, onError func(*http.Request, error)) {
+func (c *corsOrderWatch) serve(next http.Handler, w http.ResponseWriter, r *http.Request, onError []func(*http.Request, error)) {
 	if c.told.Load() {
 		next.ServeHTTP(w, r)
 		return
@@ -90,8 +92,10 @@ func (c *corsOrderWatch) serve(next http.Handler, w http.ResponseWriter, r *http
 	if _, after := h[headerAllowOrigin]; before || !after || c.told.Swap(true) {
 		return
 	}
-	if onError != nil {
-		onError(r, ErrCORSMountOrder)
+	if len(onError) > 0 {
+		for _, fn := range onError {
+			fn(r, ErrCORSMountOrder)
+		}
 		return
 	}
 	log.Printf("%v (seen at %s %s from Origin %q)", ErrCORSMountOrder, r.Method, r.URL.Path, r.Header.Get(headerOrigin))

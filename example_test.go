@@ -85,7 +85,7 @@ func ExampleWithRateLimitFields() {
 	}
 	// Output:
 	// 200 RateLimit-Policy: "default";q=10;w=2 RateLimit: "default";r=7;t=1 []
-	// 200 RateLimit-Policy: "default";q=10;w=2 RateLimit: "default";r=0;t=2 []
+	// 200 RateLimit-Policy: "default";q=10;w=2 RateLimit: "default";r=0;t=1 []
 	// 429 RateLimit-Policy: "default";q=10;w=2 RateLimit: "default";r=0;t=1 [1]
 }
 
@@ -107,7 +107,7 @@ func ExampleWithProblemDetails() {
 	}
 	// Output:
 	// 429 application/problem+json Retry-After: 8
-	// {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests from this client; retry in 8 seconds.","retry-after":8}
+	// {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Too many requests from this client; retry in 8 seconds.","retry-after":8,"violated-policies":["default"]}
 	// 429 text/plain; charset=utf-8 Retry-After: 8
 	// Too Many Requests
 }
@@ -140,5 +140,5 @@ func ExampleLimiter_status() {
 	// /work 200 done []
 	// /status 200 limit 5, remaining 3, full again in 2s []
 	// /status 200 limit 5, remaining 3, full again in 2s []
-	// /read 200  ["default";r=3;t=2]
+	// /read 200  ["default";r=3;t=1]
 }

@@ -88,3 +88,9 @@ func (w *testWriter) reset() {
 	clear(w.h)
 	w.code = 0
 }
+
+// plain returns d without its layers, for comparing Decisions by value.
+func plain(d Decision) Decision {
+	d.layers = nil
+	return d
+}

@@ -2,7 +2,6 @@ package retryafter
 
 import (
 	"context"
-	"math"
 	"net/http"
 	"time"
 
@@ -26,9 +25,7 @@ import (
 // [WithLegacyRateLimitFields] is on, it adds no header to them, and net/http's server adds Date
 // to each when it writes it, as it does without the middleware.
 //
-// Browsers: mount CORS middleware before the limiter (with chi, r.Use(cors.Handler(...)) first),
-// or its refusals go without Access-Control-Allow-Origin and the page cannot read them. A CORS
-// preflight is passed to next uncounted, never refused. See [LimitWith].
+// Browsers: mount CORS middleware before the limiter; see the package doc's Browsers section.
 //
 // Limit(limit, burst, opts...) is shorthand for LimitWith(NewTokenBucket(limit, burst), opts...).
 // It panics if limit is negative or not a number, or burst is below 1. The returned middleware
@@ -47,18 +44,8 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // error hook, since the store did not fail. LimitWith does not change l, which may serve other
 // middleware at the same time.
 //
-// Browsers read a refusal only when CORS middleware has set Access-Control-Allow-Origin on it,
-// so mount CORS middleware before the limiter (outside it: with chi, r.Use(cors.Handler(...))
-// ahead of r.Use(retryafter.LimitWith(...))). Mounted after it, CORS never runs for a refusal,
-// and the page sees a network error rather than 429 and Retry-After; the middleware reports that
-// order, once, as [ErrCORSMountOrder] to the hook of [WithErrorHook] (or, without one, to the
-// standard logger) the first time a cross-origin response gets Access-Control-Allow-Origin from
-// inside it. On a request with an Origin field, a refusal names Retry-After, Date and the
-// rate-limit fields in Access-Control-Expose-Headers, and so does an admitted response when
-// rate-limit fields are on, merging with what the CORS middleware set there.
-//
-// A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not the request it
-// asks about: it is passed to next uncounted and never refused, in either mount order.
+// A CORS preflight is never counted or refused; see the package doc's Browsers section for
+// where to mount CORS middleware.
 func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 	return NewMiddleware(l, opts...).Handler
 }
@@ -79,15 +66,12 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 // A Middleware is safe for concurrent use.
 type Middleware struct {
 	limiter       Limiter
-	bucket        *TokenBucket // limiter, when it is one: called directly, which is faster
-	group         *bucketGroup // limiter, when it is an All of TokenBuckets: likewise
 	after         afterCharger // limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
 	fields        quotaFields
 	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
 	cors          corsOrderWatch
-	plain         bool // limiter is a TokenBucket, with no cost function and no rate-limit fields
 }
 
 // NewMiddleware returns a [Middleware] that asks l, configured by opts. It panics if l is nil.
@@ -95,21 +79,48 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	if l == nil {
 		panic("retryafter: nil Limiter")
 	}
-	c := newConfig(opts)
-	m := &Middleware{limiter: l, c: c}
-	m.bucket, _ = l.(*TokenBucket)
-	if a, ok := l.(*all); ok {
-		m.group = a.buckets
-	}
+	m := &Middleware{limiter: l, c: newConfig(opts)}
 	if a, ok := l.(afterCharger); ok && a.deferred() {
 		m.after = a
 	}
-	m.fields = newQuotaFields(&m.c, l)
-	m.plain = m.bucket != nil && m.c.cost == nil && m.fields.set == 0
+	m.fields.set, m.fields.raw = m.c.fields, m.c.policy
 	names := m.fields.exposed()
 	m.exposeAllowed = newExposeList(names...)
 	m.emit.expose = newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
+	m.emit.problem = m.c.problem
 	return m
+}
+
+// An Outcome is what the middleware did with a request, for the hooks of [WithDecisionHook].
+type Outcome uint8
+
+const (
+	Admitted      Outcome = iota + 1 // the limiter admitted it
+	Refused                          // the limiter refused it: answered 429
+	DryRunRefused                    // the limiter refused it, and a dry run passed it to next
+	Exempt                           // WithExempt passed it to next, uncounted
+	FailedOpen                       // the key function or the limiter failed: admitted uncounted
+	FailedClosed                     // the key function or the limiter failed: answered 500 or 503
+)
+
+// String returns the outcome's name in snake case, as metrics name it: "admitted", "refused",
+// "dry_run_refused", "exempt", "failed_open", "failed_closed".
+func (o Outcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case Refused:
+		return "refused"
+	case DryRunRefused:
+		return "dry_run_refused"
+	case Exempt:
+		return "exempt"
+	case FailedOpen:
+		return "failed_open"
+	case FailedClosed:
+		return "failed_closed"
+	}
+	return "unknown"
 }
 
 // Handler returns next behind the limiter, as [LimitWith] describes: the key function names
@@ -123,14 +134,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 // Allow decides r under key, rather than the key function's, and reports whether it was
 // admitted; if not, it has written the refusal, as the middleware would have (the key function
-// is not called). The cost is the one [WithCost] gives r. When the limiter fails, it reports
-// true if the Middleware fails open and otherwise writes the 503. A limiter with layers charged
-// afterwards ([ChargedAfter]) is charged by the caller, which knows the key: with [Charger]'s
-// Charge. A CORS preflight is admitted uncounted.
+// is not called, nor the exemption of [WithExempt]). The cost is the one [WithCost] gives r.
+// When the limiter fails, it reports true if the Middleware fails open and otherwise writes the
+// 503. A limiter with layers charged afterwards ([ChargedAfter]) is charged by the caller, which
+// knows the key: with [Charger]'s Charge.
 func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) bool {
-	if isPreflight(r) {
-		return true // a CORS preflight is not the request it asks about
-	}
 	return m.decide(w, r, m.c.now(), key)
 }
 
@@ -142,79 +150,85 @@ type limitHandler struct {
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
+	if m.c.exempt != nil && m.c.exempt(r) {
+		m.decided(r, Exempt, Decision{})
+		h.serve(w, r)
+		return
+	}
 	if isPreflight(r) {
-		m.cors.serve(h.next, w, r, m.c.onError)
+		// Free when it is one, which only the answer tells: see preflight.go.
+		h.servePreflight(w, r)
 		return
 	}
-	now := m.c.now()
-	var key string
-	var err error
-	if m.c.keyer != nil {
-		key, err = m.c.keyer.key(r) // a direct call, without the method value's
-	} else {
-		key, err = m.c.key(r)
-	}
-	if err != nil {
-		m.fail(w, r, now, http.StatusInternalServerError, err)
+	key, ok := m.key(w, r)
+	if !ok {
 		if m.c.failOpen {
-			h.next.ServeHTTP(w, r)
+			h.serve(w, r)
 		}
 		return
 	}
-	if m.plain {
-		// decide's path for a TokenBucket with no cost function and no rate-limit fields, the
-		// most common one, without its call and its checks.
-		var d Decision
-		m.bucket.decide(key, 1, now, &d, false)
-		if !d.Allowed {
-			m.limited(w, r, now, key, d, nil)
-			return
-		}
-	} else if !m.decide(w, r, now, key) {
+	if !m.decide(w, r, m.c.now(), key) {
 		return
 	}
 	if m.after == nil {
-		if hasOrigin(r) {
-			m.cors.serve(h.next, w, r, m.c.onError)
-			return
-		}
-		h.next.ServeHTTP(w, r)
+		h.serve(w, r)
 		return
 	}
-	// Layers charged afterwards: the handler reports what the request cost with Charge.
+	// Layers charged afterwards: the handler reports what the request cost with Charge, and
+	// the request is charged whatever becomes of the handler, a panic included.
 	slot := new(chargeSlot)
 	r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))
+	defer m.chargeAfter(r, key, slot)
+	h.serve(w, r)
+}
+
+// serve passes r to next, watching the order of CORS middleware when r is cross-origin.
+func (h *limitHandler) serve(w http.ResponseWriter, r *http.Request) {
 	if hasOrigin(r) {
-		m.cors.serve(h.next, w, r, m.c.onError)
-	} else {
-		h.next.ServeHTTP(w, r)
+		h.m.cors.serve(h.next, w, r, h.m.c.onError)
+		return
 	}
-	if cost := slot.cost.Load(); cost > 0 {
-		// The request's context may have ended with the handler; what it cost is still owed.
-		ctx := context.WithoutCancel(r.Context())
-		if err := m.after.chargeAfter(ctx, key, int(min(cost, math.MaxInt32)), m.c.now()); err != nil && m.c.onError != nil {
-			m.c.onError(r, err)
-		}
+	h.next.ServeHTTP(w, r)
+}
+
+// key returns the key of r, or, when the key function fails, reports the error, answers r
+// unless the Middleware fails open, and returns false.
+func (m *Middleware) key(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key, err := m.c.key(r)
+	if err != nil {
+		m.fail(w, r, m.c.now(), http.StatusInternalServerError, err)
+		return "", false
+	}
+	return key, true
+}
+
+// chargeAfter charges the layers of m's limiter that are charged afterwards what r's handler
+// reported in slot.
+func (m *Middleware) chargeAfter(r *http.Request, key string, slot *chargeSlot) {
+	cost := slot.total()
+	if cost <= 0 {
+		return
+	}
+	// The request's context may have ended with the handler; what it cost is still owed.
+	ctx := context.WithoutCancel(r.Context())
+	if err := m.after.chargeAfter(ctx, key, cost, m.c.now()); err != nil {
+		m.errored(r, err)
 	}
 }
 
 // decide asks the limiter about r under key at now, writes the rate-limit fields, and reports
-// whether r was admitted; if not, it has answered r.
+// whether r may reach next; if not, it has answered r.
 func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Time, key string) bool {
 	cost := 1
 	if m.c.cost != nil {
 		cost = max(1, m.c.cost(r))
 	}
-	var d Decision
-	var err error
-	if m.bucket != nil {
-		m.bucket.decide(key, cost, now, &d, m.fields.set != 0)
-	} else if m.group != nil {
-		m.group.decide(key, cost, now, &d, m.fields.set != 0)
-	} else if d, err = m.limiter.Decide(r.Context(), key, cost, now); err != nil {
+	d, err := m.limiter.Decide(r.Context(), key, cost, now)
+	if err != nil {
 		if r.Context().Err() != nil {
 			// The request itself ended (the client hung up, a deadline passed): the store
 			// did not fail, and a request that was not counted is not admitted for it.
+			m.decided(r, FailedClosed, Decision{})
 			m.emit.refuse(w, r, m.c.respond, http.StatusServiceUnavailable, now, failClosedWait, nil)
 			return false
 		}
@@ -226,24 +240,42 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Tim
 		lines = new(header.Lines)
 		hdr := w.Header()
 		m.fields.write(hdr, d, lines)
-		if d.Allowed && hasOrigin(r) {
+		if (d.Allowed || m.c.dryRun) && hasOrigin(r) {
 			m.exposeAllowed.expose(hdr, lines)
 		}
 	}
 	if d.Allowed {
+		m.decided(r, Admitted, d)
 		return true
 	}
-	m.limited(w, r, now, key, d, lines)
+	for _, fn := range m.c.onLimited {
+		fn(r, key, d)
+	}
+	if m.c.dryRun {
+		m.decided(r, DryRunRefused, d)
+		return true
+	}
+	m.decided(r, Refused, d)
+	var violated []string
+	if m.emit.problem != nil {
+		violated = m.fields.violated(d)
+	}
+	m.emit.refuseFor(w, r, m.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines, violated)
 	return false
 }
 
-// limited answers a request that d refused: it calls the hook of WithLimitedHook, and writes the
-// refusal, with lines when the rate-limit fields were written.
-func (m *Middleware) limited(w http.ResponseWriter, r *http.Request, now time.Time, key string, d Decision, lines *header.Lines) {
-	if m.c.onLimited != nil {
-		m.c.onLimited(r, key, d)
+// decided tells the hooks of WithDecisionHook what became of r.
+func (m *Middleware) decided(r *http.Request, o Outcome, d Decision) {
+	for _, fn := range m.c.onDecided {
+		fn(r, o, d)
 	}
-	m.emit.refuse(w, r, m.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines)
+}
+
+// errored tells the hooks of WithErrorHook of err.
+func (m *Middleware) errored(r *http.Request, err error) {
+	for _, fn := range m.c.onError {
+		fn(r, err)
+	}
 }
 
 // failClosedWait is the Retry-After of the 503 that answers a limiter error when failing
@@ -252,12 +284,12 @@ const failClosedWait = time.Second
 
 // fail reports err and, unless the Middleware fails open, refuses r with status.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, now time.Time, status int, err error) {
-	if m.c.onError != nil {
-		m.c.onError(r, err)
-	}
+	m.errored(r, err)
 	if m.c.failOpen {
+		m.decided(r, FailedOpen, Decision{})
 		return
 	}
+	m.decided(r, FailedClosed, Decision{})
 	var wait time.Duration
 	if status == http.StatusServiceUnavailable {
 		wait = failClosedWait

@@ -5,25 +5,35 @@ import (
 	"time"
 )
 
-// An Option configures the middleware of [Limit] and [LimitWith]. Each has an effect on both.
+// An Option configures the middleware of [Limit], [LimitWith] and [NewMiddleware]. Each has an
+// effect on all three.
+//
+// One rule for arguments: an Option given a nil function, or a value it cannot use, panics when
+// it is made, with a message that starts "retryafter: ". The hooks (WithErrorHook,
+// WithLimitedHook, WithDecisionHook) add up: each one given is called, in the order given, so
+// that a metrics package and a logger can both listen.
 type Option func(*config)
 
 // config is the middleware's configuration, as its options leave it.
 type config struct {
-	now       func() time.Time
-	key       KeyFunc
-	keyer     *clientKeyer // key's own, when it is the default ClientIP(): called directly
-	respond   Responder    // nil: the default plain text (writePlain)
-	onError   func(*http.Request, error)
-	failOpen  bool
-	fields    fieldSet                              // which rate-limit fields to write (ratelimitfields.go)
-	policy    string                                // their policy name, as a structured-field String
-	cost      func(*http.Request) int               // a request's cost; nil means 1
-	onLimited func(*http.Request, string, Decision) // told of every refusal by the limiter
+	now      func() time.Time
+	key      KeyFunc
+	respond  Responder       // nil: the default plain text, or problem
+	problem  *ProblemDetails // the problem details of WithProblemDetails, when respond is nil
+	failOpen bool
+	dryRun   bool
+	exempt   func(*http.Request) bool
+	cost     func(*http.Request) int // a request's cost; nil means 1
+	fields   fieldSet                // which rate-limit fields to write (fields.go)
+	policy   string                  // their policy name
+
+	onError   []func(*http.Request, error)
+	onLimited []func(*http.Request, string, Decision)
+	onDecided []func(*http.Request, Outcome, Decision)
 }
 
 func newConfig(opts []Option) config {
-	c := config{now: time.Now}
+	c := config{now: time.Now, policy: defaultPolicy}
 	for _, o := range opts {
 		if o == nil {
 			panic("retryafter: nil Option")
@@ -31,15 +41,14 @@ func newConfig(opts []Option) config {
 		o(&c)
 	}
 	if c.key == nil {
-		c.keyer = newClientIP()
-		c.key = c.keyer.key
+		c.key = ClientIP()
 	}
 	return c
 }
 
 // WithClock sets the clock, which the middleware reads once per request and uses that one
 // reading for the limiter, the Retry-After it computes and the Date it writes. The default is
-// [time.Now].
+// [time.Now]. (A [Maintenance], a struct whose zero value works, has a Now field instead.)
 func WithClock(now func() time.Time) Option {
 	if now == nil {
 		panic("retryafter: WithClock(nil)")
@@ -52,7 +61,7 @@ func WithClock(now func() time.Time) Option {
 // /64), so that forwarding headers, which the client writes, play no part.
 //
 // A request whose key function fails is not counted: it is answered 500 Internal Server Error
-// unless [WithFailOpen] says otherwise, and the error goes to the hook of [WithErrorHook].
+// unless [WithFailOpen] says otherwise, and the error goes to the hooks of [WithErrorHook].
 func WithKeyFunc(key KeyFunc) Option {
 	if key == nil {
 		panic("retryafter: WithKeyFunc(nil)")
@@ -61,21 +70,56 @@ func WithKeyFunc(key KeyFunc) Option {
 }
 
 // WithResponder sets the function that writes the status line and body of every refusal of the
-// middleware. The default writes a short plain-text body.
+// middleware, replacing [WithProblemDetails] given before it. The default writes a short
+// plain-text body.
 func WithResponder(fn Responder) Option {
 	if fn == nil {
 		panic("retryafter: WithResponder(nil)")
 	}
-	return func(c *config) { c.respond = fn }
+	return func(c *config) { c.respond, c.problem = fn, nil }
 }
 
-// WithErrorHook sets a function that is told of every error of the key function or the limiter,
+// WithProblemDetails makes the middleware answer with the problem objects of p, which name the
+// policies a refusal violated; like [WithResponder], it replaces any responder set before it.
+// For a [Maintenance], set its Respond field to p.Respond.
+func WithProblemDetails(p ProblemDetails) Option {
+	return func(c *config) { c.respond, c.problem = nil, &p }
+}
+
+// WithErrorHook adds a function that is told of every error of the key function or the limiter,
 // for logs or metrics, and, once, of [ErrCORSMountOrder] when CORS middleware is mounted after the
 // middleware. It runs on the request's goroutine, before the request is answered for the errors
-// (after it for ErrCORSMountOrder), and must be safe for concurrent use. The default is none: the
-// errors are only answered, and ErrCORSMountOrder is logged by the standard logger.
+// (after it for ErrCORSMountOrder), and must be safe for concurrent use. Without one, the errors
+// are only answered, and ErrCORSMountOrder is logged by the standard logger.
 func WithErrorHook(fn func(r *http.Request, err error)) Option {
-	return func(c *config) { c.onError = fn }
+	if fn == nil {
+		panic("retryafter: WithErrorHook(nil)")
+	}
+	return func(c *config) { c.onError = append(c.onError, fn) }
+}
+
+// WithLimitedHook adds a function that is told of every request the limiter refuses (and, in a
+// dry run, would have refused), with its key and the limiter's [Decision] (RetryAfter before
+// rounding; rate.InfDuration for a request that can never be admitted), for logs: count by
+// something bounded (the route, the policy), not by key. It runs on the request's goroutine
+// before the 429 is written and must be safe for concurrent use.
+func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
+	if fn == nil {
+		panic("retryafter: WithLimitedHook(nil)")
+	}
+	return func(c *config) { c.onLimited = append(c.onLimited, fn) }
+}
+
+// WithDecisionHook adds a function that is told of every request the middleware handles, with
+// what it did ([Outcome]) and the limiter's [Decision] (the zero Decision when the limiter was
+// not asked: an exempt request, a key function that failed), for metrics. It runs on the
+// request's goroutine before the request is answered or passed on, and must be safe for
+// concurrent use and cheap. Without one, the middleware does no work for it.
+func WithDecisionHook(fn func(r *http.Request, o Outcome, d Decision)) Option {
+	if fn == nil {
+		panic("retryafter: WithDecisionHook(nil)")
+	}
+	return func(c *config) { c.onDecided = append(c.onDecided, fn) }
 }
 
 // WithFailOpen makes the middleware admit a request, uncounted, when its key function or its
@@ -91,11 +135,34 @@ func WithFailOpen(open bool) Option {
 	return func(c *config) { c.failOpen = open }
 }
 
+// WithDryRun makes the middleware decide and report every request as usual but never refuse:
+// a request that would have been refused reaches next.
+//
+// A would-be refusal spends nothing, exactly as a real one, so that the dry run shows what
+// enforcing would do; the hooks of [WithLimitedHook] are told of it with its Decision, and those
+// of [WithDecisionHook] with [DryRunRefused]. The response next writes carries no Retry-After;
+// the rate-limit fields, when on, are sent as they would be. To roll a limit out: run it dry,
+// watch the hook, then enforce.
+func WithDryRun(on bool) Option {
+	return func(c *config) { c.dryRun = on }
+}
+
+// WithExempt names requests the middleware passes to next without counting them: health checks,
+// internal traffic. An exempt request is not counted, not refused and gets no rate-limit
+// fields; the key function is not called for it. fn runs first, on every request, and must be
+// safe for concurrent use.
+func WithExempt(fn func(*http.Request) bool) Option {
+	if fn == nil {
+		panic("retryafter: WithExempt(nil)")
+	}
+	return func(c *config) { c.exempt = fn }
+}
+
 // WithCost sets the function that says how many tokens a request costs, so that an expensive
 // endpoint counts for several requests. The default is 1. A cost below 1 counts as 1, so that
-// no request is free by mistake: to exempt a route, mount the middleware only where it limits.
-// A cost above what the limiter can ever admit is answered 429 with no Retry-After, since there
-// is no honest value to send. The function must be safe for concurrent use.
+// no request is free by mistake: to exempt a request, use [WithExempt]. A cost above what the
+// limiter can ever admit is answered 429 with no Retry-After, since there is no honest value to
+// send. The function must be safe for concurrent use.
 func WithCost(cost func(*http.Request) int) Option {
 	if cost == nil {
 		panic("retryafter: WithCost(nil)")
@@ -103,11 +170,44 @@ func WithCost(cost func(*http.Request) int) Option {
 	return func(c *config) { c.cost = cost }
 }
 
-// WithLimitedHook sets a function that is told of every request the limiter refuses, with its
-// key and the limiter's [Decision] (RetryAfter before rounding; rate.InfDuration for a request
-// that can never be admitted), for logs or metrics: count by something bounded (the route, the
-// status), not by key. It runs on the request's goroutine before the 429 is written and must be
-// safe for concurrent use. The default is none.
-func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
-	return func(c *config) { c.onLimited = fn }
+// WithRateLimitFields makes the middleware send the RateLimit and RateLimit-Policy fields of
+// draft-ietf-httpapi-ratelimit-headers on every response the limiter decides, admitted (set
+// before next is called) and refused alike, one item for each policy that decided the request
+// (every layer of an [All]), named by its [Policy] or, when it has no name, by policy
+// ("default" when policy is ""). The default is to send neither.
+//
+// For a token bucket of rate R and burst B the fields read
+//
+//	RateLimit-Policy: "default";q=B;w=ceil(B/R)
+//	RateLimit: "default";r=<whole tokens left>;t=<seconds until a token is back, rounded up>
+//
+// and on a 429, t of the binding layer equals the Retry-After, so that neither tells the client
+// it may come back earlier than the other. A [Decision] with no Limit gets no fields, and one
+// with no Policy.Limit no w. It panics if policy has a character outside printable ASCII.
+func WithRateLimitFields(policy string) Option {
+	if policy == "" {
+		policy = defaultPolicy
+	}
+	if !printable(policy) {
+		panic("retryafter: WithRateLimitFields: policy name outside printable ASCII")
+	}
+	return func(c *config) {
+		c.fields |= fieldsDraft
+		c.policy = policy
+	}
+}
+
+// WithLegacyRateLimitFields makes the middleware also send, when on is true, the
+// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset fields that older clients read,
+// for the binding policy: q, r and t of [WithRateLimitFields], X-RateLimit-Reset in
+// delay-seconds, not a Unix time, so that the client's clock plays no part. The default is not
+// to send them.
+func WithLegacyRateLimitFields(on bool) Option {
+	return func(c *config) {
+		if on {
+			c.fields |= fieldsLegacy
+		} else {
+			c.fields &^= fieldsLegacy
+		}
+	}
 }

@@ -38,29 +38,29 @@ type ProblemDetails struct {
 	Type func(status int) (uri, title string)
 }
 
-// WithProblemDetails makes the middleware answer with the problem objects of p: it is
-// WithResponder(p.Respond), and like it replaces any responder set before it. For a
-// [Maintenance], set its Respond field to p.Respond.
-func WithProblemDetails(p ProblemDetails) Option {
-	return WithResponder(p.Respond)
-}
-
 const mediaProblem = "application/problem+json"
 
 const varyAccept = "Accept"
 
 // problem is the JSON form of an RFC 9457 problem object.
 type problem struct {
-	Type       string `json:"type"`
-	Title      string `json:"title"`
-	Status     int    `json:"status"`
-	Detail     string `json:"detail"`
-	RetryAfter int64  `json:"retry-after,omitempty"`
+	Type       string   `json:"type"`
+	Title      string   `json:"title"`
+	Status     int      `json:"status"`
+	Detail     string   `json:"detail"`
+	RetryAfter int64    `json:"retry-after,omitempty"`
+	Violated   []string `json:"violated-policies,omitempty"`
 }
 
 // Respond is a [Responder]: it writes the problem object for status, or plain text to a request
 // that does not accept problem details (see [ProblemDetails]).
 func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration) {
+	p.respond(w, r, status, retryAfter, nil)
+}
+
+// respond is Respond for a refusal by the limiter that names the policies it violated, in
+// violated-policies (draft-ietf-httpapi-ratelimit-headers §5.2).
+func (p ProblemDetails) respond(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration, violated []string) {
 	if !p.Always {
 		h := w.Header()
 		if !listHas(h["Vary"], varyAccept) {
@@ -82,6 +82,7 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, status i
 		pr.RetryAfter = secs
 	}
 	pr.Detail = problemDetail(status, secs)
+	pr.Violated = violated
 	body, err := json.Marshal(pr)
 	if err != nil { // cannot happen for this struct; answer plain text rather than nothing
 		writeRefusal(w, r, status, retryAfter)

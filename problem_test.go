@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,11 +91,12 @@ func TestAcceptsProblemAllocs(t *testing.T) {
 }
 
 type problemBody struct {
-	Type       string `json:"type"`
-	Title      string `json:"title"`
-	Status     int    `json:"status"`
-	Detail     string `json:"detail"`
-	RetryAfter *int64 `json:"retry-after"`
+	Type       string   `json:"type"`
+	Title      string   `json:"title"`
+	Status     int      `json:"status"`
+	Detail     string   `json:"detail"`
+	RetryAfter *int64   `json:"retry-after"`
+	Violated   []string `json:"violated-policies"`
 }
 
 func decodeProblem(t *testing.T, w *httptest.ResponseRecorder) problemBody {
@@ -151,6 +153,9 @@ func TestProblemDetailsMiddleware(t *testing.T) {
 			}
 			if !strings.Contains(p.Detail, tt.detail) || strings.Contains(w.Body.String(), "secret") {
 				t.Fatalf("detail %q, want it to say %q and nothing of the error", p.Detail, tt.detail)
+			}
+			if want := map[bool][]string{true: {"default"}}[tt.status == 429]; !slices.Equal(p.Violated, want) {
+				t.Fatalf("violated-policies %q, want %q", p.Violated, want)
 			}
 			if tt.retryAfter == 0 {
 				if p.RetryAfter != nil || w.Header().Get("Retry-After") != "" {

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/time/rate"
 )
@@ -43,7 +42,7 @@ func TestTokenBucketCostAboveBurst(t *testing.T) {
 // table that holds a few thousand: the keys whose bucket has refilled make room for the new ones,
 // every new key is admitted, and the table never holds more than its bound.
 func TestTokenBucketReclaimsRefilledKeys(t *testing.T) {
-	bound := 4000 * cost("199999") // four times the live keys: the hash spreads them unevenly
+	bound := 4000 * keyCost(6) // four times the live keys: the hash spreads them unevenly
 	b := NewTokenBucket(1, 1, WithMaxMemory(bound))
 	now := t0
 	most := 0
@@ -57,7 +56,7 @@ func TestTokenBucketReclaimsRefilledKeys(t *testing.T) {
 		}
 	}
 	// A bucket refills in 1 s: 1,000 keys are live at any instant.
-	if want := bound / cost("1"); most > want || most < 1000 { // the bytes of the shortest keys
+	if want := bound / keyCost(1); most > want || most < 1000 { // the bytes of the shortest keys
 		t.Fatalf("the table held up to %d keys, want between the 1,000 live and its bound, %d", most, want)
 	}
 }
@@ -74,7 +73,7 @@ func TestTokenBucketKeepsReturningClients(t *testing.T) {
 	now := t0.Add(time.Hour) // every bucket refilled
 	i := 0
 	if n := testing.AllocsPerRun(10_000, func() {
-		b.decide(keys[i%len(keys)], 1, now, new(Decision), false)
+		b.decide(keys[i%len(keys)], 1, now)
 		i++
 	}); n > 0.01 {
 		t.Fatalf("a returning client costs %v allocations", n)
@@ -88,8 +87,8 @@ func TestTokenBucketKeepsReturningClients(t *testing.T) {
 // is then refused with the time until a slot frees, and no key already held is forgotten, so no
 // client over its limit is admitted to make room.
 func TestTokenBucketAtTheBound(t *testing.T) {
-	const maxKeys = shardCount * 4
-	b := NewTokenBucket(rate.Every(10*time.Second), 1, WithMaxMemory(maxKeys*cost("client-1000")))
+	const maxKeys = partCount * 4
+	b := NewTokenBucket(rate.Every(10*time.Second), 1, WithMaxMemory(maxKeys*keyCost(11)))
 	var held []string
 	refusedNew := 0
 	for i := range 10 * maxKeys {
@@ -284,7 +283,7 @@ func TestTokenBucketFlood(t *testing.T) {
 		t.Skip("floods a million clients")
 	}
 	const maxKeys = floodClients / 4
-	bound := maxKeys * cost("10.15.66.64")
+	bound := maxKeys * keyCost(11)
 	before := heapInUse()
 	b := NewTokenBucket(rate.Every(time.Minute), 1, WithMaxMemory(bound))
 	ctx := context.Background()
@@ -315,12 +314,6 @@ func TestTokenBucketFlood(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(b)
-}
-
-func TestPartSize(t *testing.T) {
-	if s := unsafe.Sizeof(part{}); s%cacheLine != 0 {
-		t.Fatalf("part is %d bytes, not a whole number of cache lines", s)
-	}
 }
 
 // TestTokenBucketOutOfOrder replays what concurrent requests do when they read the clock before
@@ -504,10 +497,8 @@ func TestTokenBucketRemainingAtTheEdges(t *testing.T) {
 		// Combine decides in one step: it binds on nothing, so the answers are the bucket's. By
 		// Decide, and as the middleware decides without the quota, which takes a path of its own.
 		for cost := max(0, d.Remaining-1); cost <= min(burst, d.Remaining+1); cost++ {
-			for _, quota := range []bool{true, false} {
-				a := All(replay(t, limit, burst, history), NewTokenBucket(rate.Inf, 1)).(*all)
-				var got Decision
-				a.buckets.decide("k", cost, now, &got, quota)
+			for _, quota := range []bool{true} {
+				got, _ := All(replay(t, limit, burst, history), NewTokenBucket(rate.Inf, 1)).Decide(context.Background(), "k", cost, now)
 				if want := cost <= d.Remaining; got.Allowed != want {
 					t.Fatalf("%v/%d after %v, at %v, in an All (quota %v): cost %d allowed %v, want %v", limit, burst, history, at, quota, cost, got.Allowed, want)
 				}
@@ -633,7 +624,7 @@ func TestTokenBucketResetAtTheExtremes(t *testing.T) {
 	hit := false
 	for m, i := edge, 0; i < 64; m, i = math.Nextafter(m, 0), i+1 {
 		hit = hit || m*float64(time.Second) == float64(1<<63)
-		if r := b.refill(m); r < 0 || r > rate.InfDuration || (m*float64(time.Second) >= float64(1<<63)) != (r == rate.InfDuration) {
+		if r := refill(b.policy.Limit, m); r < 0 || r > rate.InfDuration || (m*float64(time.Second) >= float64(1<<63)) != (r == rate.InfDuration) {
 			t.Fatalf("refill(%v) = %v", m, r)
 		}
 	}
@@ -699,38 +690,13 @@ func TestTokenBucketChargeOfNothing(t *testing.T) {
 func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
 	b := NewTokenBucket(1.2e-10, 2)
 	tokens := math.Nextafter(2, 0)
-	if guess := math.Floor(tokens + float64(b.limit)*slack.Seconds()); guess != 2 {
+	pol := b.policy
+	if guess := math.Floor(tokens + float64(pol.Limit)*slack.Seconds()); guess != 2 {
 		t.Fatalf("the guess is %v: the case is not reached", guess)
 	}
 	var d Decision
-	b.fillQuota(&d, tokens)
-	if d.Remaining != 1 || b.admits(2, tokens) || !b.admits(1, tokens) {
-		t.Fatalf("Remaining %d; admits 1: %v, 2: %v", d.Remaining, b.admits(1, tokens), b.admits(2, tokens))
-	}
-}
-
-// TestPartsStartOnACacheLine checks the padding before TokenBucket's parts, and that the words
-// of a part a decision writes, its lock, latest instant and remembered entry, fit the line it
-// starts (TestPartSize checks that a part is whole lines). Only speed depends on it.
-func TestPartsStartOnACacheLine(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the padding is laid out for 64-bit platforms")
-	}
-	var p part
-	for _, end := range []uintptr{
-		unsafe.Offsetof(p.mu) + unsafe.Sizeof(p.mu),
-		unsafe.Offsetof(p.latest) + unsafe.Sizeof(p.latest),
-		unsafe.Offsetof(p.last) + unsafe.Sizeof(p.last),
-		unsafe.Offsetof(p.lastHash) + unsafe.Sizeof(p.lastHash),
-	} {
-		if end > cacheLine {
-			t.Fatalf("a word a decision writes ends %d bytes into its part, past a cache line", end)
-		}
-	}
-	for range 8 { // several slots of the allocator's spans
-		b := NewTokenBucket(1, 1)
-		if off := uintptr(unsafe.Pointer(&b.parts[0])) % cacheLine; off != 0 {
-			t.Fatalf("the parts start %d bytes into a cache line", off)
-		}
+	quota(&d, pol, tokens)
+	if d.Remaining != 1 || admits(pol, 2, tokens) || !admits(pol, 1, tokens) {
+		t.Fatalf("Remaining %d; admits 1: %v, 2: %v", d.Remaining, admits(pol, 1, tokens), admits(pol, 2, tokens))
 	}
 }

@@ -256,6 +256,7 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 	if wait > 0 {
 		secs = header.DelaySeconds(wait)
 		h[header.RetryAfter] = lines.Int(secs)
+		lines.Done()
 	} else {
 		delete(h, header.RetryAfter)
 	}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // Field names, canonical so that setting them skips canonicalisation.
@@ -64,16 +63,23 @@ func inRange(t time.Time) time.Time {
 	return t
 }
 
-// Lines hands out the header values of one response from one allocation. Each value is a
-// []string of its own, as a value set with [http.Header.Set] is, so that a handler or middleware
-// may write to it without touching any other response; numbers are formatted into its own
-// bytes. A nil *Lines allocates each value apart.
+// Lines hands out the header values of one response from one allocation, and the text of those
+// it formats from one more. Each value is a []string of its own, as a value set with
+// [http.Header.Set] is, so that a handler or middleware may write to it without touching any
+// other response. The values that Int and Bytes return are empty until Done: call it once they
+// are all set, before the header is written. A nil *Lines allocates each value apart.
 type Lines struct {
-	buf  [10]string
-	n    int
-	text [96]byte // the bytes of values formatted here; each is written once, then only read
-	tn   int
+	buf   [10]string
+	n     int
+	text  [128]byte // the bytes of the values formatted here, until Done makes them strings
+	tn    int
+	done  int // text[:done] has been made strings
+	spans [10]span
+	ns    int
 }
+
+// A span is a value of Lines that Done sets: buf[slot] = text[start:end].
+type span struct{ slot, start, end uint8 }
 
 // Line returns the header value []string{v}.
 func (l *Lines) Line(v string) []string {
@@ -86,22 +92,38 @@ func (l *Lines) Line(v string) []string {
 	return s
 }
 
-// Int returns the header value of n in decimal.
+// Int returns the header value of n in decimal. Below 100 it is set at once, without an
+// allocation, as strconv formats those.
 func (l *Lines) Int(n int64) []string {
+	if 0 <= n && n < 100 {
+		return l.Line(strconv.FormatInt(n, 10))
+	}
 	var b [20]byte
 	return l.Bytes(strconv.AppendInt(b[:0], n, 10))
 }
 
-// Bytes returns the header value of the text b, which it copies.
+// Bytes returns the header value of the text b, which it copies, set by Done.
 func (l *Lines) Bytes(b []byte) []string {
-	if l == nil || len(b) == 0 || len(b) > len(l.text)-l.tn {
+	if l == nil || len(b) > len(l.text)-l.tn || l.n == len(l.buf) {
 		return l.Line(string(b))
 	}
 	start := l.tn
 	l.tn += copy(l.text[start:], b)
-	// The bytes are never written again, so the string is as immutable as any other: this is
-	// what strings.Builder does, and it keeps a refusal to one allocation.
-	return l.Line(unsafe.String(&l.text[start], len(b)))
+	l.spans[l.ns] = span{slot: uint8(l.n), start: uint8(start), end: uint8(l.tn)}
+	l.ns++
+	return l.Line("")
+}
+
+// Done sets the values that Int and Bytes returned since the last Done, from one string.
+func (l *Lines) Done() {
+	if l == nil || l.ns == 0 {
+		return
+	}
+	text := string(l.text[l.done:l.tn])
+	for _, s := range l.spans[:l.ns] {
+		l.buf[s.slot] = text[int(s.start)-l.done : int(s.end)-l.done]
+	}
+	l.ns, l.done = 0, l.tn
 }
 
 // A DateCache formats instants as IMF-fixdates, truncated to the second, keeping the last one,

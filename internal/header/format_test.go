@@ -39,6 +39,7 @@ func TestDelaySecondsProperty(t *testing.T) {
 	for wait := time.Duration(1); wait < 1e6*time.Second; wait = wait*3/2 + 7 {
 		l = Lines{}
 		h := http.Header{RetryAfter: l.Int(DelaySeconds(wait))}
+		l.Done()
 		got, ok := ParseRetryAfter(h, instant0)
 		if !ok || got < wait || got-wait >= time.Second {
 			t.Fatalf("wait %v: Retry-After %q parses to %v", wait, h.Get(RetryAfter), got)
@@ -89,7 +90,11 @@ func TestLinesAreSeparate(t *testing.T) {
 		} else {
 			values = append(values, l.Int(int64(i)*1_000_000_007))
 		}
+		if i == 7 {
+			l.Done() // once midway: the values of each Done are set, and none of the others'
+		}
 	}
+	l.Done()
 	for i, v := range values {
 		if len(v) != 1 || cap(v) != 1 {
 			t.Fatalf("value %d = %q with cap %d, want one line that cannot grow into another", i, v, cap(v))
@@ -113,7 +118,8 @@ func TestLinesAreSeparate(t *testing.T) {
 	}
 }
 
-// TestLinesAllocs checks that a refusal's values cost one allocation: the Lines itself.
+// TestLinesAllocs checks that a refusal's values cost two allocations, the Lines itself and the
+// text it formats, and one when every number is below 100.
 func TestLinesAllocs(t *testing.T) {
 	h := http.Header{}
 	n := testing.AllocsPerRun(100, func() {
@@ -121,9 +127,22 @@ func TestLinesAllocs(t *testing.T) {
 		h[RetryAfter] = l.Int(86_400)
 		h[Date] = l.Line("Sun, 29 Nov 2026 12:00:00 GMT")
 		h[ContentType] = l.Bytes([]byte(`"default";r=0;t=86400`))
+		l.Done()
+	})
+	if n != 2 {
+		t.Fatalf("%v allocations, want 2", n)
+	}
+	if h.Get(RetryAfter) != "86400" || h.Get(ContentType) != `"default";r=0;t=86400` {
+		t.Fatalf("values %q", h)
+	}
+	n = testing.AllocsPerRun(100, func() {
+		l := new(Lines)
+		h[RetryAfter] = l.Int(42)
+		h[Date] = l.Line("Sun, 29 Nov 2026 12:00:00 GMT")
+		l.Done()
 	})
 	if n != 1 {
-		t.Fatalf("%v allocations, want 1", n)
+		t.Fatalf("small numbers: %v allocations, want 1", n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"sync/atomic"
@@ -24,11 +25,6 @@ type Layer struct {
 	// Deferred marks a layer that admits a request while its key is not in debt, deciding at
 	// cost 0, and is charged the request's real cost afterwards (see [ChargedAfter]).
 	Deferred bool
-
-	// The one key of a layer made by Shared, which Key returns whatever it is given, so that a
-	// Combiner can work on it once rather than for every request.
-	shared    bool
-	sharedKey string
 }
 
 // key returns the key the layer counts a request of key k against.
@@ -124,7 +120,6 @@ func All(limiters ...Limiter) Limiter {
 	}
 	if len(a.groups) == 1 && a.groups[0].Limiter != nil {
 		a.one = a.groups[0].Limiter
-		a.buckets, _ = a.one.(*bucketGroup)
 	}
 	// Whatever cannot give back what it spent is decided last, and only one may.
 	last := -1
@@ -192,8 +187,6 @@ type all struct {
 	layers []Layer
 	groups []group
 	one    Limiter // the one combined Limiter that decides every layer, if there is one
-
-	buckets *bucketGroup // one, when it is TokenBuckets': called directly, not through Limiter
 }
 
 // A group is layers that one step decides: by a combined Limiter, or, when it is nil, by the
@@ -239,17 +232,14 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	if a.buckets != nil {
-		var d Decision
-		a.buckets.decide(key, cost, now, &d, true)
-		return d, nil
-	}
 	if a.one != nil {
 		return a.one.Decide(ctx, key, cost, now)
 	}
 	var d Decision
 	var admitted uint32 // bit i: group i admitted, and spent
 	var err error
+	var few [4]Decision
+	ds := few[:0]
 	for i, g := range a.groups {
 		if i > 0 && !d.Allowed && !g.refundable() {
 			break // it could not give back what it would spend just to tell its wait
@@ -262,9 +252,10 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 			admitted |= 1 << i
 		}
 		d = tighter(d, gd, i == 0)
+		ds = append(ds, gd)
 	}
 	if err == nil && d.Allowed {
-		return d, nil
+		return withLayers(d, ds), nil
 	}
 	// A refusal or an error: give back what the groups that admitted spent.
 	var refunds []error
@@ -279,18 +270,44 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 	if err != nil {
 		return Decision{}, err
 	}
-	return d, nil
+	return withLayers(d, ds), nil
 }
 
 // Binding returns the Decision of a request decided in several layers from the Decision of each:
 // refused if any refused, with the longest wait, and the Limit, Remaining and Reset of the layer
 // that binds, as [All] describes. It is for the Limiters that decide several layers at once
 // ([Combiner]), so that they report as All does. It returns the zero Decision for none.
+//
+// The Decision it returns lists ds in its [Decision.Layers] (each one's own layers, when it has
+// them, in its place), when there are several.
 func Binding(ds ...Decision) Decision {
 	var d Decision
 	for i, e := range ds {
 		d = tighter(d, e, i == 0)
 	}
+	return withLayers(d, ds)
+}
+
+// withLayers returns d, the binding Decision of ds, listing ds, or their own layers where they
+// have them, as its layers when there are several.
+func withLayers(d Decision, ds []Decision) Decision {
+	n := 0
+	for _, e := range ds {
+		n += max(1, len(e.Layers()))
+	}
+	if n < 2 {
+		d.layers = nil
+		return d
+	}
+	all := make([]Decision, 0, n)
+	for _, e := range ds {
+		if l := e.Layers(); l != nil {
+			all = append(all, l...)
+		} else {
+			all = append(all, e)
+		}
+	}
+	d.layers = &all
 	return d
 }
 
@@ -350,7 +367,6 @@ func Shared(l Limiter, key string) Limiter {
 		lay = s.Layer
 	}
 	lay.Key = func(string) string { return key }
-	lay.shared, lay.sharedKey = true, key
 	return &layered{lay}
 }
 
@@ -410,17 +426,37 @@ type chargeKey struct{}
 // A chargeSlot holds what the handler of an admitted request reported with Charge.
 type chargeSlot struct{ cost atomic.Int64 }
 
+// add adds cost, at least 1, to what s holds, saturating at the largest int: a total that
+// wrapped would make the request free.
+func (s *chargeSlot) add(cost int) {
+	for {
+		old := s.cost.Load()
+		sum := old + int64(cost)
+		if sum < old || int64(int(sum)) != sum {
+			sum = math.MaxInt
+		}
+		if s.cost.CompareAndSwap(old, sum) {
+			return
+		}
+	}
+}
+
+// total returns what s holds.
+func (s *chargeSlot) total() int { return int(s.cost.Load()) }
+
 // Charge adds cost to what the request r is charged once its handler returns, in the layers of
 // its limiter that [ChargedAfter] made, for a cost known only as the handler runs. It may be
 // called several times, from any goroutine, until the handler returns; a middleware mounted
-// inside the limiter can charge what the handler wrote. It reports whether r is charged: false
-// when r did not come through middleware whose limiter has such a layer, or cost is below 1.
+// inside the limiter can charge what the handler wrote. The total saturates at the largest int.
+// The request is charged even when its handler panics (an [http.ErrAbortHandler] from a proxy
+// whose client hung up). It reports whether r is charged: false when r did not come through
+// middleware whose limiter has such a layer, or cost is below 1.
 func Charge(r *http.Request, cost int) bool {
 	s, _ := r.Context().Value(chargeKey{}).(*chargeSlot)
 	if s == nil || cost < 1 {
 		return false
 	}
-	s.cost.Add(int64(cost))
+	s.add(cost)
 	return true
 }
 

@@ -61,35 +61,44 @@ func sfItem(t *testing.T, v string) (name string, params map[string]int64) {
 }
 
 func TestQuotaFieldsWrite(t *testing.T) {
-	bucket := newQuotaFields(&config{fields: fieldsDraft | fieldsLegacy, policy: `"default"`}, NewTokenBucket(rate.Every(200*time.Millisecond), 10))
-	other := newQuotaFields(&config{fields: fieldsDraft | fieldsLegacy, policy: `"api"`}, &fakeLimiter{})
+	fields := func(set fieldSet, name string) *quotaFields { return &quotaFields{set: set, raw: name} }
+	bucket := fields(fieldsDraft|fieldsLegacy, "default")
+	other := fields(fieldsDraft|fieldsLegacy, "api")
 	inf := rate.InfDuration
+	b5x10 := Policy{Limit: rate.Every(200 * time.Millisecond), Burst: 10}
 	// The largest int, clamped to the largest sf-integer where it is larger (64-bit platforms).
 	huge := strconv.FormatInt(min(int64(math.MaxInt), maxSFInteger), 10)
+	twoLayers := Binding(
+		Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 520 * time.Millisecond, Policy: b5x10},
+		Decision{Allowed: true, Limit: 1000, Remaining: 990, Reset: 36 * time.Second, Policy: Policy{Name: "hour", Limit: rate.Every(3600 * time.Millisecond), Burst: 1000}},
+	)
 	tests := []struct {
 		name string
-		f    quotaFields
+		f    *quotaFields
 		d    Decision
 		want map[string]string // header -> value; "" means absent
 	}{
-		{"allowed: r is what is left, t the time until full, rounded up", bucket,
-			Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 1200 * time.Millisecond},
-			map[string]string{"RateLimit-Policy": `"default";q=10;w=2`, "RateLimit": `"default";r=7;t=2`,
-				"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "7", "X-RateLimit-Reset": "2"}},
-		{"a whole-second reset is not rounded past itself", bucket,
-			Decision{Allowed: true, Limit: 10, Remaining: 0, Reset: 2 * time.Second},
+		{"allowed: r is what is left, t the time until one more token, rounded up", bucket,
+			Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 520 * time.Millisecond, Policy: b5x10},
+			map[string]string{"RateLimit-Policy": `"default";q=10;w=2`, "RateLimit": `"default";r=7;t=1`,
+				"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "7", "X-RateLimit-Reset": "1"}},
+		{"an empty bucket of 100 at 1/s: t is 1 s, when a token is back, not the 100 s until full", bucket,
+			Decision{Allowed: true, Limit: 100, Remaining: 0, Reset: 100 * time.Second, Policy: Policy{Limit: 1, Burst: 100}},
+			map[string]string{"RateLimit-Policy": `"default";q=100;w=100`, "RateLimit": `"default";r=0;t=1`, "X-RateLimit-Reset": "1"}},
+		{"a whole-second wait for the next token is not rounded past itself", bucket,
+			Decision{Allowed: true, Limit: 10, Remaining: 0, Reset: 20 * time.Second, Policy: Policy{Limit: 0.5, Burst: 10}},
 			map[string]string{"RateLimit": `"default";r=0;t=2`, "X-RateLimit-Reset": "2"}},
-		{"refused: t is the Retry-After, not the time until full", bucket,
-			Decision{RetryAfter: 2300 * time.Millisecond, Limit: 10, Remaining: 0, Reset: 9500 * time.Millisecond},
+		{"refused: t is the Retry-After", bucket,
+			Decision{RetryAfter: 2300 * time.Millisecond, Limit: 10, Remaining: 0, Reset: 9500 * time.Millisecond, Policy: Policy{Limit: 1, Burst: 10}},
 			map[string]string{"RateLimit": `"default";r=0;t=3`, "X-RateLimit-Reset": "3"}},
-		{"refused for ever (cost above the burst): t is the time until full", bucket,
-			Decision{RetryAfter: inf, Limit: 10, Remaining: 4, Reset: 5 * time.Second},
-			map[string]string{"RateLimit": `"default";r=4;t=5`, "X-RateLimit-Reset": "5"}},
-		{"never refills: no t and no reset", bucket,
-			Decision{RetryAfter: inf, Limit: 10, Remaining: 0, Reset: inf},
-			map[string]string{"RateLimit": `"default";r=0`, "X-RateLimit-Reset": ""}},
+		{"refused for ever (cost above the burst): t is the time until one more token", bucket,
+			Decision{RetryAfter: inf, Limit: 10, Remaining: 4, Reset: 5500 * time.Millisecond, Policy: Policy{Limit: 1, Burst: 10}},
+			map[string]string{"RateLimit": `"default";r=4;t=1`, "X-RateLimit-Reset": "1"}},
+		{"never refills: no t, no reset and no w", bucket,
+			Decision{RetryAfter: inf, Limit: 10, Remaining: 0, Reset: inf, Policy: Policy{Burst: 10}},
+			map[string]string{"RateLimit-Policy": `"default";q=10`, "RateLimit": `"default";r=0`, "X-RateLimit-Reset": ""}},
 		{"full bucket: t=0", bucket,
-			Decision{Allowed: true, Limit: 10, Remaining: 10},
+			Decision{Allowed: true, Limit: 10, Remaining: 10, Policy: b5x10},
 			map[string]string{"RateLimit": `"default";r=10;t=0`}},
 		{"negative remaining is 0", bucket,
 			Decision{RetryAfter: time.Second, Limit: 10, Remaining: -3, Reset: time.Second},
@@ -97,16 +106,22 @@ func TestQuotaFieldsWrite(t *testing.T) {
 		{"a limiter that reports no quota gets no fields", bucket,
 			Decision{Allowed: true},
 			map[string]string{"RateLimit": "", "RateLimit-Policy": "", "X-RateLimit-Limit": ""}},
-		{"another limiter: q from the Decision, no w", other,
+		{"a limiter that knows no rate: q from the Decision, no w, t the time until full", other,
 			Decision{Allowed: true, Limit: 100, Remaining: 99, Reset: time.Minute},
 			map[string]string{"RateLimit-Policy": `"api";q=100`, "RateLimit": `"api";r=99;t=60`}},
-		{"a bucket whose limit changed is not sent the cached policy", bucket,
-			Decision{Allowed: true, Limit: 20, Remaining: 19, Reset: 100 * time.Millisecond},
-			map[string]string{"RateLimit-Policy": `"default";q=20;w=2`}},
+		{"a policy of its own name", bucket,
+			Decision{Allowed: true, Limit: 10, Remaining: 10, Policy: Policy{Name: "pro", Limit: 1, Burst: 10}},
+			map[string]string{"RateLimit-Policy": `"pro";q=10;w=10`, "RateLimit": `"pro";r=10;t=0`}},
+		{"a bucket whose burst changed is not sent the cached policy", bucket,
+			Decision{Allowed: true, Limit: 20, Remaining: 19, Reset: 100 * time.Millisecond, Policy: Policy{Limit: 5, Burst: 20}},
+			map[string]string{"RateLimit-Policy": `"default";q=20;w=4`}},
+		{"two layers: both policies, each under its own name; the legacy fields the binding one's", bucket, twoLayers,
+			map[string]string{"RateLimit-Policy": `"default";q=10;w=2, "hour";q=1000;w=3600`, "RateLimit": `"default";r=7;t=1, "hour";r=990;t=4`,
+				"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "7"}},
 		{"huge values are clamped to sf-integers", other,
 			Decision{Allowed: true, Limit: math.MaxInt, Remaining: math.MaxInt, Reset: inf - 1},
 			map[string]string{"RateLimit-Policy": `"api";q=` + huge, "RateLimit": `"api";r=` + huge + `;t=9223372037`}},
-		{"only the legacy fields", quotaFields{set: fieldsLegacy, name: `"x"`},
+		{"only the legacy fields", fields(fieldsLegacy, "x"),
 			Decision{Allowed: true, Limit: 5000, Remaining: 4000, Reset: time.Hour},
 			map[string]string{"RateLimit": "", "RateLimit-Policy": "", "X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4000", "X-RateLimit-Reset": "3600"}},
 	}
@@ -127,7 +142,9 @@ func TestQuotaFieldsWrite(t *testing.T) {
 			}
 			for _, k := range []string{"RateLimit", "RateLimit-Policy"} {
 				if v := h.Get(k); v != "" {
-					sfItem(t, v)
+					for _, item := range strings.Split(v, ", ") {
+						sfItem(t, item)
+					}
 				}
 			}
 		})
@@ -149,7 +166,9 @@ func TestPolicyWindow(t *testing.T) {
 		{rate.Every(time.Minute), 1, 60},
 		{0, 5, 0},
 		{rate.Inf, 5, 0},
-		{1e-12, 1 << 20, 0}, // does not fit an sf-integer
+		{1e-12, 1 << 20, 0},         // does not fit an sf-integer
+		{rate.Limit(3.0 / 5), 3, 5}, // 3 per 5 s, a window of httprate's: 5 s, not 6
+		{rate.Limit(100.0 / 60), 100, 60},
 	}
 	if strconv.IntSize == 64 { // a burst this large does not fit a 32-bit int
 		var largest int64 = maxSFInteger
@@ -170,7 +189,7 @@ func TestPolicyWindow(t *testing.T) {
 		if w < 1 {
 			t.Fatalf("policyWindow(%v, %d) = %d", limit, burst, w)
 		}
-		if refilled := float64(w) * float64(limit); refilled < float64(burst) {
+		if refilled := float64(w) * float64(limit); refilled < float64(burst)*(1-1e-9) {
 			t.Fatalf("policyWindow(%v, %d) = %d s refills only %v tokens", limit, burst, w, refilled)
 		}
 		if w > 1 && float64(w-1)*float64(limit) >= float64(burst) {
@@ -380,7 +399,8 @@ func TestRateLimitFieldsAllocs(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
 	w := newTestWriter()
 	h.ServeHTTP(w, r)
-	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); n > 1 {
-		t.Fatalf("%v allocations per admitted request with the rate-limit fields, want 1", n)
+	// Two: the values' Lines, and the text of the fields, formatted for each request.
+	if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }); n > 2 {
+		t.Fatalf("%v allocations per admitted request with the rate-limit fields, want 2", n)
 	}
 }

@@ -72,9 +72,10 @@ func refusalBody(status int) []byte {
 // body. It keeps the last Date and HTTP-date it formatted, which change at most once a second.
 // The zero value is ready to use; it is safe for concurrent use.
 type emitter struct {
-	date   header.DateCache
-	until  header.DateCache
-	expose exposeList // names a refusal exposes to cross-origin scripts; zero: Retry-After and Date
+	date    header.DateCache
+	until   header.DateCache
+	expose  exposeList      // names a refusal exposes to cross-origin scripts; zero: Retry-After and Date
+	problem *ProblemDetails // answers when the responder is nil, naming the violated policies
 }
 
 // setDelay sets Retry-After to wait in delay-seconds, rounded up and at least 1, and returns the
@@ -95,6 +96,12 @@ func setDelay(h http.Header, wait time.Duration, l *header.Lines) int64 {
 // Origin, naming them in Access-Control-Expose-Headers. It takes the header values from l, or
 // from a Lines of its own when l is nil.
 func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, status int, now time.Time, wait time.Duration, l *header.Lines) {
+	e.refuseFor(w, r, respond, status, now, wait, l, nil)
+}
+
+// refuseFor is refuse for a refusal of the limiter's, which violated the named policies, for
+// the problem details.
+func (e *emitter) refuseFor(w http.ResponseWriter, r *http.Request, respond Responder, status int, now time.Time, wait time.Duration, l *header.Lines, violated []string) {
 	if l == nil {
 		l = new(header.Lines)
 	}
@@ -107,7 +114,8 @@ func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Respond
 	} else {
 		delete(h, header.RetryAfter)
 	}
-	e.respond(w, r, respond, status, time.Duration(min(secs, math.MaxInt64/int64(time.Second)))*time.Second, l)
+	l.Done()
+	e.respond(w, r, respond, status, time.Duration(min(secs, math.MaxInt64/int64(time.Second)))*time.Second, l, violated)
 }
 
 // refuseUntil answers r with status through respond (nil: the default plain text), after
@@ -121,7 +129,7 @@ func (e *emitter) refuseUntil(w http.ResponseWriter, r *http.Request, respond Re
 	e.exposeRefusal(h, r, l)
 	t := header.RoundUpDate(until)
 	h[header.RetryAfter] = l.Line(e.until.Format(t))
-	e.respond(w, r, respond, status, t.Sub(now.Truncate(time.Second)), l)
+	e.respond(w, r, respond, status, t.Sub(now.Truncate(time.Second)), l, nil)
 }
 
 // exposeRefusal names the refusal's fields in Access-Control-Expose-Headers when r has an Origin.
@@ -136,11 +144,15 @@ func (e *emitter) exposeRefusal(h http.Header, r *http.Request, l *header.Lines)
 	}
 }
 
-// respond calls respond, or writes the default plain text when it is nil.
-func (e *emitter) respond(w http.ResponseWriter, r *http.Request, respond Responder, status int, retryAfter time.Duration, l *header.Lines) {
-	if respond == nil {
+// respond calls respond, or, when it is nil, writes e's problem details or the default plain
+// text.
+func (e *emitter) respond(w http.ResponseWriter, r *http.Request, respond Responder, status int, retryAfter time.Duration, l *header.Lines, violated []string) {
+	switch {
+	case respond != nil:
+		respond(w, r, status, retryAfter)
+	case e.problem != nil:
+		e.problem.respond(w, r, status, retryAfter, violated)
+	default:
 		writePlain(w, r, status, l)
-		return
 	}
-	respond(w, r, status, retryAfter)
 }

@@ -1,0 +1,164 @@
+package retryafter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Combine implements [Combiner]: TokenBuckets combine with each other, whichever their rates,
+// bursts and policies, and decide a request under the locks of every part it touches, taken in
+// one fixed order.
+func (b *TokenBucket) Combine(layers []Layer) (Limiter, bool) {
+	if len(layers) > maxLayers {
+		return nil, false
+	}
+	g := &bucketGroup{layers: append([]Layer(nil), layers...)}
+	for _, l := range layers {
+		tb, ok := l.Limiter.(*TokenBucket)
+		if !ok {
+			return nil, false
+		}
+		g.buckets = append(g.buckets, tb)
+	}
+	return g, true
+}
+
+// A bucketGroup is the layers of TokenBuckets that an All decides in one step.
+type bucketGroup struct {
+	layers  []Layer
+	buckets []*TokenBucket
+}
+
+// layerState is what a bucketGroup's decision holds for one layer.
+type layerState struct {
+	key  string
+	pol  Policy
+	t    *table // nil for a limit of rate.Inf
+	rank uint64 // t's place in the order of locking
+	lim  *rate.Limiter
+	r    rate.Reservation
+	d    Decision
+}
+
+// Decide implements [Limiter] under the locks of every part the layers touch: it reserves each
+// layer's cost at one instant and, if any reservation is not due then, cancels every one of them
+// at that instant, so that the refusal spends nothing in any layer. Layers on the same bucket
+// and key count together, as if reserved one after the other. The Decision is the binding
+// layer's (see [Binding]).
+func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	var few [4]layerState
+	st := few[:0]
+	if len(g.layers) > len(few) {
+		st = make([]layerState, 0, len(g.layers))
+	}
+	for i := range g.layers {
+		l, b := &g.layers[i], g.buckets[i]
+		s := layerState{key: l.key(key)}
+		s.pol = b.policyFor(s.key)
+		if s.pol.Limit != rate.Inf {
+			i := b.partOf(s.key)
+			s.t, s.rank = &b.parts[i], b.id*partCount+i
+		}
+		st = append(st, s)
+	}
+	var order [maxLayers]*table
+	locked := lockInOrder(order[:0], st)
+	at := now
+	for _, t := range locked {
+		if lat := t.at(now); at.Before(lat) {
+			at = lat
+		}
+	}
+	for _, t := range locked {
+		t.latest = at // every layer decided at one instant, the latest any has seen
+	}
+
+	admitted := true
+	var keep [maxLayers]*rate.Limiter // each layer's bucket: a later layer's new key keeps them
+	held := keep[:0]
+	for i := range st {
+		s := &st[i]
+		if s.t == nil {
+			continue
+		}
+		lim, full := g.buckets[i].bucket(s.t, s.key, s.pol, at, held)
+		if lim == nil {
+			admitted = false
+			s.d = Decision{RetryAfter: full, Limit: s.pol.Burst, Reset: full, Policy: s.pol}
+			continue
+		}
+		held = append(held, lim)
+		s.lim, s.r = lim, *lim.ReserveN(at, g.layers[i].cost(cost))
+		if ok, wait := settle(s.r.DelayFrom(at)); !ok {
+			admitted = false
+			s.d.RetryAfter = wait
+		}
+	}
+	if !admitted {
+		for i := len(st) - 1; i >= 0; i-- {
+			st[i].r.CancelAt(at) // a zero Reservation cancels nothing
+		}
+	}
+	var d Decision
+	ds := make([]Decision, len(st))
+	for i := range st {
+		s := &st[i]
+		switch {
+		case s.t == nil:
+			s.d = Decision{Allowed: true, Limit: s.pol.Burst, Remaining: s.pol.Burst, Policy: s.pol}
+		case s.lim != nil:
+			s.d.Allowed = s.d.RetryAfter == 0
+			quota(&s.d, s.pol, s.lim.TokensAt(at))
+		}
+		d = tighter(d, s.d, i == 0)
+	}
+	for _, t := range locked {
+		t.mu.Unlock()
+	}
+	lag := at.Sub(now)
+	for i := range st {
+		st[i].d.late(lag)
+		ds[i] = st[i].d
+	}
+	d.Allowed = admitted
+	d.late(lag)
+	if len(ds) > 1 {
+		d.layers = &ds
+	}
+	return d, nil
+}
+
+// lockInOrder locks the distinct parts of st, in the order of their rank, appends them to locked
+// in that order and returns it: every decision of several layers locks its parts in this one
+// order, so that two never wait for each other's locks.
+func lockInOrder(locked []*table, st []layerState) []*table {
+	var ranks [maxLayers]uint64
+	n := 0
+	for _, s := range st {
+		if s.t == nil {
+			continue
+		}
+		j := n
+		for j > 0 && ranks[j-1] > s.rank {
+			j--
+		}
+		if j > 0 && ranks[j-1] == s.rank {
+			continue
+		}
+		locked = append(locked, nil)
+		copy(locked[j+1:], locked[j:n])
+		copy(ranks[j+1:n+1], ranks[j:n])
+		locked[j], ranks[j] = s.t, s.rank
+		n++
+	}
+	for _, t := range locked {
+		t.mu.Lock()
+	}
+	return locked
+}

@@ -1,0 +1,413 @@
+package retryafter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// A Limiter decides, for one request, whether the client named by key may proceed at the instant
+// now, and if not, how long it must wait. It is the one seam between how requests are counted
+// and what they are answered: [TokenBucket] counts in memory, package httpratestore on any
+// counter of go-chi/httprate, package redisstore in Redis, and the middleware treats them alike.
+//
+// Decide must be safe for concurrent use, and every Limiter of this repository keeps the same
+// contract, which package limitertest checks:
+//
+//   - A request of cost n ≥ 1 is admitted, and its cost spent, or refused, and then nothing
+//     is spent: a refusal costs the key no quota.
+//   - A refusal's RetryAfter is exact: a request of the same cost at now + RetryAfter is
+//     admitted if nothing else spent the key's quota meanwhile, and one at any earlier instant
+//     would not be (to the limiter's resolution: a microsecond in memory and in Redis). It is
+//     [rate.InfDuration] when the request can never be admitted.
+//   - A cost of 0 spends nothing: it reports the key's quota (a peek), and is admitted unless
+//     the key owes more than it holds.
+//   - A negative cost is an error wrapping [ErrNegativeCost]; nothing is spent.
+//
+// Any other error means the limiter could not decide (a store that is down); the middleware then
+// fails open or closed as configured.
+type Limiter interface {
+	Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error)
+}
+
+// ErrNegativeCost is the error, wrapped, that a [Limiter] returns for a cost below 0.
+var ErrNegativeCost = errors.New("retryafter: negative cost")
+
+// A Decision is a [Limiter]'s answer for one request.
+type Decision struct {
+	// Allowed reports whether the request may proceed. Its cost has then been spent.
+	Allowed bool
+
+	// RetryAfter is, for a refused request, the wait after which the same request would be
+	// admitted, not rounded; rate.InfDuration when it never will be. It is zero for an
+	// allowed request.
+	RetryAfter time.Duration
+
+	// Limit, Remaining and Reset describe the key's quota after this request, for the
+	// RateLimit fields and status endpoints: Limit is the most the key may spend at once (a
+	// token bucket's burst), Remaining the largest cost that would be admitted at now, and
+	// Reset how long until the key may spend Limit again if it spends nothing meanwhile. A
+	// Limiter that does not track them leaves Limit at 0.
+	Limit     int
+	Remaining int
+	Reset     time.Duration
+
+	// Policy is the limit that decided the request, for the RateLimit fields: their quota is
+	// its Burst and their window the time its Limit takes to restore Burst. Its Name, when not
+	// empty, names the item in the fields instead of the middleware's policy name. A Limiter
+	// that does not know its rate leaves Policy.Limit at 0, and the fields then carry no window.
+	Policy Policy
+
+	layers *[]Decision // each layer's, for a request decided in several (see Binding)
+}
+
+// Layers returns the Decision of each layer of a request decided in several ([All], or a
+// [Combiner] through [Binding]), in the order of the layers, for the RateLimit fields and the
+// problem details of a refusal; nil for a request decided in one. The caller must not modify it.
+func (d Decision) Layers() []Decision {
+	if d.layers == nil {
+		return nil
+	}
+	return *d.layers
+}
+
+// A Policy is a named token-bucket limit: Limit tokens restored per second, up to Burst at once.
+// Its Name is the item's name in the RateLimit fields ("default" when empty).
+type Policy struct {
+	Name  string
+	Limit rate.Limit
+	Burst int
+}
+
+// A TokenBucket is a [Limiter] that gives every key its own golang.org/x/time/rate token
+// bucket, held in memory: of the same rate and burst, or of the key's own policy (see
+// [WithPolicyFunc]).
+//
+// It keeps every key until it needs the room, so that a client that comes back finds its
+// bucket; the bytes it holds are bounded (see [WithMaxMemory]), and at the bound the keys whose
+// bucket has refilled, which are the same as keys never seen, make room for new ones, without a
+// goroutine. A TokenBucket is safe for concurrent use.
+type TokenBucket struct {
+	id       uint64 // its place in the order in which an All locks the parts of several
+	policy   Policy
+	policyOf func(key string) Policy // nil: every key has policy
+	seed     maphash.Seed
+	parts    [partCount]table
+}
+
+// bucketIDs numbers the TokenBuckets of the process, for the one order in which the decisions of
+// several lock their parts.
+var bucketIDs atomic.Uint64
+
+// partCount is the number of independently locked parts of a TokenBucket's keys.
+const partCount = 64
+
+// defaultMaxMemory is the bound on the bytes a TokenBucket holds when no WithMaxMemory is given.
+const defaultMaxMemory = 192 << 20
+
+// A TokenBucketOption configures [NewTokenBucket].
+type TokenBucketOption func(*bucketConfig)
+
+type bucketConfig struct {
+	maxMemory int
+	policyOf  func(string) Policy
+}
+
+// NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
+// with bursts of up to burst. A limit of [rate.Inf] admits everything; a limit of 0 admits each
+// key's first burst requests and refuses the rest with no Retry-After. It panics if limit is
+// not a number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit
+// everything) or burst is below 1.
+func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
+	checkPolicy(Policy{Limit: limit, Burst: burst})
+	c := bucketConfig{maxMemory: defaultMaxMemory}
+	for _, o := range opts {
+		if o == nil {
+			panic("retryafter: nil TokenBucketOption")
+		}
+		o(&c)
+	}
+	b := &TokenBucket{
+		id:       bucketIDs.Add(1),
+		policy:   Policy{Limit: limit, Burst: burst},
+		policyOf: c.policyOf,
+		seed:     maphash.MakeSeed(),
+	}
+	for i := range b.parts {
+		b.parts[i].init(c.maxMemory / partCount)
+	}
+	return b
+}
+
+// checkPolicy panics if p's limit is not a number at least 0 or its burst is below 1.
+func checkPolicy(p Policy) {
+	if !(p.Limit >= 0) {
+		panic("retryafter: rate limit is not a number at least 0")
+	}
+	if p.Burst < 1 {
+		panic("retryafter: burst below 1")
+	}
+}
+
+// WithMaxMemory bounds the bytes a [TokenBucket] holds, whatever its key function returns, in
+// upper estimates of what the allocator hands out: a key of up to 16 bytes (an IPv4 address)
+// with its bucket, its share of the map and its place in the heap counts as 195 bytes, a longer
+// key its length more, rounded up. The default is 192 MiB, about a million IPv4 clients.
+//
+// The bucket keeps every key until a new one does not fit. Then keys whose bucket has refilled
+// make room; when none has, the new key is refused with 429 and a Retry-After of when the first
+// may have, so that no client over its limit is ever admitted to make room for another. That
+// Retry-After is the one answer of the package that is an estimate rather than exact: the held
+// key it counts on may spend again meanwhile, or another new key may take its place first. The
+// keys are split in 64 independently locked parts of bytes/64 each, so a new key can meet a
+// full part a little before the whole is full. It panics if bytes is below 16 KiB.
+func WithMaxMemory(bytes int) TokenBucketOption {
+	if bytes < 16<<10 {
+		panic("retryafter: WithMaxMemory below 16 KiB")
+	}
+	return func(c *bucketConfig) { c.maxMemory = bytes }
+}
+
+// WithPolicyFunc makes a TokenBucket ask fn for the policy of each key, at each decision, so
+// that a key's plan (free, pro, a customer's contract) can change while the server runs.
+//
+// A key's new policy applies from the decision that finds it on, at its rate, keeping the tokens
+// the key holds, capped at the new burst: an upgrade gives no fresh burst for what was spent,
+// and a downgrade keeps at most the new burst. A zero Policy (or a Limit or Burst of 0) means
+// the bucket's own limit or burst, and so does a limit that is negative or not a number, or a
+// negative burst. fn runs under no lock, on the request's goroutine,
+// and must be safe for concurrent use and cheap (a map lookup): it is called on every decision.
+func WithPolicyFunc(fn func(key string) Policy) TokenBucketOption {
+	if fn == nil {
+		panic("retryafter: WithPolicyFunc(nil)")
+	}
+	return func(c *bucketConfig) { c.policyOf = fn }
+}
+
+// policyFor returns the policy of key.
+func (b *TokenBucket) policyFor(key string) Policy {
+	if b.policyOf == nil {
+		return b.policy
+	}
+	p := b.policyOf(key)
+	if !(p.Limit > 0) {
+		p.Limit = b.policy.Limit
+	}
+	if p.Burst <= 0 {
+		p.Burst = b.policy.Burst
+	}
+	return p
+}
+
+// slack is how far past an instant a reservation may land and still count as due at that
+// instant. x/time/rate keeps tokens as a float64 and converts durations with truncation, so a
+// true wait of exactly 60 s at rate.Every(time.Minute) can come back as 59.999999999 s, and the
+// bucket at that instant as 0.99999999 tokens: without this slack a client that waited the
+// whole-second Retry-After would be refused by a nanosecond. One microsecond is orders of
+// magnitude above that error and orders below anything a client can observe.
+const slack = time.Microsecond
+
+// settle applies the slack rule to the delay of a reservation: due within the slack, it is
+// admitted; otherwise the wait is the delay less the slack, which a request that comes back
+// then finds due within the slack.
+func settle(delay time.Duration) (admitted bool, wait time.Duration) {
+	switch {
+	case delay <= slack:
+		return true, 0
+	case delay >= rate.InfDuration:
+		return false, rate.InfDuration
+	}
+	return false, delay - slack
+}
+
+// Decide implements [Limiter]: it reserves cost tokens from key's bucket at now, and if the
+// reservation is not due within now (plus a microsecond that absorbs the float arithmetic of
+// x/time/rate), cancels it at now, so that the refusal costs nothing, and reports its delay.
+//
+// Instants may arrive out of order (concurrent requests read the clock before Decide takes its
+// lock); a now earlier than one already decided for a key of the same part is decided at that
+// later instant, and the waits reported are still measured from now. So a bucket's clock never
+// runs backwards, which would credit the same time twice (golang/go#65508).
+//
+// The Decision also carries the key's quota after this request and its Policy:
+//   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit
+//     at now, never negative: a refusal reports what it found), and Reset how long until the
+//     bucket is full again, such that a request for the whole burst at now + Reset is
+//     admitted; 0 when it is full, rate.InfDuration when the rate is 0 and it is not. Reset is
+//     never shorter than RetryAfter, except that a cost above the burst has a RetryAfter of
+//     rate.InfDuration and the bucket's own Reset.
+//   - A new key refused because the bucket is full (see [WithMaxMemory]) has Remaining 0 and a
+//     Reset equal to its RetryAfter, after which it starts with a full bucket.
+//   - With a limit of [rate.Inf], Remaining is always the burst and Reset 0.
+func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	return b.decide(key, cost, now), nil
+}
+
+// decide is Decide for a cost of 0 or more: the one decision of a single bucket.
+func (b *TokenBucket) decide(key string, cost int, now time.Time) Decision {
+	pol := b.policyFor(key)
+	if pol.Limit == rate.Inf {
+		return Decision{Allowed: true, Limit: pol.Burst, Remaining: pol.Burst, Policy: pol}
+	}
+	t := b.part(key)
+	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
+	at := t.at(now)
+	lim, full := b.bucket(t, key, pol, at, nil)
+	var d Decision
+	if lim == nil {
+		t.mu.Unlock()
+		// Once a key makes room, the key starts with a full bucket.
+		d = Decision{RetryAfter: full, Limit: pol.Burst, Reset: full, Policy: pol}
+	} else {
+		r := lim.ReserveN(at, cost)
+		if d.Allowed, d.RetryAfter = settle(r.DelayFrom(at)); !d.Allowed {
+			r.CancelAt(at)
+		}
+		quota(&d, pol, lim.TokensAt(at))
+		t.mu.Unlock()
+	}
+	d.late(at.Sub(now))
+	return d
+}
+
+// part returns the part of b that holds key.
+func (b *TokenBucket) part(key string) *table { return &b.parts[b.partOf(key)] }
+
+// partOf returns the index of the part of b that holds key.
+func (b *TokenBucket) partOf(key string) uint64 { return maphash.String(b.seed, key) % partCount }
+
+// bucket returns the bucket of key in t, locked, with the policy pol, as table.bucket does.
+func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, keep []*rate.Limiter) (*rate.Limiter, time.Duration) {
+	lim, wait := t.bucket(key, at, pol.Limit, pol.Burst, keep)
+	if lim != nil && b.policyOf != nil && (lim.Limit() != pol.Limit || lim.Burst() != pol.Burst) {
+		// The key's plan changed: its tokens stay, at the new rate, capped at the new burst.
+		lim.SetLimitAt(at, pol.Limit)
+		lim.SetBurstAt(at, pol.Burst)
+	}
+	return lim, wait
+}
+
+// late lengthens d's waits by lag, the time between the caller's now and the instant d was
+// decided at, so that they are measured from now.
+func (d *Decision) late(lag time.Duration) {
+	if lag != 0 {
+		d.RetryAfter = late(d.RetryAfter, lag)
+		d.Reset = late(d.Reset, lag)
+	}
+}
+
+// late returns wait lengthened by lag, keeping 0 and rate.InfDuration and saturating below the
+// latter.
+func late(wait, lag time.Duration) time.Duration {
+	if lag == 0 || wait <= 0 || wait >= rate.InfDuration {
+		return wait
+	}
+	return min(wait+lag, rate.InfDuration-1)
+}
+
+// quota sets d's Limit, Remaining, Reset and Policy from the tokens left in a bucket of pol.
+func quota(d *Decision, pol Policy, tokens float64) {
+	d.Policy, d.Limit = pol, pol.Burst
+	// Remaining is exactly the largest cost that decide admits now, the tokens the slack lends
+	// included: a first guess from the float arithmetic, then the admission rule itself.
+	n := int(max(0, min(float64(pol.Burst), math.Floor(tokens+float64(pol.Limit)*slack.Seconds()))))
+	for n < pol.Burst && admits(pol, n+1, tokens) {
+		n++
+	}
+	for n > 0 && !admits(pol, n, tokens) {
+		n--
+	}
+	d.Remaining = n
+	d.Reset = refill(pol.Limit, float64(pol.Burst)-tokens)
+	if d.RetryAfter != rate.InfDuration {
+		d.Reset = max(d.Reset, d.RetryAfter)
+	}
+}
+
+// admits reports whether a bucket of pol holding tokens admits a cost of n: x/time/rate's
+// reservation is due at once, or within the slack, computed as x/time/rate computes it.
+func admits(pol Policy, n int, tokens float64) bool {
+	if n > pol.Burst {
+		return false
+	}
+	left := tokens - float64(n)
+	if left >= 0 {
+		return true
+	}
+	if pol.Limit <= 0 {
+		return false
+	}
+	wait := (-left / float64(pol.Limit)) * float64(time.Second)
+	return wait < float64(math.MaxInt64) && time.Duration(wait) <= slack // 2^63 does not fit
+}
+
+// maxDebt is the longest a debt may take to repay: far longer than any client waits, and far
+// from the 292 years at which a wait no longer fits a Duration.
+const maxDebt = 100 * 365 * 24 * time.Hour
+
+// Charge implements [Charger]: it spends cost tokens from key's bucket at now whether or not
+// it holds them, so that the bucket may go into debt (one that would take more than 100 years
+// to repay is forgiven down to that), or with a negative cost gives tokens back, never beyond
+// the burst. It fails only when key is new and there is no room for it (see [WithMaxMemory]).
+// Decide then refuses key, whatever its cost, until the debt is repaid, with the exact wait.
+func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.Time) error {
+	pol := b.policyFor(key)
+	if cost == 0 || pol.Limit == rate.Inf {
+		return nil
+	}
+	t := b.part(key)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at := t.at(now)
+	if cost < 0 && t.keys[key] == nil {
+		return nil // a key not held has a full bucket: nothing to give back
+	}
+	lim, _ := b.bucket(t, key, pol, at, nil)
+	if lim == nil {
+		return fmt.Errorf("retryafter: cannot charge %d to a new key: the bucket is full", cost)
+	}
+	charge(lim, pol, cost, at)
+	return nil
+}
+
+// charge spends cost from lim, a bucket of pol, at at, into debt if need be: a debt whose
+// repayment does not fit a Duration would wrap x/time/rate's wait into a negative one, which
+// admits, so beyond maxDebt it is forgiven down to that. A negative cost gives tokens back;
+// the bucket caps them at the burst when it next looks at them.
+func charge(lim *rate.Limiter, pol Policy, cost int, at time.Time) {
+	if pol.Limit > 0 && cost > 0 {
+		if most := lim.TokensAt(at) + float64(pol.Limit)*maxDebt.Seconds(); float64(cost) > most {
+			cost = int(max(0, most))
+		}
+	}
+	if cost > pol.Burst {
+		// ReserveN takes at most the burst: raise it for the one reservation that goes into
+		// debt, then lower it again; the tokens stay as the reservation left them.
+		lim.SetBurstAt(at, cost)
+		lim.ReserveN(at, cost)
+		lim.SetBurstAt(at, pol.Burst)
+		return
+	}
+	lim.ReserveN(at, cost)
+}
+
+// Len returns the number of keys b holds state for.
+func (b *TokenBucket) Len() int {
+	n := 0
+	for i := range b.parts {
+		t := &b.parts[i]
+		t.mu.Lock()
+		n += len(t.keys)
+		t.mu.Unlock()
+	}
+	return n
+}
