@@ -89,12 +89,12 @@ func newClientIP(trusted ...netip.Prefix) *clientKeyer {
 //     proxy wrote it, because a trusted proxy appends the address of its own peer: text
 //     that a client sends is always to the left of that address.
 //
-// Only X-Forwarded-For is walked. The RFC 7239 Forwarded header and X-Real-IP are
-// ignored even from trusted proxies: a client can send any of these headers, and a proxy
-// passes on the ones it does not write untouched, so believing a header besides the one
-// the proxies write would let the client choose its key; preferring one when both are
-// present would not help, since the client decides which are present. Configure the
-// trusted proxies to append to X-Forwarded-For.
+// Only X-Forwarded-For is walked; [ClientIPFrom] names another field. The RFC 7239
+// Forwarded header and X-Real-IP are ignored even from trusted proxies: a client can send
+// any of these headers, and a proxy passes on the ones it does not write untouched, so
+// believing a header besides the one the proxies write would let the client choose its key;
+// preferring one when both are present would not help, since the client decides which are
+// present.
 //
 // With no trusted prefixes and an IPv4 RemoteAddr, the function does not allocate: the
 // key is the host part of RemoteAddr itself, used only after it has been parsed and
@@ -102,6 +102,31 @@ func newClientIP(trusted ...netip.Prefix) *clientKeyer {
 // string, so that it does not keep the rest of a long header alive in the limiter.
 func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
 	return newClientKeyer(v4Bits, v6Bits, trusted...).key
+}
+
+// ClientIPFrom is [ClientIP] for proxies that write the client into field rather than
+// X-Forwarded-For: "Forwarded" (RFC 7239), walked as X-Forwarded-For is, element by element
+// from the right, each element's for= parameter the hop ("unknown" and obfuscated
+// identifiers stop the walk); or a CDN's field of one address, such as "CF-Connecting-IP",
+// "True-Client-IP" or "X-Real-IP", which a trusted peer's request names its client by (its
+// last line, when there are several; a value that is not one address leaves the peer as the
+// key). Only field is read, and only from a peer inside trusted, so a client cannot choose
+// its key by sending it or any other; a CDN overwrites its field on every request. It panics
+// as ClientIPPrefix does, or if field is empty.
+func ClientIPFrom(field string, trusted ...netip.Prefix) KeyFunc {
+	if field == "" {
+		panic("retryafter: ClientIPFrom: no field")
+	}
+	k := newClientKeyer(32, 64, trusted...)
+	k.field = http.CanonicalHeaderKey(field)
+	switch k.field {
+	case clientIPForwardedFor:
+	case "Forwarded":
+		k.forwarded = true
+	default:
+		k.single = true
+	}
+	return k.key
 }
 
 // newClientKeyer returns the configuration of ClientIPPrefix(v4Bits, v6Bits, trusted...), or
@@ -113,7 +138,7 @@ func newClientKeyer(v4Bits, v6Bits int, trusted ...netip.Prefix) *clientKeyer {
 	if v6Bits < 1 || v6Bits > 128 {
 		panic(fmt.Sprintf("retryafter: ClientIPPrefix: v6Bits %d is outside 1..128", v6Bits))
 	}
-	k := &clientKeyer{v4Bits: v4Bits, v6Bits: v6Bits}
+	k := &clientKeyer{v4Bits: v4Bits, v6Bits: v6Bits, field: clientIPForwardedFor}
 	for _, p := range trusted {
 		if !p.IsValid() {
 			panic(fmt.Sprintf("retryafter: ClientIP: trusted prefix %v is not valid", p))
@@ -131,6 +156,9 @@ func newClientKeyer(v4Bits, v6Bits int, trusted ...netip.Prefix) *clientKeyer {
 type clientKeyer struct {
 	v4Bits, v6Bits int
 	trusted        []netip.Prefix // IPv4-mapped ones unmapped
+	field          string         // the field trusted proxies name the client in, canonical
+	forwarded      bool           // field is RFC 7239's Forwarded: the for= of each element
+	single         bool           // field holds one address, a CDN's
 }
 
 // key is the function that [ClientIPPrefix] returns.
@@ -145,7 +173,7 @@ func (k *clientKeyer) key(r *http.Request) (string, error) {
 		return k.socketKey(r)
 	}
 	if len(k.trusted) > 0 && k.isTrusted(addr) {
-		if lines := r.Header[clientIPForwardedFor]; len(lines) > 0 {
+		if lines := r.Header[k.field]; len(lines) > 0 {
 			addr = k.walk(lines, addr)
 			text = "" // the key is formatted afresh, never a slice of the header
 		}
@@ -165,7 +193,7 @@ func (k *clientKeyer) socketKey(r *http.Request) (string, error) {
 			"trust it as a local proxy, ClientIP(netip.MustParsePrefix(\"127.0.0.1/32\")), and have it "+
 			"append the client to X-Forwarded-For", ErrNoClientIP, r.RemoteAddr)
 	}
-	lines := r.Header[clientIPForwardedFor]
+	lines := r.Header[k.field]
 	if a := k.walk(lines, netip.Addr{}); a.IsValid() {
 		return k.format(a, ""), nil
 	}
@@ -199,10 +227,20 @@ func (k *clientKeyer) isTrusted(a netip.Addr) bool {
 // trusted hop before a malformed entry. cur may be the zero Addr, for a trusted peer
 // without an address; the result is then the zero Addr when no entry names a hop.
 func (k *clientKeyer) walk(lines []string, cur netip.Addr) netip.Addr {
+	if k.single {
+		// One address, the client, in the last line; anything else leaves cur.
+		if _, a, ok := clientIPParseHost(clientIPTrim(lines[len(lines)-1])); ok {
+			return a
+		}
+		return cur
+	}
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
 		for {
 			entry, rest, more := clientIPCutLast(line)
+			if k.forwarded {
+				entry = forwardedFor(entry)
+			}
 			if entry = clientIPTrim(entry); entry != "" {
 				_, a, ok := clientIPParseHost(entry)
 				if !ok {
@@ -346,4 +384,31 @@ func clientIPTrim(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// forwardedFor returns the node of the for= parameter of an RFC 7239 Forwarded element, its
+// quotes removed ("[2001:db8::1]:4711"), or "unknown" when the element names none, which stops
+// a walk as any entry that is not an address does.
+func forwardedFor(element string) string {
+	for element != "" {
+		pair := element
+		if i := strings.IndexByte(element, ';'); i >= 0 {
+			pair, element = element[:i], element[i+1:]
+		} else {
+			element = ""
+		}
+		name, value, ok := strings.Cut(clientIPTrim(pair), "=")
+		if !ok || !strings.EqualFold(clientIPTrim(name), "for") {
+			continue
+		}
+		value = clientIPTrim(value)
+		if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+			value = value[1 : len(value)-1]
+		}
+		if value == "" {
+			return "unknown"
+		}
+		return value
+	}
+	return "unknown"
 }

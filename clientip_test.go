@@ -232,7 +232,7 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 	}
 	proxy4 := netip.MustParseAddrPort("10.20.30.40:443")
 	proxy6 := netip.MustParseAddrPort("[2001:db8:ffff::5]:443")
-	headers := []string{"X-Forwarded-For", "X-Real-IP", "Forwarded", "X-Forwarded-Host", "True-Client-IP"}
+	headers := []string{"X-Forwarded-For", "X-Real-IP", "Forwarded", "X-Forwarded-Host", "True-Client-IP", "CF-Connecting-IP"}
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, attacker := range []netip.Addr{
@@ -265,6 +265,29 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 				r.Header.Add("X-Forwarded-For", attacker.String())
 				r.Header.Add("X-Forwarded-For", proxy4.Addr().String())
 				return r
+			}},
+			{"behind a trusted proxy that appends to Forwarded", ClientIPFrom("Forwarded", trusted...), func(spoof []string, port uint16) *http.Request {
+				r := clientIPReq(proxy4.String(), spoof...)
+				node := `"` + netip.AddrPortFrom(attacker, port).String() + `"`
+				if v := r.Header.Values("Forwarded"); len(v) > 0 {
+					v[len(v)-1] += ", for=" + node + ";proto=https"
+				} else {
+					r.Header.Set("Forwarded", "proto=https;for="+node)
+				}
+				return r
+			}},
+			{"behind a CDN that sets CF-Connecting-IP", ClientIPFrom("CF-Connecting-IP", trusted...), func(spoof []string, port uint16) *http.Request {
+				r := clientIPReq(proxy6.String(), spoof...)
+				r.Header.Set("CF-Connecting-IP", attacker.String())
+				return r
+			}},
+			{"behind a CDN that sets True-Client-IP", ClientIPFrom("true-client-ip", trusted...), func(spoof []string, port uint16) *http.Request {
+				r := clientIPReq(proxy4.String(), spoof...)
+				r.Header.Set("True-Client-IP", attacker.String())
+				return r
+			}},
+			{"direct, a CDN's field trusted from others", ClientIPFrom("X-Real-IP", trusted...), func(spoof []string, port uint16) *http.Request {
+				return clientIPReq(netip.AddrPortFrom(attacker, port).String(), spoof...)
 			}},
 		}
 		for _, sc := range scenarios {
@@ -690,4 +713,42 @@ func checkCanonicalIPv4(t *testing.T, s string) {
 	if ok != want || (ok && (host != text || netip.AddrFrom4(a) != addr)) {
 		t.Fatalf("canonicalIPv4(%q) = %q, %v, %v; the general parser reads %q, %v, %v", s, host, a, ok, text, addr, general)
 	}
+}
+
+// TestClientIPFrom walks the RFC 7239 Forwarded field and reads a CDN's one-address field from
+// trusted peers: each element's for= node is a hop, quoted or not, with a port or in brackets;
+// unknown, obfuscated or missing nodes stop the walk at the last trusted hop; a CDN's field that
+// is not one address leaves the peer as the key.
+func TestClientIPFrom(t *testing.T) {
+	trusted := netip.MustParsePrefix("10.0.0.0/8")
+	fwd := ClientIPFrom("forwarded", trusted)
+	cdn := ClientIPFrom("CF-Connecting-IP", trusted)
+	for _, tt := range []struct {
+		name   string
+		key    KeyFunc
+		remote string
+		header []string
+		want   string
+	}{
+		{"one element", fwd, "10.0.0.1:1", []string{"Forwarded", "for=203.0.113.7"}, "203.0.113.7"},
+		{"quoted, with a port", fwd, "10.0.0.1:1", []string{"Forwarded", `for="203.0.113.7:4711";proto=https`}, "203.0.113.7"},
+		{"IPv6 in brackets", fwd, "10.0.0.1:1", []string{"Forwarded", `For="[2001:db8:cafe::17]:4711"`}, "2001:db8:cafe::/64"},
+		{"through trusted hops, right to left", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=203.0.113.7;by=10.0.0.2, for=10.0.0.3"}, "203.0.113.7"},
+		{"over two lines", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1", "Forwarded", "for=10.0.0.9"}, "198.51.100.1"},
+		{"unknown stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=unknown"}, "10.0.0.1"},
+		{"obfuscated stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=_hidden"}, "10.0.0.1"},
+		{"an element without for", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, proto=https"}, "10.0.0.1"},
+		{"X-Forwarded-For is not read", fwd, "10.0.0.1:1", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.1"},
+		{"untrusted peer", fwd, "192.0.2.1:1", []string{"Forwarded", "for=203.0.113.7"}, "192.0.2.1"},
+		{"a CDN's field", cdn, "10.0.0.1:1", []string{"CF-Connecting-IP", "203.0.113.7"}, "203.0.113.7"},
+		{"a CDN's field, IPv6", cdn, "10.0.0.1:1", []string{"CF-Connecting-IP", "2001:db8::1"}, "2001:db8::/64"},
+		{"a CDN's field that is a list", cdn, "10.0.0.1:1", []string{"CF-Connecting-IP", "203.0.113.7, 198.51.100.1"}, "10.0.0.1"},
+		{"a CDN's field of garbage", cdn, "10.0.0.1:1", []string{"CF-Connecting-IP", "not an address"}, "10.0.0.1"},
+		{"a CDN's field from an untrusted peer", cdn, "192.0.2.1:1", []string{"CF-Connecting-IP", "203.0.113.7"}, "192.0.2.1"},
+	} {
+		if got := clientIPMustKey(t, tt.key, clientIPReq(tt.remote, tt.header...)); got != tt.want {
+			t.Errorf("%s: key %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	wantPanics(t, map[string]func(){"no field": func() { ClientIPFrom("") }})
 }

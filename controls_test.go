@@ -1,0 +1,225 @@
+package retryafter
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// TestPolicyFuncChangesLive changes a key's plan between its requests: an upgrade keeps the
+// tokens the key holds (no fresh burst for what it spent) and refills at the new rate, a
+// downgrade keeps at most the new burst, and the Decision names the key's own policy.
+func TestPolicyFuncChangesLive(t *testing.T) {
+	var plan atomic.Pointer[Policy]
+	free := Policy{Name: "free", Limit: 1, Burst: 2}
+	pro := Policy{Name: "pro", Limit: 10, Burst: 20}
+	plan.Store(&free)
+	b := NewTokenBucket(1, 1, WithPolicyFunc(func(string) Policy { return *plan.Load() }))
+	decide(t, b, "k", 2, t0) // the free burst spent
+	plan.Store(&pro)
+	d := decide(t, b, "k", 0, t0)
+	if d.Policy != pro || d.Limit != 20 || d.Remaining != 0 {
+		t.Fatalf("upgraded: %+v, want the pro policy with its spent tokens, no fresh burst", d)
+	}
+	if d := decide(t, b, "k", 1, t0.Add(100*time.Millisecond)); !d.Allowed {
+		t.Fatalf("upgraded, a tenth of a second on: %+v, want admitted at the pro rate", d)
+	}
+	if d := decide(t, b, "k", 0, t0.Add(3*time.Second)); d.Remaining != 20 {
+		t.Fatalf("upgraded, 3 s on: %+v, want the pro burst", d)
+	}
+	plan.Store(&free)
+	if d := decide(t, b, "k", 0, t0.Add(3*time.Second)); d.Policy != free || d.Remaining != 2 {
+		t.Fatalf("downgraded: %+v, want at most the free burst", d)
+	}
+	if d := decide(t, b, "k", 3, t0.Add(3*time.Second)); d.Allowed || d.RetryAfter != rate.InfDuration {
+		t.Fatalf("downgraded, a cost above the free burst: %+v, want never", d)
+	}
+	// A zero policy is the bucket's own.
+	plan.Store(&Policy{})
+	if d := decide(t, b, "other", 0, t0); d.Policy != (Policy{Limit: 1, Burst: 1}) {
+		t.Fatalf("a zero policy: %+v, want the bucket's", d.Policy)
+	}
+	// The fields name the key's policy.
+	plan.Store(&pro)
+	h := LimitWith(b, WithRateLimitFields(""), WithKeyFunc(func(*http.Request) (string, error) { return "fields", nil }), WithClock(func() time.Time { return t0 }))(ok)
+	w := serve(h, "GET", "192.0.2.1:1")
+	if got := w.Header().Get("RateLimit-Policy"); got != `"pro";q=20;w=2` {
+		t.Fatalf("RateLimit-Policy %q, want the pro plan", got)
+	}
+}
+
+// TestPolicyFuncConcurrent changes plans while 8 goroutines decide requests of a few keys, under
+// the race detector: each decision is under the plan it names, and a key never holds more than
+// the largest burst.
+func TestPolicyFuncConcurrent(t *testing.T) {
+	plans := []Policy{{Name: "a", Limit: 100, Burst: 5}, {Name: "b", Limit: 1000, Burst: 50}, {Name: "c", Limit: 10, Burst: 1}}
+	var current sync.Map
+	for i := range 4 {
+		current.Store("k"+strconv.Itoa(i), plans[0])
+	}
+	b := NewTokenBucket(1, 1, WithPolicyFunc(func(key string) Policy {
+		p, _ := current.Load(key)
+		return p.(Policy)
+	}))
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := range 2000 {
+				key := "k" + strconv.Itoa(rng.IntN(4))
+				if g == 0 && i%10 == 0 {
+					current.Store(key, plans[rng.IntN(len(plans))])
+					continue
+				}
+				d, _ := b.Decide(context.Background(), key, rng.IntN(3), t0.Add(time.Duration(i)*time.Millisecond))
+				if d.Limit != d.Policy.Burst || d.Remaining > 50 || !strings.Contains("abc", d.Policy.Name) {
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("%d decisions out of their plan", bad.Load())
+	}
+}
+
+// TestDryRunMirrorsEnforcing runs the same random sequence of requests from a few clients
+// through an enforcing middleware and a dry-run one: every request the enforcing one refuses is
+// one the dry run reports to the limited hook, with the same Decision, and the dry run passes it
+// to next without Retry-After, with the fields as enforcing sends them.
+func TestDryRunMirrorsEnforcing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for round := range 20 {
+		burst := 1 + rng.IntN(4)
+		limit := rate.Limit(0.5 + rng.Float64()*4)
+		clk := newClock(t0)
+		var refused, wouldBe []Decision
+		var outcomes []Outcome
+		enforce := Limit(limit, burst, WithClock(clk.Now), WithRateLimitFields(""),
+			WithLimitedHook(func(_ *http.Request, _ string, d Decision) { refused = append(refused, d) }))(ok)
+		dry := Limit(limit, burst, WithClock(clk.Now), WithRateLimitFields(""), WithDryRun(true),
+			WithLimitedHook(func(_ *http.Request, _ string, d Decision) { wouldBe = append(wouldBe, d) }),
+			WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) { outcomes = append(outcomes, o) }))(ok)
+		for i := range 300 {
+			clk.Advance(time.Duration(rng.IntN(int(600 * time.Millisecond))))
+			remote := "192.0.2." + strconv.Itoa(1+rng.IntN(3)) + ":1"
+			we := serve(enforce, "GET", remote)
+			wd := serve(dry, "GET", remote)
+			if wd.Code != http.StatusOK || wd.Header().Get("Retry-After") != "" {
+				t.Fatalf("round %d, request %d: the dry run answered %d, Retry-After %q", round, i, wd.Code, wd.Header().Get("Retry-After"))
+			}
+			for _, f := range []string{"RateLimit", "RateLimit-Policy"} {
+				if we.Header().Get(f) != wd.Header().Get(f) {
+					t.Fatalf("round %d, request %d: %s %q enforcing, %q dry", round, i, f, we.Header().Get(f), wd.Header().Get(f))
+				}
+			}
+			if (we.Code == http.StatusTooManyRequests) != (outcomes[i] == DryRunRefused) {
+				t.Fatalf("round %d, request %d: enforcing answered %d, the dry run's outcome %v", round, i, we.Code, outcomes[i])
+			}
+		}
+		if len(refused) != len(wouldBe) {
+			t.Fatalf("round %d: %d refusals enforcing, %d would-be refusals", round, len(refused), len(wouldBe))
+		}
+		for i := range refused {
+			if plain(refused[i]) != plain(wouldBe[i]) {
+				t.Fatalf("round %d, refusal %d: %+v enforcing, %+v dry", round, i, refused[i], wouldBe[i])
+			}
+		}
+	}
+}
+
+// TestExempt passes exempt requests to next uncounted, unrefused and without fields, and the
+// others as usual.
+func TestExempt(t *testing.T) {
+	l := &fakeLimiter{d: Decision{RetryAfter: time.Second, Limit: 1}}
+	var outcomes []Outcome
+	h := LimitWith(l, WithRateLimitFields(""), WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
+		WithKeyFunc(func(*http.Request) (string, error) { t.Fatal("the key function ran for an exempt request"); return "", nil }),
+		WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) { outcomes = append(outcomes, o) }))(ok)
+	for range 10 {
+		r, _ := http.NewRequest("GET", "/healthz", nil)
+		w := serveRequest(h, r)
+		if w.Code != http.StatusOK || w.Header().Get("RateLimit") != "" || w.Header().Get("Retry-After") != "" {
+			t.Fatalf("an exempt request: %d %q", w.Code, w.Header())
+		}
+	}
+	if len(l.keys) != 0 || len(outcomes) != 10 || outcomes[0] != Exempt {
+		t.Fatalf("exempt requests counted %d times, outcomes %v", len(l.keys), outcomes)
+	}
+	h = LimitWith(l, WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(ok)
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusTooManyRequests || len(l.keys) != 1 {
+		t.Fatalf("a request that is not exempt: %d, counted %d times", w.Code, len(l.keys))
+	}
+}
+
+// TestFieldsListEveryLayer sends requests through an All of a per-client limit and a named
+// hourly one: RateLimit-Policy lists both policies and RateLimit both quotas, each under its own
+// name (draft-ietf-httpapi-ratelimit-headers-11 §3, §4: Lists of Items), and the problem details
+// of a refusal name the policy it violated.
+func TestFieldsListEveryLayer(t *testing.T) {
+	perClient := NewTokenBucket(rate.Every(time.Second), 2)
+	hourly := NewTokenBucket(rate.Every(time.Hour), 3, WithPolicyFunc(func(string) Policy { return Policy{Name: "hour"} }))
+	clk := newClock(t0)
+	h := LimitWith(All(perClient, Shared(hourly, "all")), WithClock(clk.Now), WithRateLimitFields(""),
+		WithProblemDetails(ProblemDetails{Always: true}))(ok)
+	want := []struct {
+		code          int
+		rateLimit     string
+		violatedFirst string
+	}{
+		{200, `"default";r=1;t=1, "hour";r=2;t=3600`, ""},
+		{200, `"default";r=0;t=1, "hour";r=1;t=3600`, ""},
+		{429, `"default";r=0;t=1, "hour";r=1;t=3600`, `"default"`},
+	}
+	for i, w := range want {
+		resp := serve(h, "GET", "192.0.2.1:1")
+		if resp.Code != w.code || resp.Header().Get("RateLimit") != w.rateLimit ||
+			resp.Header().Get("RateLimit-Policy") != `"default";q=2;w=2, "hour";q=3;w=10800` {
+			t.Fatalf("request %d: %d RateLimit %q RateLimit-Policy %q", i+1, resp.Code, resp.Header().Get("RateLimit"), resp.Header().Get("RateLimit-Policy"))
+		}
+		if w.violatedFirst != "" && !strings.Contains(resp.Body.String(), `"violated-policies":["default"]`) {
+			t.Fatalf("request %d: %s, want the per-client policy named as violated", i+1, resp.Body.String())
+		}
+	}
+	// A second client spends the last of the hourly quota, then is refused by it.
+	serve(h, "GET", "192.0.2.2:1")
+	resp := serve(h, "GET", "192.0.2.3:1")
+	if resp.Code != 429 || !strings.Contains(resp.Body.String(), `"violated-policies":["hour"]`) {
+		t.Fatalf("refused by the hourly limit: %d %s", resp.Code, resp.Body.String())
+	}
+}
+
+// BenchmarkPolicyFunc is the allowed path of a TokenBucket with and without a policy function
+// (a map lookup, as a plan by API key costs).
+func BenchmarkPolicyFunc(b *testing.B) {
+	plans := map[string]Policy{"k": {Name: "pro", Limit: 1e9, Burst: 1 << 30}}
+	for _, tt := range []struct {
+		name string
+		opts []TokenBucketOption
+	}{
+		{"none", nil},
+		{"map", []TokenBucketOption{WithPolicyFunc(func(key string) Policy { return plans[key] })}},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			h := LimitWith(NewTokenBucket(1e9, 1<<30, tt.opts...), WithKeyFunc(func(*http.Request) (string, error) { return "k", nil }))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r, _ := http.NewRequest("GET", "/", nil)
+			w := newTestWriter()
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
