@@ -146,7 +146,10 @@ func TestExempt(t *testing.T) {
 	l := &fakeLimiter{d: Decision{RetryAfter: time.Second, Limit: 1}}
 	var outcomes []Outcome
 	h := LimitWith(l, WithRateLimitFields(""), WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
-		WithKeyFunc(func(*http.Request) (string, error) { t.Fatal("the key function ran for an exempt request"); return "", nil }),
+		WithKeyFunc(func(*http.Request) (string, error) {
+			t.Fatal("the key function ran for an exempt request")
+			return "", nil
+		}),
 		WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) { outcomes = append(outcomes, o) }))(ok)
 	for range 10 {
 		r, _ := http.NewRequest("GET", "/healthz", nil)
