@@ -12,13 +12,13 @@ import (
 )
 
 // newLimiter returns the limiter that lets each client make requests at limit per second with
-// bursts of up to burst: in memory when redisAddr is empty, otherwise in the Redis at
-// redisAddr, so that every replica started with the same -redis shares one limit per client.
-// When that Redis does not answer within 100 ms, the middleware answers 503 with
-// Retry-After: 1.
+// bursts of up to burst: in memory, on the plan of each key (planOf), when redisAddr is empty;
+// otherwise in the Redis at redisAddr, so that every replica started with the same -redis shares
+// one limit per client. When that Redis does not answer within 100 ms, the middleware answers
+// 503 with Retry-After: 1.
 func newLimiter(redisAddr string, limit rate.Limit, burst int) retryafter.Limiter {
 	if redisAddr == "" {
-		return retryafter.NewTokenBucket(limit, burst)
+		return retryafter.NewTokenBucket(limit, burst, retryafter.WithPolicyFunc(planOf))
 	}
 	log.Printf("counting requests in the Redis at %s", redisAddr)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})

@@ -1,5 +1,7 @@
 // Command chi-server is a small chi service behind retryafter's limiter: 1 request per second
-// per client, with bursts of 5, so that 50 quick requests from one client see 429s.
+// per client, with bursts of 5, so that 50 quick requests from one client see 429s. A client
+// that sends a known API key (X-API-Key: demo-pro) is on the pro plan instead: 10 a second,
+// bursts of 20. With -dry-run nothing is refused: each request that would have been is logged.
 //
 // HEAD is served wherever GET is (chi's middleware.GetHead), so that a HEAD probe sees what a
 // GET would: 200, 429 or 503, never 405.
@@ -9,6 +11,8 @@
 // request but /healthz gets 503 with a Retry-After counting down to the announced end.
 //
 //	go run ./_examples/chi-server
+//	go run ./_examples/chi-server -dry-run                # log what the limit would refuse
+//	curl -i -H 'X-API-Key: demo-pro' http://127.0.0.1:8080/ # the pro plan: "pro";q=20;w=2
 //	go run ./_examples/chi-server -addr 127.0.0.1:9090 -admin 127.0.0.1:9091
 //	go run ./_examples/chi-server -addr 127.0.0.1:8090 -admin '' -redis 127.0.0.1:6379 # replicas share
 //	go run ./_examples/chi-server -addr 127.0.0.1:8091 -admin '' -redis 127.0.0.1:6379 # one limit
@@ -40,6 +44,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	admin := flag.String("admin", "127.0.0.1:8081", "loopback address of the maintenance admin endpoint (empty: none)")
 	redisAddr := flag.String("redis", "", "count requests in the Redis at this `ADDR` (host:port), shared by every replica, instead of in memory")
+	dryRun := flag.Bool("dry-run", false, "refuse nothing: log each request that the limit would have refused")
 	flag.Parse()
 
 	maintenance := &retryafter.Maintenance{
@@ -48,7 +53,8 @@ func main() {
 
 	r := chi.NewRouter()
 	r.Use(middleware.Logger)
-	r.Mount("/", newRouter(maintenance, newLimiter(*redisAddr, rate.Every(time.Second), 5)))
+	r.Mount("/", newRouter(maintenance, newLimiter(*redisAddr, rate.Every(time.Second), 5),
+		retryafter.WithDryRun(*dryRun), retryafter.WithLimitedHook(logLimited)))
 
 	if *admin != "" {
 		if !isLoopback(*admin) {
@@ -72,6 +78,11 @@ func main() {
 	}
 	srv := &http.Server{Addr: *addr, Handler: r, ReadHeaderTimeout: 5 * time.Second}
 	log.Fatal(srv.ListenAndServe())
+}
+
+// logLimited logs a request the limiter refused, or would have in a dry run.
+func logLimited(r *http.Request, key string, d retryafter.Decision) {
+	log.Printf("limited %s %s (%s plan): retry after %v", r.Method, r.URL.Path, d.Policy.Name, d.RetryAfter.Round(time.Millisecond))
 }
 
 // isLoopback reports whether addr (host:port) names a loopback address.

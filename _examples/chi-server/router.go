@@ -11,12 +11,19 @@ import (
 )
 
 // newRouter returns the service's routes behind the maintenance switch m and the rate limiter
-// l. HEAD is served wherever GET is, so that a HEAD health check or probe sees what a GET
-// would (200, 429 or 503) rather than 405 Method Not Allowed when admitted.
-func newRouter(m *retryafter.Maintenance, l retryafter.Limiter) http.Handler {
+// l, with opts; the key is the API key of a known plan or the client's address, and /healthz is
+// never limited. HEAD is served wherever GET is, so that a HEAD probe sees what a GET would
+// (200, 429 or 503) rather than 405 Method Not Allowed when admitted.
+func newRouter(m *retryafter.Maintenance, l retryafter.Limiter, opts ...retryafter.Option) http.Handler {
 	r := chi.NewRouter()
 	r.Use(m.Handler) // before the limiter: a 503 costs no quota
-	r.Use(retryafter.LimitWith(l, retryafter.WithErrorHook(logLimitError)))
+	opts = append([]retryafter.Option{
+		retryafter.WithErrorHook(logLimitError),
+		retryafter.WithKeyFunc(apiKey(retryafter.ClientIP())),
+		retryafter.WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
+		retryafter.WithRateLimitFields(""),
+	}, opts...)
+	r.Use(retryafter.LimitWith(l, opts...))
 	r.Use(middleware.GetHead)
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")

@@ -47,7 +47,10 @@ func TestHeadWhereverGet(t *testing.T) {
 				get.StatusCode, get.Header.Get("Content-Type"), get.ContentLength)
 		}
 	}
-	// The burst of 4 is spent: HEAD is limited as GET is, with the same Retry-After.
+	// The health check is exempt: only the two requests to / spent the burst of 4.
+	do("GET", "/")
+	do("GET", "/")
+	// The burst is spent: HEAD is limited as GET is, with the same Retry-After.
 	for _, method := range []string{"HEAD", "GET"} {
 		resp, _ := do(method, "/")
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
@@ -64,5 +67,45 @@ func TestHeadWhereverGet(t *testing.T) {
 	m.Stop()
 	if resp, _ := do("HEAD", "/nowhere"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("HEAD /nowhere: %d; want 429, since the limiter runs before routing", resp.StatusCode)
+	}
+}
+
+// TestPlansAndDryRun sends requests with and without a known API key: the pro key gets its own
+// burst of 20 and names its plan in the fields, inventing a key buys nothing, and a dry run
+// admits what it would have refused.
+func TestPlansAndDryRun(t *testing.T) {
+	m := &retryafter.Maintenance{}
+	do := func(h http.Handler, key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		if key != "" {
+			r.Header.Set("X-API-Key", key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	h := newRouter(m, newLimiter("", rate.Every(time.Second), 5))
+	for i := range 20 {
+		if w := do(h, "demo-pro"); w.Code != http.StatusOK || w.Header().Get("RateLimit-Policy") != `"pro";q=20;w=2` {
+			t.Fatalf("pro request %d: %d, RateLimit-Policy %q", i+1, w.Code, w.Header().Get("RateLimit-Policy"))
+		}
+	}
+	if w := do(h, "demo-pro"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("pro request 21: %d, want 429", w.Code)
+	}
+	for i := range 5 {
+		if w := do(h, "made-up-"+string(rune('a'+i))); w.Code != http.StatusOK || w.Header().Get("RateLimit-Policy") != `"free";q=5;w=5` {
+			t.Fatalf("free request %d: %d, RateLimit-Policy %q", i+1, w.Code, w.Header().Get("RateLimit-Policy"))
+		}
+	}
+	if w := do(h, "made-up-z"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a sixth request under an invented key: %d, want 429: it is the same client", w.Code)
+	}
+	dry := newRouter(m, newLimiter("", rate.Every(time.Second), 5), retryafter.WithDryRun(true))
+	for i := range 10 {
+		if w := do(dry, ""); w.Code != http.StatusOK || w.Header().Get("Retry-After") != "" {
+			t.Fatalf("dry run, request %d: %d, Retry-After %q", i+1, w.Code, w.Header().Get("Retry-After"))
+		}
 	}
 }
