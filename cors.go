@@ -10,34 +10,16 @@ import (
 	"github.com/retryafter/retryafter/internal/header"
 )
 
-// Browsers let a cross-origin script read a response only when it carries
-// Access-Control-Allow-Origin, which CORS middleware sets, and then only the CORS-safelisted
-// response headers (Fetch standard: Cache-Control, Content-Language, Content-Length,
-// Content-Type, Expires, Last-Modified, Pragma) and those the response names in
-// Access-Control-Expose-Headers. Retry-After, Date and the rate-limit fields are not
-// safelisted, so on a request with an Origin the package names the ones it sets, merging with
-// what CORS middleware already put there.
+// How the package names its fields for cross-origin scripts; the package doc's Browsers section
+// says where to mount CORS middleware, and why.
 //
-// Mount order. CORS middleware must run before the limiter and the maintenance switch (be
-// mounted outside them: with chi, r.Use(cors.Handler(...)) ahead of r.Use(retryafter.Limit(...))
-// and r.Use(m.Handler)), so that it sets Access-Control-Allow-Origin on their refusals too.
-// Mounted after them, it never runs for a refusal, and the page sees a network error ("Failed to
-// fetch") with no status and no Retry-After. The limiter reports that order the first time a
-// cross-origin request shows it (a preflight or an admitted request that got
-// Access-Control-Allow-Origin from inside the limiter): [ErrCORSMountOrder] goes to the hook of
-// [WithErrorHook], or, without one, to the standard logger, once per middleware.
-//
-// Preflights. A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not
-// the request it asks about: the limiter passes it to the next handler uncounted and never
-// refuses it, and so does a Maintenance, whichever side of them the CORS middleware is mounted
-// on. The request that follows is counted. An application that does real work on such OPTIONS
-// requests must limit them otherwise.
-//
-// Merging. CORS middleware that runs before the limiter sets its own headers first and the
-// package merges into them; the package never removes a name, never adds one twice (names
-// compare case-insensitively) and adds nothing when "*" is already there, unless the response
-// allows credentials, for which the Fetch standard reads "*" as a plain name. On an admitted
-// request the fields are set before next runs, so a handler that then calls
+// Retry-After, Date and the rate-limit fields are not CORS-safelisted response headers (Fetch
+// standard), so on a request with an Origin the package names the ones it sets in
+// Access-Control-Expose-Headers. CORS middleware that runs before the limiter sets its own
+// headers first and the package merges into them: it never removes a name, never adds one twice
+// (names compare case-insensitively) and adds nothing when "*" is already there, unless the
+// response allows credentials, for which the Fetch standard reads "*" as a plain name. On an
+// admitted request the fields are set before next runs, so a handler that then calls
 // Header().Set("Access-Control-Expose-Headers", ...) replaces the package's names; one that
 // calls Header().Add keeps them.
 
@@ -53,8 +35,8 @@ const (
 
 // ErrCORSMountOrder reports CORS middleware mounted after the limiter (inside it): a response
 // got Access-Control-Allow-Origin from a handler that the limiter calls, so the limiter's own
-// refusals, which never reach that handler, go without it, and browsers hide them from the page.
-// Mount the CORS middleware before the limiter. See [WithErrorHook].
+// refusals, which never reach that handler, go without it, and browsers hide them from the page
+// (see the package doc's Browsers section). It goes to the hooks of [WithErrorHook].
 //
 // CORS middleware mounted before the limiter that sets its headers only when the response is
 // written, through a ResponseWriter of its own, looks the same from inside and is reported too;

@@ -20,11 +20,20 @@
 // can count every client against one key ([Shared], for a whole service or a route) or be
 // charged what a request really cost once it ran ([ChargedAfter] and [Charge], for tokens a
 // model produced). A cost of 0 is a peek: the quota of a key, for a status endpoint, spending
-// nothing; [Peek] puts it in the rate-limit fields of routes that are not limited. A handler that limits by something only it knows uses a [Middleware]'s Allow, and
-// answers with the same 429.
+// nothing; [Peek] puts it in the rate-limit fields of routes that are not limited. A handler
+// that limits by something only it knows uses a [Middleware]'s Allow, and answers with the same
+// 429.
 //
 // [Maintenance] is the 503 form: a switch that answers every request with Service Unavailable
 // and a Retry-After that counts down to the announced end of the work.
+//
+// # Turning a limit on
+//
+// A key's plan can change while the server runs ([WithPolicyFunc]: free, pro, a customer's
+// contract), and the RateLimit fields name it. Roll a limit out in three steps: run it with
+// [WithDryRun], which refuses nothing and tells the hooks of [WithLimitedHook] and
+// [WithDecisionHook] of each request it would have refused; watch them; then enforce. Health
+// checks and internal traffic stay out with [WithExempt].
 //
 // # Errors
 //
@@ -36,15 +45,32 @@
 //
 // By default a client is its address, [ClientIP] with no trusted proxy: forwarding headers,
 // which the client writes, play no part, and an IPv6 client is its /64. Behind proxies, name
-// them: ClientIP(netip.MustParsePrefix("10.0.0.0/8")).
+// them: ClientIP(netip.MustParsePrefix("10.0.0.0/8")); behind a CDN or a proxy that writes
+// Forwarded, name its field too ([ClientIPFrom]).
 //
 // # Memory
 //
-// A [TokenBucket] keeps every client until its table needs the room, so that a client that comes
-// back finds its bucket, and holds at most [WithMaxMemory] bytes (192 MiB by default, nearly 1.5
+// A [TokenBucket] keeps every client until it needs the room, so that a client that comes back
+// finds its bucket, and holds at most [WithMaxMemory] bytes (192 MiB by default, about a
 // million IPv4 clients), whatever its keys weigh, without a goroutine. At the bound, clients
 // whose bucket has refilled make room; a flood of new clients is refused, never admitted by
 // forgetting one that is over its limit.
+//
+// # Browsers
+//
+// A cross-origin script reads a response only when it carries Access-Control-Allow-Origin,
+// which CORS middleware sets, and then only the headers the response names in
+// Access-Control-Expose-Headers. So mount CORS middleware before the limiter and the
+// [Maintenance] switch (outside them: with chi, r.Use(cors.Handler(...)) first): mounted after
+// them, it never runs for their refusals, and the page sees a network error rather than 429 and
+// Retry-After. The middleware reports that order once ([ErrCORSMountOrder]), and on a request
+// with an Origin names Retry-After, Date and the rate-limit fields in
+// Access-Control-Expose-Headers, merging with what the CORS middleware set there.
+//
+// A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not the request
+// it asks about: answered by CORS middleware on either side of the limiter, it is never counted
+// or refused. A request shaped as one that no CORS middleware answers, behind a handler that
+// serves every method, is counted and limited as any other (see preflight.go).
 //
 // # The other side
 //

@@ -111,8 +111,8 @@ func (m *Maintenance) Until() (until time.Time, on bool) {
 //
 // Mounted before a rate limiter such as [Limit], a request answered 503 never reaches the
 // limiter and costs no quota; mounted after it, the limiter counts the request first. CORS
-// middleware goes before both, so that browsers can read the 503; a CORS preflight is passed
-// to next, never refused.
+// middleware goes before both (see the package doc's Browsers section); a CORS preflight is
+// passed to next, never refused.
 func (m *Maintenance) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Maintenance.Handler(nil)")
