@@ -228,7 +228,8 @@ func (f *quotaFields) write(h http.Header, d Decision, lines *header.Lines) {
 }
 
 // list appends to b the RateLimit-Policy Items (policy) or the RateLimit Items of each layer of
-// d (d itself, when it is one) that has a Limit, separated as a List's members are.
+// d (d itself, when it is one) that has a Limit and is not unlimited, separated as a List's
+// members are.
 func (f *quotaFields) list(b []byte, d Decision, policy bool) []byte {
 	layers := d.Layers()
 	if layers == nil {
@@ -236,12 +237,15 @@ func (f *quotaFields) list(b []byte, d Decision, policy bool) []byte {
 	}
 	start := len(b)
 	for i, e := range layers {
-		if e.Limit > 0 {
+		if e.Limit > 0 && e.Policy.Limit != rate.Inf { // an unlimited layer limits nothing
 			if len(b) > start {
 				b = append(b, ", "...)
 			}
 			b = f.item(b, e, i, policy)
 		}
+	}
+	if len(b) == start {
+		return f.item(b, d, 0, policy)
 	}
 	return b
 }

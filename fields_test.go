@@ -404,3 +404,33 @@ func TestRateLimitFieldsAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per admitted request with the rate-limit fields, want 2", n)
 	}
 }
+
+// userWrapper is a Limiter of a user's that passes its Limiter's Decisions through, as a
+// logging or tracing wrapper does.
+type userWrapper struct{ Limiter }
+
+// TestPolicyWindowForEveryLimiter sends a request through the middleware with the fields on, for
+// a bucket of 10 a second with bursts of 10 in every form it takes: the window is in
+// RateLimit-Policy for each. The fields once took it from asserting *TokenBucket, so a bucket
+// inside All, behind Peek or a user's wrapper sent none.
+func TestPolicyWindowForEveryLimiter(t *testing.T) {
+	bucket := func() *TokenBucket { return NewTokenBucket(10, 10) }
+	for _, tt := range []struct {
+		name string
+		l    Limiter
+		want string
+	}{
+		{"bare", bucket(), `"default";q=10;w=1`},
+		{"wrapped by a user", userWrapper{bucket()}, `"default";q=10;w=1`},
+		{"inside All, with an unlimited layer, which is left out", All(NewTokenBucket(rate.Inf, 5), bucket()), `"default-2";q=10;w=1`},
+		{"behind Peek", Peek(bucket()), `"default";q=10;w=1`},
+		{"behind Shared", Shared(bucket(), "all"), `"default";q=10;w=1`},
+		{"behind ChargedAfter", ChargedAfter(bucket()), `"default";q=10;w=1`},
+		{"an All of Shared and ChargedAfter", All(Shared(bucket(), "all"), ChargedAfter(NewTokenBucket(1, 60))), `"default";q=10;w=1, "default-2";q=60;w=60`},
+	} {
+		h := LimitWith(tt.l, WithRateLimitFields(""), WithClock(func() time.Time { return t0 }))(ok)
+		if got := serve(h, "GET", "192.0.2.1:1").Header().Get("RateLimit-Policy"); got != tt.want {
+			t.Errorf("%s: RateLimit-Policy %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
