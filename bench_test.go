@@ -46,9 +46,7 @@ var okBench = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 func requests(n int) []*http.Request {
 	rs := make([]*http.Request, n)
 	for i := range rs {
-		r, _ := http.NewRequest(http.MethodGet, "http://example.com/", nil)
-		r.RemoteAddr = clientAddr(i) + ":4321"
-		rs[i] = r
+		rs[i] = newRequest(http.MethodGet, clientAddr(i)+":4321")
 	}
 	return rs
 }

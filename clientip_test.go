@@ -18,15 +18,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// clientIPReq returns a request from remote with the given header name/value pairs, added in
-// order, so that a name given twice makes two header lines.
-func clientIPReq(remote string, kv ...string) *http.Request {
-	r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
-	for i := 0; i+1 < len(kv); i += 2 {
-		r.Header.Add(kv[i], kv[i+1])
-	}
-	return r
-}
+// clientIPReq returns a GET from remote with the given header name/value pairs.
+func clientIPReq(remote string, kv ...string) *http.Request { return newRequest("GET", remote, kv...) }
 
 // clientIPMustKey calls key on r and fails the test on an error.
 func clientIPMustKey(t testing.TB, key func(*http.Request) (string, error), r *http.Request) string {

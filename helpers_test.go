@@ -29,11 +29,26 @@ func serve(h http.Handler, method, remote string) *httptest.ResponseRecorder {
 
 // serveWith is serve with one request header field, name: value, unless value is empty.
 func serveWith(h http.Handler, method, remote, name, value string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, "/", nil)
-	r.RemoteAddr = remote
-	if value != "" {
-		r.Header.Set(name, value)
+	if value == "" {
+		return serveRequest(h, newRequest(method, remote))
 	}
+	return serveRequest(h, newRequest(method, remote, name, value))
+}
+
+// newRequest is the tests' one request builder: a request for http://api.test/ from remote
+// (host:port) with the given header name/value pairs, added in order, so that a name given twice
+// makes two header lines.
+func newRequest(method, remote string, kv ...string) *http.Request {
+	r := httptest.NewRequest(method, "http://api.test/", nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Header.Add(kv[i], kv[i+1])
+	}
+	return r
+}
+
+// serveRequest sends r through h and returns what h answered.
+func serveRequest(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w

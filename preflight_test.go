@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -44,22 +43,14 @@ func corsMiddleware(passthrough bool) func(http.Handler) http.Handler {
 
 // corsRequest returns a request from the page at origin: a preflight when preflight is set.
 func corsRequest(method, origin string, preflight bool) *http.Request {
-	r := httptest.NewRequest(method, "http://api.test/", nil)
-	r.RemoteAddr = "192.0.2.1:1234"
+	var kv []string
 	if origin != "" {
-		r.Header.Set("Origin", origin)
+		kv = append(kv, "Origin", origin)
 	}
 	if preflight {
-		r.Header.Set("Access-Control-Request-Method", "GET")
-		r.Header.Set("Access-Control-Request-Headers", "x-custom")
+		kv = append(kv, "Access-Control-Request-Method", "GET", "Access-Control-Request-Headers", "x-custom")
 	}
-	return r
-}
-
-func serveRequest(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
+	return newRequest(method, "192.0.2.1:1234", kv...)
 }
 
 // TestPreflightNotCounted sends many CORS preflights, then the actual requests, through a
