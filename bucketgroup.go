@@ -106,7 +106,6 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		}
 	}
 	var d Decision
-	ds := make([]Decision, len(st))
 	for i := range st {
 		s := &st[i]
 		switch {
@@ -122,13 +121,14 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		t.mu.Unlock()
 	}
 	lag := at.Sub(now)
-	for i := range st {
-		st[i].d.late(lag)
-		ds[i] = st[i].d
-	}
 	d.Allowed = admitted
 	d.late(lag)
-	if len(ds) > 1 {
+	if len(st) > 1 {
+		ds := make([]Decision, len(st))
+		for i := range st {
+			st[i].d.late(lag)
+			ds[i] = st[i].d
+		}
 		d.layers = &ds
 	}
 	return d, nil
