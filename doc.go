@@ -72,6 +72,17 @@
 // or refused. A request shaped as one that no CORS middleware answers, behind a handler that
 // serves every method, is counted and limited as any other (see preflight.go).
 //
+// # Traefik
+//
+// Traefik runs its plugins in Yaegi, an interpreter of Go source, not in compiled Go, and Yaegi
+// v0.16.1 runs none of this repository's packages: it lacks atomic.Pointer[T] (package
+// internal/header's Date cache, which every package here imports), the min and max builtins
+// (Go 1.21) and range over an int (Go 1.22), and it mis-assigns a pointer passed as an interface
+// beside variadic arguments (in Limit). About 70 lines of workarounds would make the root package,
+// gateway and retryclient run there; they are not made, since they would cost the compiled code
+// its clarity for an interpreter the other gateways do not use. In Traefik, put a gateway built
+// on package gateway in front of it, or this middleware in the service behind it.
+//
 // # The other side
 //
 // [ParseRetryAfter] is the strict reader of Retry-After that this package's own responses are
