@@ -214,10 +214,12 @@ func (k RepairKind) String() string {
 // Retry-After-Ms (Azure, OpenAI) in milliseconds; RateLimit (the rate-limit drafts from 08),
 // the largest t of the policies whose r is 0, or the reset of draft 07's form when its
 // remaining is 0; RateLimit-Reset (drafts up to 06, tollbooth), then X-RateLimit-Reset
-// (GitHub, ulule/limiter, Tyk), each in delay-seconds below 10^9 and from there a Unix time (in
-// milliseconds from 10^12), since no limiter means a delay of 32 years and every Unix time
-// sent today is above it; a Unix time is measured against the upstream's Date like a date, and
-// read as the end of the second it names unless ExactDates is set.
+// (GitHub, ulule/limiter, Tyk), each in delay-seconds, or a Unix time when the number is more
+// than half the Unix time of the upstream's Date (or of the gateway's clock), in milliseconds
+// when more than half that in milliseconds: in 2026 the line is about 900 million seconds, a
+// delay of 28 years that no limiter means and an instant of 1998 that no reset names. A Unix
+// time is measured against the upstream's Date like a date, and read as the end of the second
+// it names unless ExactDates is set.
 //
 // Then:
 //

@@ -56,8 +56,10 @@ const (
 // When Retry-After is missing or unusable, the first of these that says when
 // gives the server's wait: Retry-After-Ms (Azure, OpenAI), in milliseconds;
 // the t of the RateLimit policies with no quota left (the rate-limit drafts);
-// RateLimit-Reset; X-RateLimit-Reset, in delay-seconds or, from 10^9 on, as a
-// Unix time (GitHub, ulule/limiter, Tyk), measured against Date like a date.
+// RateLimit-Reset; X-RateLimit-Reset, in delay-seconds or as a Unix time
+// (GitHub, ulule/limiter, Tyk) when the number is more than half the Unix
+// time of Date (in 2026, 28 years as a delay), measured against Date like a
+// date.
 //
 // Retry-After on other statuses is not honoured. Otherwise (no Retry-After,
 // or one that is negative, in exponent or hex form, a list, several lines

@@ -26,13 +26,20 @@ const (
 	XRateLimitReset = "X-Ratelimit-Reset"
 )
 
-// Where a reset field's number stops being a delay and starts being an instant: 10^9 seconds is
-// nearly 32 years as a delay, which no limiter means, and 9 September 2001 as a Unix time, before
-// any reset sent today; 10^12 is the same instant in milliseconds.
-const (
-	epochSeconds = 1_000_000_000
-	epochMillis  = 1_000_000_000_000
-)
+// minEpoch is the least number of seconds read as a Unix time in a reset field, whatever the
+// reference: 3 years as a delay, 1973 as an instant.
+const minEpoch = 100_000_000
+
+// epochFrom returns the least number a reset field reads as a Unix time in seconds, and in
+// milliseconds, against the reference instant ref: half of ref's own Unix time (in 2026 about
+// 900 million seconds, 28 years as a delay, which no limiter means, and 1998 as an instant,
+// which no reset names), at least minEpoch. It follows the reference, not the calendar, so
+// that a server whose clock is far off (or fake, in a test) is read the same way.
+func epochFrom(ref time.Time) (seconds, millis uint64) {
+	s := max(ref.Unix()/2, minEpoch)
+	ms := max(ref.UnixMilli()/2, minEpoch*1000)
+	return uint64(s), uint64(ms)
+}
 
 // ReadWait reads the wait that a response asks for: its Retry-After as [ReadRetryAfter] reads
 // it and, with [Refusal], when Retry-After is missing or unusable, the first of these fields that
@@ -42,10 +49,12 @@ const (
 //   - RateLimit: the largest t of the policies whose r is 0 (each of them has to reset before a
 //     retry can pass), or the draft-07 reset when its remaining is 0; a policy with quota left
 //     says nothing about when the refused request may come back;
-//   - RateLimit-Reset, then X-RateLimit-Reset: delay-seconds below 10^9; from 10^9 a Unix time
-//     in seconds, and from 10^12 in milliseconds, measured like a date against the response's
-//     Date (or now) and, when in whole seconds, read as the end of the second it names unless
-//     mode has [ExactDates].
+//   - RateLimit-Reset, then X-RateLimit-Reset: delay-seconds, or a Unix time when the number is
+//     more than half the Unix time of the response's Date (or of now), in seconds, or in
+//     milliseconds when more than half that in milliseconds (see epochFrom: a delay that long
+//     is meant by no limiter, a reset that far back is sent by none); a Unix time is measured
+//     like a date against Date (or now) and, when in whole seconds, read as the end of the
+//     second it names unless mode has [ExactDates].
 //
 // A number may have a leading "+" or a decimal fraction (rounded up to the field's unit), both
 // reported in Leniency; on a refusal a 0, or an instant not after its reference, means a wait
@@ -69,13 +78,15 @@ func ReadWait(h http.Header, now time.Time, mode ReadMode) Reading {
 			continue
 		}
 		whole, frac, lenient, ok := readNumber(v)
-		switch {
-		case !ok:
+		if !ok {
 			continue
-		case whole < epochSeconds:
+		}
+		ref, how := reference(h, now)
+		seconds, millis := epochFrom(ref)
+		if whole < seconds {
 			return delayReading(name, whole, frac, time.Second, lenient)
 		}
-		if r := epochReading(name, whole, frac, lenient, h, now, mode); r.OK {
+		if r := epochReading(name, whole, frac, whole >= millis, lenient|how, ref, mode); r.OK {
 			return r
 		}
 	}
@@ -102,11 +113,9 @@ func delayReading(field string, whole uint64, frac string, unit time.Duration, l
 	return Reading{Wait: d, OK: true, Leniency: lenient, Field: field}
 }
 
-// epochReading is the Reading of a Unix time, in seconds or (from epochMillis) milliseconds,
-// measured as readDate measures a date.
-func epochReading(field string, whole uint64, frac string, lenient Leniency, h http.Header, now time.Time, mode ReadMode) Reading {
-	ref, how := reference(h, now)
-	lenient |= how
+// epochReading is the Reading of a Unix time, in seconds or milliseconds, measured against ref
+// as readDate measures a date.
+func epochReading(field string, whole uint64, frac string, millis bool, lenient Leniency, ref time.Time, mode ReadMode) Reading {
 	var t time.Time
 	cut := true // cut to the second, as a date is
 	if frac != "" {
@@ -114,7 +123,7 @@ func epochReading(field string, whole uint64, frac string, lenient Leniency, h h
 	}
 	roundUp := strings.Trim(frac, "0") != ""
 	switch {
-	case whole >= epochMillis:
+	case millis:
 		t = time.UnixMilli(int64(min(whole, math.MaxInt64)))
 		if roundUp {
 			t = t.Add(time.Millisecond)

@@ -67,7 +67,13 @@ func TestReadWait(t *testing.T) {
 
 		// X-RateLimit-Reset: delay-seconds or a Unix time.
 		{name: "X delay-seconds", h: http.Header{"X-Ratelimit-Reset": {"42"}}, rounded: 42 * s, exact: 42 * s, field: XRateLimitReset},
-		{name: "X largest delay", h: http.Header{"X-Ratelimit-Reset": {"999999999"}}, rounded: 999999999 * s, exact: 999999999 * s, field: XRateLimitReset},
+		{name: "X largest delay", h: http.Header{"X-Ratelimit-Reset": {strconv.FormatInt(instant0.Unix()/2-1, 10)}},
+			rounded: time.Duration(instant0.Unix()/2-1) * s, exact: time.Duration(instant0.Unix()/2-1) * s, field: XRateLimitReset},
+		{name: "X smallest epoch is far past", h: http.Header{"X-Ratelimit-Reset": {strconv.FormatInt(instant0.Unix()/2, 10)}}, rounded: noWait},
+		{name: "X epoch against a Date of 2000", h: http.Header{"X-Ratelimit-Reset": {"946684810"}, "Date": {"Sat, 01 Jan 2000 00:00:00 GMT"}},
+			rounded: 11 * s, exact: 10 * s, field: XRateLimitReset},
+		{name: "X delay against a Date of 1970", h: http.Header{"X-Ratelimit-Reset": {"30"}, "Date": {"Thu, 01 Jan 1970 00:00:00 GMT"}},
+			rounded: 30 * s, exact: 30 * s, field: XRateLimitReset},
 		{name: "X epoch against Date", h: http.Header{"X-Ratelimit-Reset": {epochPlus(10)}, "Date": {date}},
 			rounded: 11 * s, exact: 10 * s, field: XRateLimitReset},
 		{name: "X epoch against a skewed Date", h: http.Header{"X-Ratelimit-Reset": {epochPlus(3600 + 10)}, "Date": {"Sun, 29 Nov 2026 13:00:00 GMT"}},
@@ -120,13 +126,14 @@ func TestReadWaitOnlyRefusals(t *testing.T) {
 	}
 }
 
-// TestReadWaitEpochs checks the reading of Unix times against many random Dates, skews and
-// waits: a reset cut to the second reads as the end of that second measured against Date,
+// TestReadWaitEpochs checks the reading of Unix times against many random Dates of two
+// centuries, skews and waits: a reset cut to the second reads as the end of that second measured against Date,
 // whatever the local clock says, and one sent as delay-seconds reads as itself.
 func TestReadWaitEpochs(t *testing.T) {
 	r := rand.New(rand.NewPCG(33, 32))
 	for range 5000 {
-		server := instant0.Add(time.Duration(r.Int64N(int64(100 * 365 * 24 * time.Hour)))).Truncate(time.Second)
+		// From 1980 to 2180: the reading follows the server's clock, not the calendar.
+		server := time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(r.Int64N(int64(200 * 365 * 24 * time.Hour)))).Truncate(time.Second)
 		local := server.Add(time.Duration(r.Int64N(int64(2*time.Hour))) - time.Hour) // the client's clock, up to an hour off
 		secs := 1 + r.Int64N(86400)
 		h := http.Header{"Date": {server.Format(http.TimeFormat)}, "X-Ratelimit-Reset": {strconv.FormatInt(server.Unix()+secs, 10)}}
