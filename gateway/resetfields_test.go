@@ -164,3 +164,17 @@ func FuzzNormalizerResetFields(f *testing.F) {
 		}
 	})
 }
+
+// TestNormalizerNilHeader checks that a 429 with no header at all passes untouched by default
+// and gets a header of its own with FillMissing.
+func TestNormalizerNilHeader(t *testing.T) {
+	resp := &http.Response{StatusCode: http.StatusTooManyRequests}
+	new(Normalizer).ModifyResponse(resp)
+	if resp.Header != nil {
+		t.Errorf("header %q, want none", resp.Header)
+	}
+	(&Normalizer{Now: func() time.Time { return t0 }, FillMissing: true}).ModifyResponse(resp)
+	if got := resp.Header["Retry-After"]; !slices.Equal(got, []string{"5"}) || resp.Header.Get("Date") != imfDate(t0) {
+		t.Errorf("header %q, want Retry-After: 5 and the gateway's Date", resp.Header)
+	}
+}
