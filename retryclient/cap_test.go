@@ -8,6 +8,11 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // TestTransportWaitAboveCap checks, over many random waits and caps, that a server's wait
@@ -126,5 +131,60 @@ func TestBackoffResetFields(t *testing.T) {
 		if got := b.Wait(tt.resp, 1); got != tt.want {
 			t.Errorf("%d %v: Wait = %v, want %v", tt.resp.StatusCode, tt.resp.Header, got, tt.want)
 		}
+	}
+}
+
+// TestRoundTripResetFieldsOnly puts the Transport in front of the middleware with its rate-limit
+// fields on, behind something that strips Retry-After from its 429s and keeps only one of the
+// fields that say when: over random rates and bursts, a client that spends the burst and asks
+// once more is retried once, after exactly the wait the middleware meant, and admitted.
+func TestRoundTripResetFieldsOnly(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 3))
+	keep := []string{"Ratelimit", "X-Ratelimit-Reset"}
+	for i := range 60 {
+		every := time.Duration(1+r.IntN(20000)) * time.Millisecond
+		burst := 1 + r.IntN(5)
+		field := keep[i%len(keep)]
+		synctest.Test(t, func(t *testing.T) {
+			limited := retryafter.Limit(rate.Every(every), burst, retryafter.WithClock(time.Now),
+				retryafter.WithRateLimitFields(""), retryafter.WithLegacyRateLimitFields(true))(ok)
+			srv := roundTripServer{h: limited, remote: "192.0.2.1:1234"}
+			var tries []time.Time
+			var stated string
+			strip := transportFunc(func(req *http.Request) (*http.Response, error) {
+				tries = append(tries, time.Now())
+				resp, err := srv.RoundTrip(req)
+				if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+					stated = resp.Header.Get(field)
+					for _, name := range []string{"Retry-After", "Ratelimit", "X-Ratelimit-Reset"} {
+						if name != field {
+							delete(resp.Header, name)
+						}
+					}
+				}
+				return resp, err
+			})
+			client := &http.Client{Transport: &Transport{Base: strip, MaxAttempts: 2}}
+			for range burst {
+				if resp, err := client.Get("http://example.test/"); err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("spending the burst: %v, %v", resp, err)
+				}
+			}
+			tries = nil
+			resp, err := client.Get("http://example.test/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || len(tries) != 2 {
+				t.Fatalf("every %v, burst %d, only %s (%q): %d after %d tries; want 200 on the first retry",
+					every, burst, field, stated, resp.StatusCode, len(tries))
+			}
+			// On a 429 both fields state the Retry-After they replace: a token's wait, rounded up.
+			want := time.Duration(header.DelaySeconds(every)) * time.Second
+			if gap := tries[1].Sub(tries[0]); gap != want {
+				t.Errorf("every %v, burst %d, only %s (%q): retried after %v, want %v", every, burst, field, stated, gap, want)
+			}
+		})
 	}
 }
