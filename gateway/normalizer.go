@@ -111,9 +111,10 @@ type Repair struct {
 	UpstreamRetryAfter []string
 	UpstreamDate       []string
 
-	// Leniency says how the upstream's Retry-After departed from RFC 9110 and was read as
-	// its sender meant; 0 when it conformed or could not be read at all. It is set for every
-	// Kind: a value read leniently may also have been clamped.
+	// Leniency says how the value read (Retry-After, or the field named by Field) departed
+	// from RFC 9110 or from its field's form, and was read as its sender meant; 0 when it
+	// conformed or could not be read at all. It is set for every Kind: a value read leniently
+	// may also have been clamped.
 	Leniency Leniency
 
 	// Understood is the wait the gateway read from the upstream's field named by Field,
