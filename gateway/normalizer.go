@@ -123,8 +123,8 @@ type Repair struct {
 	Understood time.Duration
 
 	// Field is the canonical name of the upstream's field that Understood was read from:
-	// "Retry-After", or for RepairDerived one of "Retry-After-Ms", "Ratelimit",
-	// "Ratelimit-Reset" and "X-Ratelimit-Reset"; "" when none was read.
+	// "Retry-After", or for RepairDerived one of "Retry-After-Ms", "X-Ms-Retry-After-Ms",
+	// "Ratelimit", "Ratelimit-Reset" and "X-Ratelimit-Reset"; "" when none was read.
 	Field string
 
 	// ClientRetryAfter is the Retry-After the client got, in whole seconds, or 0 when it
@@ -212,7 +212,7 @@ func (k RepairKind) String() string {
 //
 // On a 429 or 503 whose Retry-After is missing or unusable, unless RetryAfterOnly is set, the
 // first of the upstream's reset fields that says when gives the wait, read as generously:
-// Retry-After-Ms (Azure, OpenAI) in milliseconds; RateLimit (the rate-limit drafts from 08),
+// Retry-After-Ms (Azure, OpenAI), then X-Ms-Retry-After-Ms (Azure), in milliseconds; RateLimit (the rate-limit drafts from 08),
 // the largest t of the policies whose r is 0, or the reset of draft 07's form when its
 // remaining is 0; RateLimit-Reset (drafts up to 06, tollbooth), then X-RateLimit-Reset
 // (GitHub, ulule/limiter, Tyk), each in delay-seconds, or a Unix time when the number is more
@@ -322,7 +322,7 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 // hasResetField reports whether h has one of the fields that [header.ReadWait] reads besides
 // Retry-After.
 func hasResetField(h http.Header) bool {
-	for _, name := range [...]string{header.RetryAfterMs, header.RateLimit, header.RateLimitReset, header.XRateLimitReset} {
+	for _, name := range [...]string{header.RetryAfterMs, header.XMsRetryAfterMs, header.RateLimit, header.RateLimitReset, header.XRateLimitReset} {
 		if len(h[name]) != 0 {
 			return true
 		}

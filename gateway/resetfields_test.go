@@ -36,6 +36,8 @@ func TestNormalizerResetFields(t *testing.T) {
 	}{
 		{name: "retry-after-ms", status: 429, fields: http.Header{"Retry-After-Ms": {"1200"}},
 			want: "2", kind: RepairDerived, field: "Retry-After-Ms", understd: 1200 * time.Millisecond},
+		{name: "x-ms-retry-after-ms", status: 503, fields: http.Header{"X-Ms-Retry-After-Ms": {"300"}},
+			want: "1", kind: RepairDerived, field: "X-Ms-Retry-After-Ms", understd: 300 * time.Millisecond},
 		{name: "RateLimit t", status: 429, fields: http.Header{"Ratelimit": {`"default";r=0;t=7`}},
 			want: "7", kind: RepairDerived, field: "Ratelimit", understd: 7 * time.Second},
 		{name: "RateLimit-Reset (tollbooth, draft 06)", status: 429, fields: http.Header{"Ratelimit-Reset": {"3"}},
@@ -129,7 +131,7 @@ func FuzzNormalizerResetFields(f *testing.F) {
 	f.Add(true, uint8(2), "0", "")
 	f.Add(true, uint8(3), "1796040010", "Sun, 29 Nov 2026 13:00:00 GMT")
 	f.Add(false, uint8(3), "1796040000000.5", "Sun, 29 Nov 2026 12:00:00 UTC")
-	fields := [...]string{"Retry-After-Ms", "Ratelimit", "Ratelimit-Reset", "X-Ratelimit-Reset"}
+	fields := [...]string{"Retry-After-Ms", "Ratelimit", "Ratelimit-Reset", "X-Ratelimit-Reset", "X-Ms-Retry-After-Ms"}
 	const maxWait = 90 * time.Second
 	now := t0.Add(300 * time.Millisecond)
 	f.Fuzz(func(t *testing.T, tooMany bool, which uint8, value, date string) {

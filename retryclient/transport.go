@@ -54,7 +54,8 @@ const (
 //     that truncates its waits sends it: one second.
 //
 // When Retry-After is missing or unusable, the first of these that says when
-// gives the server's wait: Retry-After-Ms (Azure, OpenAI), in milliseconds;
+// gives the server's wait: Retry-After-Ms (Azure, OpenAI) or
+// X-Ms-Retry-After-Ms (Azure), in milliseconds;
 // the t of the RateLimit policies with no quota left (the rate-limit drafts);
 // RateLimit-Reset; X-RateLimit-Reset, in delay-seconds or as a Unix time
 // (GitHub, ulule/limiter, Tyk) when the number is more than half the Unix
@@ -178,8 +179,8 @@ type WaitTooLongError struct {
 	Cap time.Duration
 
 	// Field is the canonical name of the response's field that said so:
-	// "Retry-After", "Retry-After-Ms", "Ratelimit", "Ratelimit-Reset" or
-	// "X-Ratelimit-Reset".
+	// "Retry-After", "Retry-After-Ms", "X-Ms-Retry-After-Ms", "Ratelimit",
+	// "Ratelimit-Reset" or "X-Ratelimit-Reset".
 	Field string
 }
 

@@ -13,6 +13,9 @@ const (
 	// RetryAfterMs is Retry-After in milliseconds (Azure, OpenAI).
 	RetryAfterMs = "Retry-After-Ms"
 
+	// XMsRetryAfterMs is the same, as Azure's older services (Cosmos DB, Storage) name it.
+	XMsRetryAfterMs = "X-Ms-Retry-After-Ms"
+
 	// RateLimit is the field of draft-ietf-httpapi-ratelimit-headers-08 and later, a list of
 	// policies: "default";r=0;t=30 (r the quota left, t the seconds until it resets). Draft 07
 	// wrote one policy as a dictionary: limit=10, remaining=0, reset=30.
@@ -45,7 +48,7 @@ func epochFrom(ref time.Time) (seconds, millis uint64) {
 // it and, with [Refusal], when Retry-After is missing or unusable, the first of these fields that
 // says when, in this order, read as generously and reported in Reading.Field:
 //
-//   - Retry-After-Ms: milliseconds;
+//   - Retry-After-Ms, then X-Ms-Retry-After-Ms: milliseconds;
 //   - RateLimit: the largest t of the policies whose r is 0 (each of them has to reset before a
 //     retry can pass), or the draft-07 reset when its remaining is 0; a policy with quota left
 //     says nothing about when the refused request may come back;
@@ -64,9 +67,11 @@ func ReadWait(h http.Header, now time.Time, mode ReadMode) Reading {
 	if r.OK || mode&Refusal == 0 {
 		return r
 	}
-	if v, ok := singleFieldValue(h[RetryAfterMs]); ok {
-		if whole, frac, lenient, ok := readNumber(v); ok {
-			return delayReading(RetryAfterMs, whole, frac, time.Millisecond, lenient)
+	for _, name := range [...]string{RetryAfterMs, XMsRetryAfterMs} {
+		if v, ok := singleFieldValue(h[name]); ok {
+			if whole, frac, lenient, ok := readNumber(v); ok {
+				return delayReading(name, whole, frac, time.Millisecond, lenient)
+			}
 		}
 	}
 	if whole, frac, lenient, ok := readRateLimit(h[RateLimit]); ok {

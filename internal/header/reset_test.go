@@ -40,6 +40,9 @@ func TestReadWait(t *testing.T) {
 		{name: "ms 0", h: http.Header{"Retry-After-Ms": {"0"}}, rounded: ms, exact: ms, field: RetryAfterMs, lenient: LenientZero},
 		{name: "ms negative", h: http.Header{"Retry-After-Ms": {"-5"}}, rounded: noWait},
 		{name: "ms saturated", h: http.Header{"Retry-After-Ms": {"99999999999999999999999"}}, rounded: math.MaxInt64, exact: math.MaxInt64, field: RetryAfterMs},
+		{name: "x-ms-retry-after-ms", h: http.Header{"X-Ms-Retry-After-Ms": {"40"}}, rounded: 40 * ms, exact: 40 * ms, field: XMsRetryAfterMs},
+		{name: "Retry-After-Ms before x-ms-retry-after-ms", h: http.Header{"Retry-After-Ms": {"30"}, "X-Ms-Retry-After-Ms": {"40"}},
+			rounded: 30 * ms, exact: 30 * ms, field: RetryAfterMs},
 		{name: "ms lines disagree, then X-RateLimit-Reset", h: http.Header{"Retry-After-Ms": {"1", "2"}, "X-Ratelimit-Reset": {"3"}},
 			rounded: 3 * s, exact: 3 * s, field: XRateLimitReset},
 
@@ -180,7 +183,7 @@ func FuzzReadWait(f *testing.F) {
 	f.Add("", "", "", "", "1796040010000", "Sun, 29 Nov 2026 12:00:00 UTC")
 	f.Fuzz(func(t *testing.T, retryAfter, ms, rateLimit, reset, xReset, date string) {
 		h := http.Header{}
-		for name, v := range map[string]string{"Retry-After": retryAfter, "Retry-After-Ms": ms,
+		for name, v := range map[string]string{"Retry-After": retryAfter, "Retry-After-Ms": ms, "X-Ms-Retry-After-Ms": reset,
 			"Ratelimit": rateLimit, "Ratelimit-Reset": reset, "X-Ratelimit-Reset": xReset, "Date": date} {
 			if v != "" {
 				h[name] = strings.Split(v, "\n")
