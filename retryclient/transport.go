@@ -55,12 +55,11 @@ const (
 //
 // When Retry-After is missing or unusable, the first of these that says when
 // gives the server's wait: Retry-After-Ms (Azure, OpenAI) or
-// X-Ms-Retry-After-Ms (Azure), in milliseconds;
-// the t of the RateLimit policies with no quota left (the rate-limit drafts);
-// RateLimit-Reset; X-RateLimit-Reset, in delay-seconds or as a Unix time
-// (GitHub, ulule/limiter, Tyk) when the number is more than half the Unix
-// time of Date (in 2026, 28 years as a delay), measured against Date like a
-// date.
+// X-Ms-Retry-After-Ms (Azure), in milliseconds; the t of the RateLimit
+// policies with no quota left (the rate-limit drafts); RateLimit-Reset;
+// X-RateLimit-Reset, in delay-seconds or as a Unix time (GitHub,
+// ulule/limiter, Tyk) when the number is more than half the Unix time of Date
+// (in 2026, 28 years as a delay), measured against Date like a date.
 //
 // Retry-After on other statuses is not honoured. Otherwise (no Retry-After,
 // or one that is negative, in exponent or hex form, a list, several lines
@@ -100,24 +99,25 @@ type Backoff struct {
 	// [math/rand/v2.Float64].
 	Rand func() float64
 
-	// Now reads the local clock, which is needed only when a Retry-After
-	// date comes without a valid Date field. If nil, the default is
+	// Now reads the local clock, which is needed only when a date or a
+	// Unix time comes without a valid Date field. If nil, the default is
 	// [time.Now].
 	Now func() time.Time
 
-	// ExactDates waits until the very instant a Retry-After date names. If
-	// false, the default, a date is read as the end of the second it names,
-	// one second later: most servers cut the instant they mean to the second
-	// (sethvargo/go-limiter, anything formatted with time.Format), and a
-	// client sent back at the start of that second arrives early about half
-	// the time, to be refused. Set it for servers known to round their dates
-	// up, as retryafter.Maintenance does, to spare their clients that second.
+	// ExactDates waits until the very instant a Retry-After date (or a Unix
+	// time in whole seconds) names. If false, the default, a date is read as
+	// the end of the second it names, one second later: most servers cut the
+	// instant they mean to the second (sethvargo/go-limiter, ulule/limiter,
+	// anything formatted with time.Format), and a client sent back at the
+	// start of that second arrives early about half the time, to be refused.
+	// Set it for servers known to round their dates up, as
+	// retryafter.Maintenance does, to spare their clients that second.
 	ExactDates bool
 }
 
 // Wait returns how long to wait before the try after attempt, the 1-based
-// number of the try that received resp, at most Cap: the wait of [Backoff.Delay],
-// capped. resp may be nil (the try failed without a response); an attempt
+// number of the try that received resp: the wait of [Backoff.Delay], at most
+// Cap. resp may be nil (the try failed without a response); an attempt
 // below 1 counts as 1. Wait does not read or close resp.Body. A nil *Backoff
 // uses the defaults.
 func (b *Backoff) Wait(resp *http.Response, attempt int) time.Duration {
