@@ -59,12 +59,13 @@ type Normalizer struct {
 	// as RepairDerived.
 	RetryAfterOnly bool
 
-	// ExactDates reads an upstream's Retry-After date as the very instant it names. If false,
-	// the default, a date is read as the end of the second it names, one second later: most
-	// upstreams cut the instant they mean to the second (sethvargo/go-limiter, anything
-	// formatted with time.Format), and a client sent back at the start of that second arrives
-	// early about half the time, to be refused. Set it for upstreams known to round their dates
-	// up, as retryafter.Maintenance does, to spare their clients that second.
+	// ExactDates reads an upstream's Retry-After date, and a Unix time in whole seconds in a
+	// reset field, as the very instant it names. If false, the default, a date is read as the
+	// end of the second it names, one second later: most upstreams cut the instant they mean to
+	// the second (sethvargo/go-limiter, ulule/limiter, anything formatted with time.Format),
+	// and a client sent back at the start of that second arrives early about half the time, to
+	// be refused. Set it for upstreams known to round their dates up, as retryafter.Maintenance
+	// does, to spare their clients that second.
 	ExactDates bool
 
 	// OnRepair, if not nil, is told of every response whose Retry-After was repaired, so that
