@@ -88,3 +88,31 @@ func ExampleNormalizer_ModifyResponse() {
 	// "1.5"  2 Sun, 29 Nov 2026 12:00:00 GMT
 	// "soon" 3 Sun, 29 Nov 2026 12:00:00 GMT
 }
+
+// An upstream that says no Retry-After but when its limit resets in another field: ulule/limiter,
+// GitHub and Tyk send X-RateLimit-Reset as a Unix time (here 10 s after the upstream's Date, read
+// to the end of that second), Azure and OpenAI retry-after-ms, the rate-limit drafts RateLimit's
+// t. The client gets the wait as Retry-After, and the repair names the field.
+func ExampleNormalizer_resetFields() {
+	n := &gateway.Normalizer{
+		Now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) },
+		OnRepair: func(r gateway.Repair) {
+			fmt.Printf("%s from %s: %v, sent as %v\n", r.Kind, r.Field, r.Understood, r.ClientRetryAfter)
+		},
+	}
+	for _, h := range []http.Header{
+		{"X-Ratelimit-Reset": {"1795953610"}, "Date": {"Sun, 29 Nov 2026 12:00:00 GMT"}},
+		{"Retry-After-Ms": {"1500"}},
+		{"Ratelimit": {`"default";r=0;t=30`}},
+	} {
+		n.ModifyResponse(&http.Response{StatusCode: http.StatusTooManyRequests, Header: h})
+		fmt.Println("Retry-After:", h.Get("Retry-After"))
+	}
+	// Output:
+	// derived from X-Ratelimit-Reset: 11s, sent as 11s
+	// Retry-After: 11
+	// derived from Retry-After-Ms: 1.5s, sent as 2s
+	// Retry-After: 2
+	// derived from Ratelimit: 30s, sent as 30s
+	// Retry-After: 30
+}

@@ -6,7 +6,8 @@
 //
 // Every client behind it gets Retry-After in delay-seconds, which depends on nobody's clock,
 // with a Date from the gateway's own clock. What the upstream sent is read the way it evidently
-// meant it, and each value that did not conform is reported with what was understood.
+// meant it, its rate-limit reset fields too when it sent no usable Retry-After, and each value
+// that did not conform is reported with what was understood.
 package gateway
 
 import (
@@ -41,22 +42,30 @@ type Normalizer struct {
 	// the default is 5 seconds.
 	Fallback time.Duration
 
-	// Max is the longest Retry-After passed on, rounded down to whole seconds; a longer one,
-	// which a wrong date or a runaway counter can produce, is clamped to it. If below one
-	// second, the default is 1 hour.
+	// Max is the longest Retry-After passed on, rounded down to whole seconds but at least one
+	// second, the shortest a refusal can say; a longer one, which a wrong date or a runaway
+	// counter can produce, is clamped to it. If zero or negative, the default is 1 hour.
 	Max time.Duration
 
-	// FillMissing gives a 429 or 503 that came without Retry-After the Fallback and the
-	// gateway's Date, so that clients back off for a known time instead of by their own
-	// rules. If false, the default, such a response passes untouched.
+	// FillMissing gives a 429 or 503 that came without Retry-After, and whose reset fields say
+	// nothing usable either, the Fallback and the gateway's Date, so that clients back off for a
+	// known time instead of by their own rules. If false, the default, such a response passes
+	// untouched.
 	FillMissing bool
 
-	// ExactDates reads an upstream's Retry-After date as the very instant it names. If false,
-	// the default, a date is read as the end of the second it names, one second later: most
-	// upstreams cut the instant they mean to the second (sethvargo/go-limiter, anything
-	// formatted with time.Format), and a client sent back at the start of that second arrives
-	// early about half the time, to be refused. Set it for upstreams known to round their dates
-	// up, as retryafter.Maintenance does, to spare their clients that second.
+	// RetryAfterOnly makes the Normalizer read Retry-After alone. If false, the default, a 429
+	// or 503 whose Retry-After is missing or unusable gets the wait that the first of the
+	// upstream's reset fields to say one meant (see ModifyResponse), and the repair is reported
+	// as RepairDerived.
+	RetryAfterOnly bool
+
+	// ExactDates reads an upstream's Retry-After date, and a Unix time in whole seconds in a
+	// reset field, as the very instant it names. If false, the default, a date is read as the
+	// end of the second it names, one second later: most upstreams cut the instant they mean to
+	// the second (sethvargo/go-limiter, ulule/limiter, anything formatted with time.Format),
+	// and a client sent back at the start of that second arrives early about half the time, to
+	// be refused. Set it for upstreams known to round their dates up, as retryafter.Maintenance
+	// does, to spare their clients that second.
 	ExactDates bool
 
 	// OnRepair, if not nil, is told of every response whose Retry-After was repaired, so that
@@ -71,9 +80,13 @@ type Normalizer struct {
 
 // limits returns the fallback and the cap in force.
 func (n *Normalizer) limits() (fallback, maxWait time.Duration) {
-	maxWait = n.Max.Truncate(time.Second)
-	if maxWait < time.Second {
+	switch {
+	case n.Max <= 0:
 		maxWait = defaultMax
+	case n.Max < time.Second:
+		maxWait = time.Second
+	default:
+		maxWait = n.Max.Truncate(time.Second)
 	}
 	fallback = n.Fallback
 	if fallback <= 0 {
@@ -99,15 +112,21 @@ type Repair struct {
 	UpstreamRetryAfter []string
 	UpstreamDate       []string
 
-	// Leniency says how the upstream's Retry-After departed from RFC 9110 and was read as
-	// its sender meant; 0 when it conformed or could not be read at all. It is set for every
-	// Kind: a value read leniently may also have been clamped.
+	// Leniency says how the value read (Retry-After, or the field named by Field) departed
+	// from RFC 9110 or from its field's form, and was read as its sender meant; 0 when it
+	// conformed or could not be read at all. It is set for every Kind: a value read leniently
+	// may also have been clamped.
 	Leniency Leniency
 
-	// Understood is the wait the gateway read from the upstream's Retry-After, measured
-	// against the upstream's Date (or the gateway's clock), before rounding to whole seconds
-	// and clamping; 0 when it read none (the value was unusable or missing).
+	// Understood is the wait the gateway read from the upstream's field named by Field,
+	// measured against the upstream's Date (or the gateway's clock), before rounding to whole
+	// seconds and clamping; 0 when it read none (the value was unusable or missing).
 	Understood time.Duration
+
+	// Field is the canonical name of the upstream's field that Understood was read from:
+	// "Retry-After", or for RepairDerived one of "Retry-After-Ms", "X-Ms-Retry-After-Ms",
+	// "Ratelimit", "Ratelimit-Reset" and "X-Ratelimit-Reset"; "" when none was read.
+	Field string
 
 	// ClientRetryAfter is the Retry-After the client got, in whole seconds, or 0 when it
 	// got none.
@@ -141,6 +160,11 @@ const (
 	// whose meaning was evident (Repair.Leniency says how it departed): the client got the
 	// delay-seconds it meant.
 	RepairUnderstood
+
+	// RepairDerived is a 429 or 503 whose Retry-After was missing or unusable, and whose wait
+	// was read from another field of the upstream's, named by Repair.Field: the client got it
+	// as delay-seconds. A derived wait above the cap is reported as RepairClamped.
+	RepairDerived
 )
 
 // String returns the kind's name in lower case, as "invalid" or "clamped".
@@ -156,6 +180,8 @@ func (k RepairKind) String() string {
 		return "removed"
 	case RepairUnderstood:
 		return "understood"
+	case RepairDerived:
+		return "derived"
 	}
 	return "RepairKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -185,12 +211,24 @@ func (k RepairKind) String() string {
 //     go-limiter a moment before its reset) sends it: the client gets 1, the smallest honest
 //     delay-seconds.
 //
+// On a 429 or 503 whose Retry-After is missing or unusable, unless RetryAfterOnly is set, the
+// first of the upstream's reset fields that says when gives the wait, read as generously:
+// Retry-After-Ms (Azure, OpenAI), then X-Ms-Retry-After-Ms (Azure), in milliseconds; RateLimit (the rate-limit drafts from 08),
+// the largest t of the policies whose r is 0, or the reset of draft 07's form when its
+// remaining is 0; RateLimit-Reset (drafts up to 06, tollbooth), then X-RateLimit-Reset
+// (GitHub, ulule/limiter, Tyk), each in delay-seconds, or a Unix time when the number is more
+// than half the Unix time of the upstream's Date (or of the gateway's clock), in milliseconds
+// when more than half that in milliseconds: in 2026 the line is about 900 million seconds, a
+// delay of 28 years that no limiter means and an instant of 1998 that no reset names. A Unix
+// time is measured against the upstream's Date like a date, and read as the end of the second
+// it names unless ExactDates is set.
+//
 // Then:
 //
 //   - A wait above 0 becomes delay-seconds, rounded up, and is clamped to Max.
-//   - On a 429 or 503, an unusable value (negative, an exponent, hex, a list, several lines
-//     that disagree, a date before Date, garbage) is replaced with the Fallback; a missing one
-//     gets the Fallback only with FillMissing.
+//   - On a 429 or 503 with nothing usable, an unusable Retry-After (negative, an exponent,
+//     hex, a list, several lines that disagree, a date before Date, garbage) is replaced with
+//     the Fallback; a missing one gets the Fallback only with FillMissing.
 //   - On a redirect, an unusable value or 0 is removed.
 //
 // OnRepair is told of every value that did not conform, with what was understood of it.
@@ -208,12 +246,9 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 	}
 	h := resp.Header
 	sent := h[header.RetryAfter]
-	if len(sent) == 0 && (redirect || !n.FillMissing) {
+	derive := !redirect && !n.RetryAfterOnly
+	if len(sent) == 0 && (redirect || !n.FillMissing && !(derive && hasResetField(h))) {
 		return nil
-	}
-	if h == nil {
-		h = make(http.Header)
-		resp.Header = h
 	}
 	sentDate := h[header.Date]
 
@@ -225,31 +260,40 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 	var kind RepairKind
 	var wait time.Duration
 	var read header.Reading
-	switch {
-	case len(sent) == 0:
-		wait, kind = fallback, RepairMissing
-	default:
-		var mode header.ReadMode
-		if !redirect {
-			mode |= header.Refusal
-		}
-		if n.ExactDates {
-			mode |= header.ExactDates
-		}
+	var mode header.ReadMode
+	if !redirect {
+		mode |= header.Refusal
+	}
+	if n.ExactDates {
+		mode |= header.ExactDates
+	}
+	if derive {
+		read = header.ReadWait(h, now, mode)
+	} else if len(sent) != 0 {
 		read = header.ReadRetryAfter(h, now, mode)
-		wait = read.Wait
-		switch {
-		case (!read.OK || wait <= 0) && redirect:
-			wait, kind = 0, RepairRemoved
-		case !read.OK:
-			wait, kind = fallback, RepairInvalid
-		case wait > maxWait:
-			wait, kind = maxWait, RepairClamped
-		case read.Leniency != 0:
-			kind = RepairUnderstood
-		}
+	}
+	wait = read.Wait
+	switch {
+	case (!read.OK || wait <= 0) && redirect:
+		wait, kind = 0, RepairRemoved
+	case !read.OK && len(sent) != 0:
+		wait, kind = fallback, RepairInvalid
+	case !read.OK && !n.FillMissing:
+		return nil // reset fields that say nothing usable either
+	case !read.OK:
+		wait, kind = fallback, RepairMissing
+	case wait > maxWait:
+		wait, kind = maxWait, RepairClamped
+	case read.Field != header.RetryAfter:
+		kind = RepairDerived
+	case read.Leniency != 0:
+		kind = RepairUnderstood
 	}
 
+	if h == nil {
+		h = make(http.Header)
+		resp.Header = h
+	}
 	lines := new(header.Lines)
 	h[header.Date] = lines.Line(n.date.Format(now))
 	var secs int64
@@ -269,9 +313,21 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 			UpstreamDate:       sentDate,
 			Leniency:           Leniency(read.Leniency),
 			Understood:         read.Wait,
+			Field:              read.Field,
 			ClientRetryAfter:   time.Duration(secs) * time.Second,
 			ClientDate:         now.Truncate(time.Second).UTC(),
 		})
 	}
 	return nil
+}
+
+// hasResetField reports whether h has one of the fields that [header.ReadWait] reads besides
+// Retry-After.
+func hasResetField(h http.Header) bool {
+	for _, name := range [...]string{header.RetryAfterMs, header.XMsRetryAfterMs, header.RateLimit, header.RateLimitReset, header.XRateLimitReset} {
+		if len(h[name]) != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -501,8 +501,9 @@ func TestNormalizerEndToEnd(t *testing.T) {
 }
 
 // TestNormalizerFieldDefaults checks that a field out of range means its default (a Fallback of
-// 0 or less: 5 s; a Max below one second: 1 h) rather than a Retry-After of 0 or a cap below
-// one second, that the smallest values in range are used as set, and that a Fallback above Max
+// 0 or less: 5 s; a Max of 0 or less: 1 h) rather than a Retry-After of 0, that a Max above 0 but
+// below one second is one second (the shortest Retry-After a refusal can carry), never the
+// default hour, that the smallest values in range are used as set, and that a Fallback above Max
 // is clamped to Max.
 func TestNormalizerFieldDefaults(t *testing.T) {
 	tests := []struct {
@@ -516,14 +517,16 @@ func TestNormalizerFieldDefaults(t *testing.T) {
 		{name: "Fallback 0", fallback: 0, retryAfter: "soon", want: "5", kind: RepairInvalid},
 		{name: "Fallback -1s", fallback: -time.Second, retryAfter: "soon", want: "5", kind: RepairInvalid},
 		{name: "Fallback -1s, missing", fallback: -time.Second, want: "5", kind: RepairMissing},
-		{name: "Max 999ms", max: 999 * time.Millisecond, retryAfter: "7200", want: "3600", kind: RepairClamped},
+		{name: "Max 999ms is 1s", max: 999 * time.Millisecond, retryAfter: "7200", want: "1", kind: RepairClamped},
+		{name: "Max 1ns is 1s", max: 1, retryAfter: "2", want: "1", kind: RepairClamped},
 		{name: "Max 0", max: 0, retryAfter: "7200", want: "3600", kind: RepairClamped},
 		{name: "Max -1h", max: -time.Hour, retryAfter: "7200", want: "3600", kind: RepairClamped},
-		{name: "Max 999ms passes a value under the default cap", max: 999 * time.Millisecond, retryAfter: "3600", want: "3600"},
-		{name: "Fallback and Max both out of range", fallback: -1, max: 1, retryAfter: "soon", want: "5", kind: RepairInvalid},
+		{name: "Max 999ms passes 1", max: 999 * time.Millisecond, retryAfter: "1", want: "1"},
+		{name: "Fallback out of range, Max 1ns", fallback: -1, max: 1, retryAfter: "soon", want: "1", kind: RepairInvalid},
+		{name: "Fallback and Max both out of range", fallback: -1, max: -1, retryAfter: "soon", want: "5", kind: RepairInvalid},
 		{name: "Fallback 2h clamped to the default Max", fallback: 2 * time.Hour, retryAfter: "soon", want: "3600", kind: RepairInvalid},
-		{name: "Fallback 2h clamped to the default Max for Max 999ms", fallback: 2 * time.Hour, max: 999 * time.Millisecond,
-			retryAfter: "soon", want: "3600", kind: RepairInvalid},
+		{name: "Fallback 2h clamped to Max 999ms, that is 1s", fallback: 2 * time.Hour, max: 999 * time.Millisecond,
+			retryAfter: "soon", want: "1", kind: RepairInvalid},
 		{name: "Fallback 10s clamped to Max 3s", fallback: 10 * time.Second, max: 3 * time.Second, retryAfter: "soon", want: "3", kind: RepairInvalid},
 		{name: "Fallback 10s clamped to Max 3s, missing", fallback: 10 * time.Second, max: 3 * time.Second, want: "3", kind: RepairMissing},
 		{name: "Fallback 10s clamped to Max 3.9s, rounded down", fallback: 10 * time.Second, max: 3900 * time.Millisecond,

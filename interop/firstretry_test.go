@@ -48,8 +48,10 @@ var clients = []client{
 	}},
 }
 
-// The upstreams of the issue: go-limiter with windows of 10 s and 60 s, httprate with 500 ms.
-var upstreams = []upstream{goLimiter(3, 10*time.Second), goLimiter(3, time.Minute), httpRate(3, 500*time.Millisecond)}
+// The upstreams of the issues: go-limiter with windows of 10 s and 60 s, httprate with 500 ms,
+// and ulule/limiter with 10 s, which says when only in X-RateLimit-Reset, a Unix time.
+var upstreams = []upstream{goLimiter(3, 10*time.Second), goLimiter(3, time.Minute), httpRate(3, 500*time.Millisecond),
+	ulule(3, 10*time.Second)}
 
 // Where the upstream's limiter starts within its second: with the upstream's delays (how long
 // after its quota is spent the client comes), the order of the two fractions decides whether a

@@ -11,12 +11,14 @@ require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/retryafter/retryafter v0.0.0
 	github.com/sethvargo/go-limiter v0.7.1
+	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.16.0
 )
 
 require (
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/zeebo/xxh3 v1.0.2 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )

@@ -13,6 +13,9 @@ import (
 
 	"github.com/go-chi/httprate"
 	"github.com/sethvargo/go-limiter/httplimit"
+	"github.com/ulule/limiter/v3"
+	"github.com/ulule/limiter/v3/drivers/middleware/stdlib"
+	"github.com/ulule/limiter/v3/drivers/store/memory"
 )
 
 // The tests of this file's neighbours run inside testing/synctest bubbles: go-chi/httprate and
@@ -149,6 +152,23 @@ func httpRate(limit int, window time.Duration) upstream {
 				return host, err
 			}
 			return httprate.LimitBy(limit, window, byPeer)(ok), func() {}
+		},
+	}
+}
+
+// ulule is an upstream on ulule/limiter's stdlib middleware and memory store: limit requests per
+// fixed window, which starts at a key's first request, keyed by address. Its 429 says no
+// Retry-After; X-RateLimit-Reset is the window's end as a Unix time, cut to the second. The
+// store reads time.Now, which a bubble fakes; a CleanUpInterval of 0 starts no goroutine.
+func ulule(limit int, window time.Duration) upstream {
+	return upstream{
+		name:   "ulule " + window.String(),
+		limit:  limit,
+		delays: []time.Duration{0, 500 * time.Millisecond, 1250 * time.Millisecond},
+		start: func(t *testing.T) (http.Handler, func()) {
+			store := memory.NewStoreWithOptions(limiter.StoreOptions{Prefix: "interop", CleanUpInterval: 0})
+			l := limiter.New(store, limiter.Rate{Period: window, Limit: int64(limit)})
+			return stdlib.NewMiddleware(l).Handler(ok), func() {}
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package retryclient_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -128,4 +129,32 @@ func ExampleBackoff_Wait() {
 	// 429 "soon"                           try 3: wait 2s
 	// 503 ""                               try 2: wait 1s
 	// 500 "120"                            try 1: wait 500ms
+}
+
+// A server that asks for a wait above Cap is not retried early, into a refusal it announced:
+// the Transport hands its response back after that one try, and Delay says why. The reset
+// fields that some servers send instead of Retry-After are read too.
+func ExampleBackoff_Delay() {
+	b := &retryclient.Backoff{Cap: time.Minute}
+	for _, h := range []http.Header{
+		{"Retry-After": {"30"}},
+		{"Retry-After": {"3600"}},
+		{"Retry-After-Ms": {"1500"}},
+		{"Ratelimit": {`"day";r=0;t=86400`}},
+		{"X-Ratelimit-Reset": {"1795953610"}, "Date": {"Sun, 29 Nov 2026 12:00:00 GMT"}}, // a Unix time, 10 s after Date
+	} {
+		d, err := b.Delay(&http.Response{StatusCode: http.StatusTooManyRequests, Header: h}, 1)
+		fmt.Printf("%v: %v", h, d)
+		var tooLong *retryclient.WaitTooLongError
+		if errors.As(err, &tooLong) {
+			fmt.Printf(", above the cap of %v: returned at once", tooLong.Cap)
+		}
+		fmt.Println()
+	}
+	// Output:
+	// map[Retry-After:[30]]: 30s
+	// map[Retry-After:[3600]]: 1h0m0s, above the cap of 1m0s: returned at once
+	// map[Retry-After-Ms:[1500]]: 1.5s
+	// map[Ratelimit:["day";r=0;t=86400]]: 24h0m0s, above the cap of 1m0s: returned at once
+	// map[Date:[Sun, 29 Nov 2026 12:00:00 GMT] X-Ratelimit-Reset:[1795953610]]: 11s
 }

@@ -7,8 +7,10 @@
 // It reads Retry-After the way the server evidently meant it: both forms, all three HTTP-date
 // formats, dates measured against the response's own Date so that clock skew cancels, and the
 // forms real servers send that retryafter.ParseRetryAfter, the strict reader, refuses (a date in
-// UTC, "1.5", a 0 that stands for less than a second). A value it cannot use gets the client's
-// own backoff, never an immediate retry, and every wait is capped.
+// UTC, "1.5", a 0 that stands for less than a second). Without a usable Retry-After it reads the
+// rate-limit reset fields (retry-after-ms, RateLimit, X-RateLimit-Reset) as the gateway package
+// does. A value it cannot use gets the client's own backoff, never an immediate retry; a wait
+// above the cap is not waited at all, and the response goes back to the caller at once.
 package retryclient
 
 import (
@@ -16,6 +18,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/retryafter/retryafter/internal/header"
@@ -50,13 +53,22 @@ const (
 //   - a 0, or a date equal to Date, means a wait under a second, as a server
 //     that truncates its waits sends it: one second.
 //
+// When Retry-After is missing or unusable, the first of these that says when
+// gives the server's wait: Retry-After-Ms (Azure, OpenAI) or
+// X-Ms-Retry-After-Ms (Azure), in milliseconds; the t of the RateLimit
+// policies with no quota left (the rate-limit drafts); RateLimit-Reset;
+// X-RateLimit-Reset, in delay-seconds or as a Unix time (GitHub,
+// ulule/limiter, Tyk) when the number is more than half the Unix time of Date
+// (in 2026, 28 years as a delay), measured against Date like a date.
+//
 // Retry-After on other statuses is not honoured. Otherwise (no Retry-After,
 // or one that is negative, in exponent or hex form, a list, several lines
 // that disagree, a date already past, garbage; another status; or no
 // response at all) the wait is the client's own exponential backoff with
 // jitter: for attempt n it is drawn uniformly from [c/10, c], where
 // c = min(Base·2^(n−1), Max). That fallback is never zero and never
-// negative. Every wait, the server's included, is at most [Backoff.Cap].
+// negative. Every wait, the server's included, is at most [Backoff.Cap]; a
+// server's wait above it is reported by [Backoff.Delay].
 //
 // The zero value is ready to use with the defaults given for each field. A
 // Backoff is safe for concurrent use if Rand and Now are; its fields must
@@ -70,8 +82,10 @@ type Backoff struct {
 	// the default is 30s.
 	Max time.Duration
 
-	// Cap caps every wait, the server's Retry-After included, so that a
-	// bogus date cannot hold a worker for days. If zero or negative, the
+	// Cap caps every wait, so that a bogus date cannot hold a worker for
+	// days. A server that asks for more is not retried early, into a refusal
+	// it announced: [Backoff.Delay] reports a *[WaitTooLongError] and
+	// [Transport] returns its response at once. If zero or negative, the
 	// default is 5 minutes.
 	Cap time.Duration
 
@@ -85,31 +99,45 @@ type Backoff struct {
 	// [math/rand/v2.Float64].
 	Rand func() float64
 
-	// Now reads the local clock, which is needed only when a Retry-After
-	// date comes without a valid Date field. If nil, the default is
+	// Now reads the local clock, which is needed only when a date or a
+	// Unix time comes without a valid Date field. If nil, the default is
 	// [time.Now].
 	Now func() time.Time
 
-	// ExactDates waits until the very instant a Retry-After date names. If
-	// false, the default, a date is read as the end of the second it names,
-	// one second later: most servers cut the instant they mean to the second
-	// (sethvargo/go-limiter, anything formatted with time.Format), and a
-	// client sent back at the start of that second arrives early about half
-	// the time, to be refused. Set it for servers known to round their dates
-	// up, as retryafter.Maintenance does, to spare their clients that second.
+	// ExactDates waits until the very instant a Retry-After date (or a Unix
+	// time in whole seconds) names. If false, the default, a date is read as
+	// the end of the second it names, one second later: most servers cut the
+	// instant they mean to the second (sethvargo/go-limiter, ulule/limiter,
+	// anything formatted with time.Format), and a client sent back at the
+	// start of that second arrives early about half the time, to be refused.
+	// Set it for servers known to round their dates up, as
+	// retryafter.Maintenance does, to spare their clients that second.
 	ExactDates bool
 }
 
 // Wait returns how long to wait before the try after attempt, the 1-based
-// number of the try that received resp. resp may be nil (the try failed
-// without a response); an attempt below 1 counts as 1. Wait does not read
-// or close resp.Body. A nil *Backoff uses the defaults.
+// number of the try that received resp: the wait of [Backoff.Delay], at most
+// Cap. resp may be nil (the try failed without a response); an attempt
+// below 1 counts as 1. Wait does not read or close resp.Body. A nil *Backoff
+// uses the defaults.
 func (b *Backoff) Wait(resp *http.Response, attempt int) time.Duration {
+	d, _ := b.Delay(resp, attempt)
+	return min(d, b.limit())
+}
+
+// Delay returns how long to wait before the try after attempt, as [Backoff.Wait]
+// does, unless the server asked for a wait above Cap: then it returns that
+// wait, uncapped and without jitter, and a *[WaitTooLongError] that says so.
+// Retrying within Cap would be refused, as the server announced, and waiting
+// longer is what Cap forbids: such a response is for the caller, which is
+// why [Transport] returns it at once. A caller handed a 429 or 503 by the
+// Transport calls Delay on it to learn whether that is why.
+func (b *Backoff) Delay(resp *http.Response, attempt int) (time.Duration, error) {
 	var c Backoff
 	if b != nil {
 		c = *b
 	}
-	limit := orDefault(c.Cap, defaultBackoffCap)
+	limit := c.limit()
 	if resp != nil && honoursRetryAfter(resp.StatusCode) {
 		now := time.Now
 		if c.Now != nil {
@@ -119,15 +147,47 @@ func (b *Backoff) Wait(resp *http.Response, attempt int) time.Duration {
 		if c.ExactDates {
 			mode |= header.ExactDates
 		}
-		if r := header.ReadRetryAfter(resp.Header, now(), mode); r.OK {
+		if r := header.ReadWait(resp.Header, now(), mode); r.OK {
+			if r.Wait > limit {
+				return r.Wait, &WaitTooLongError{Wait: r.Wait, Cap: limit, Field: r.Field}
+			}
 			d := r.Wait
 			if c.Jitter > 0 {
 				d = addSaturating(d, scale(c.Jitter, c.random()))
 			}
-			return min(d, limit)
+			return min(d, limit), nil
 		}
 	}
-	return min(c.fallback(attempt), limit)
+	return min(c.fallback(attempt), limit), nil
+}
+
+// limit returns the cap in force; a nil *Backoff has the default.
+func (b *Backoff) limit() time.Duration {
+	if b == nil {
+		return defaultBackoffCap
+	}
+	return orDefault(b.Cap, defaultBackoffCap)
+}
+
+// A WaitTooLongError reports a response whose server asked for a wait above
+// [Backoff.Cap]; [Backoff.Delay] returns it.
+type WaitTooLongError struct {
+	// Wait is the server's wait, as read from Field.
+	Wait time.Duration
+
+	// Cap is the cap it exceeds.
+	Cap time.Duration
+
+	// Field is the canonical name of the response's field that said so:
+	// "Retry-After", "Retry-After-Ms", "X-Ms-Retry-After-Ms", "Ratelimit",
+	// "Ratelimit-Reset" or "X-Ratelimit-Reset".
+	Field string
+}
+
+// Error returns a sentence that names the field, the wait and the cap.
+func (e *WaitTooLongError) Error() string {
+	return "retryclient: " + e.Field + " asks for a wait of " + e.Wait.String() +
+		", above the cap of " + e.Cap.String()
 }
 
 // fallback returns the client's own wait for attempt: uniform in
@@ -202,9 +262,15 @@ func orDefault(d, def time.Duration) time.Duration {
 // be replayable (no body, [http.NoBody], or a GetBody function, which
 // [http.NewRequest] sets for in-memory bodies), and Retryable must allow it.
 // Transport never modifies the caller's request: each retry sends a clone.
-// Each discarded response body is drained (up to 64 KiB) and closed so that
-// its connection can be reused. Errors from Base are returned as they are,
-// without retrying.
+// Each discarded response body is drained so that its connection can be
+// reused, during the wait and no longer than it, and at most 64 KiB of it,
+// then closed: a body that trickles is closed under its reader when the wait
+// ends (Base's bodies must allow Close during a Read, as net/http's do).
+// Errors from Base are returned as they are, without retrying.
+//
+// A 429 or 503 whose server asks for a wait above [Backoff.Cap] is returned
+// at once, after that one try: retrying sooner would be refused, as the
+// server announced. [Backoff.Delay] on it returns a *[WaitTooLongError].
 //
 // Waits respect the request's context. If the context is done during a
 // wait, RoundTrip returns the context's error. If the context has a
@@ -265,7 +331,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil || resp == nil || attempt >= maxAttempts || !honoursRetryAfter(resp.StatusCode) {
 			return resp, err
 		}
-		wait := t.Backoff.Wait(resp, attempt)
+		wait, err := t.Backoff.Delay(resp, attempt)
+		if err != nil { // a wait above the cap: the caller's to know
+			return resp, nil
+		}
 		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
 			return resp, nil
 		}
@@ -282,18 +351,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t.OnRetry != nil {
 			t.OnRetry(resp, attempt, wait)
 		}
-		discardBody(resp)
+		stop := discard(resp.Body)
 
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			stop()
 			if next.Body != nil {
 				next.Body.Close()
 			}
 			return nil, ctx.Err()
 		case <-timer.C:
 		}
+		stop()
 		try = next
 	}
 }
@@ -327,12 +398,27 @@ func replayable(req *http.Request) bool {
 	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 }
 
-// discardBody reads what is left of resp.Body, up to maxDrain bytes, and
-// closes it.
-func discardBody(resp *http.Response) {
-	if resp.Body == nil {
-		return
+// discard reads what is left of body, up to maxDrain bytes, and closes it,
+// on a goroutine of its own so that a body that trickles holds nobody. The
+// function it returns ends the drain: if it has not finished, body is closed
+// under its reader, whose Read then fails and lets the goroutine end.
+func discard(body io.ReadCloser) (stop func()) {
+	if body == nil || body == http.NoBody {
+		return func() {}
 	}
-	io.CopyN(io.Discard, resp.Body, maxDrain)
-	resp.Body.Close()
+	var once sync.Once
+	closeBody := func() { once.Do(func() { body.Close() }) }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.CopyN(io.Discard, body, maxDrain)
+		closeBody()
+	}()
+	return func() {
+		select {
+		case <-done:
+		default:
+			closeBody()
+		}
+	}
 }

@@ -54,7 +54,7 @@ func main() {
 	parallel := flag.Int("parallel", 10, "requests in flight at once")
 	attempts := flag.Int("attempts", 10, "most tries of one request, the first included")
 	jitter := flag.Duration("jitter", 0, "most random time added to the server's Retry-After")
-	maxWait := flag.Duration("cap", 5*time.Minute, "longest wait before a retry, whatever the server says")
+	maxWait := flag.Duration("cap", 5*time.Minute, "longest wait before a retry; a server that asks for more gets its answer back at once")
 	timeout := flag.Duration("timeout", 2*time.Minute, "deadline of each request, retries included")
 	flag.Parse()
 	if *n < 1 || *parallel < 1 || *attempts < 1 {
@@ -81,10 +81,11 @@ func main() {
 		}
 	}
 
+	backoff := &retryclient.Backoff{Jitter: *jitter, Cap: *maxWait}
 	client := &http.Client{
 		Timeout: *timeout,
 		Transport: &retryclient.Transport{
-			Backoff:     &retryclient.Backoff{Jitter: *jitter, Cap: *maxWait},
+			Backoff:     backoff,
 			MaxAttempts: *attempts,
 			OnRetry: func(resp *http.Response, attempt int, wait time.Duration) {
 				count(resp.StatusCode)
@@ -122,7 +123,11 @@ func main() {
 			} else {
 				ok.Add(1)
 			}
-			printf("req %2d  done: %s after %v", id, resp.Status, time.Since(sent).Round(time.Millisecond))
+			why := ""
+			if _, err := backoff.Delay(resp, 1); err != nil {
+				why = " (" + err.Error() + ")" // a wait above -cap: not retried
+			}
+			printf("req %2d  done: %s after %v%s", id, resp.Status, time.Since(sent).Round(time.Millisecond), why)
 		})
 	}
 	wg.Wait()

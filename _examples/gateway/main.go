@@ -18,6 +18,8 @@
 //	/bare     503 with neither Date nor Retry-After
 //	/day      429 with Retry-After: 86400, above the gateway's cap of an hour
 //	/garbage  503 with Retry-After: soon, which means nothing: clients get the fallback
+//	/reset    429 with no Retry-After, only X-RateLimit-Reset, a Unix time 10 s on
+//	          (ulule/limiter's answer): clients get Retry-After from it
 //	/moved    307 with an HTTP-date Retry-After: wait before following the redirect
 package main
 
@@ -31,6 +33,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/retryafter/retryafter/gateway"
@@ -76,9 +79,9 @@ func main() {
 			FillMissing: true, // a 503 without Retry-After gets the fallback too
 			ExactDates:  *exact,
 			OnRepair: func(r gateway.Repair) {
-				log.Printf("repaired (%s, %s) %d from %s: upstream sent Retry-After %q, Date %q; read as %v; client got Retry-After %d",
+				log.Printf("repaired (%s, %s) %d from %s: upstream sent Retry-After %q, Date %q; read %v from %s; client got Retry-After %d",
 					r.Kind, r.Leniency, r.Status, r.Request.URL, r.UpstreamRetryAfter, r.UpstreamDate,
-					r.Understood, int64(r.ClientRetryAfter/time.Second))
+					r.Understood, orNone(r.Field), int64(r.ClientRetryAfter/time.Second))
 			},
 		}
 	}
@@ -93,12 +96,21 @@ func main() {
   curl -i http://%[1]s/bare
   curl -i http://%[1]s/day
   curl -i http://%[1]s/garbage
+  curl -i http://%[1]s/reset
   curl -i http://%[1]s/moved
   curl -i http://%[1]s/ok
 `, *addr)
 	}
 	srv := &http.Server{Addr: *addr, Handler: newProxy(target, n), ReadHeaderTimeout: 5 * time.Second}
 	log.Fatal(srv.ListenAndServe())
+}
+
+// orNone returns s, or "no field" when it is empty.
+func orNone(s string) string {
+	if s == "" {
+		return "no field"
+	}
+	return s
 }
 
 func usage(msg string) {
@@ -173,6 +185,12 @@ func demoUpstream() http.Handler {
 	mux.HandleFunc("/garbage", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "soon")
 		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("/reset", func(w http.ResponseWriter, r *http.Request) {
+		// No Retry-After: the window's end as a Unix time, cut to the second, as ulule/limiter,
+		// GitHub and Tyk send it.
+		w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(10*time.Second).Unix(), 10))
+		http.Error(w, "Limit exceeded", http.StatusTooManyRequests)
 	})
 	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", time.Now().UTC().Add(10*time.Second).Format(http.TimeFormat))

@@ -88,7 +88,7 @@ func TestDemoUpstream(t *testing.T) {
 	client := gw.Client()
 	client.Timeout = 5 * time.Second
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	for _, path := range []string{"/zero", "/utc", "/half", "/skewed", "/bare", "/day", "/garbage", "/moved"} {
+	for _, path := range []string{"/zero", "/utc", "/half", "/skewed", "/bare", "/day", "/garbage", "/reset", "/moved"} {
 		resp, err := client.Get(gw.URL + path)
 		if err != nil {
 			t.Fatal(err)

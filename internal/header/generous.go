@@ -97,8 +97,13 @@ type Reading struct {
 	// reference, or anything else is not ok: the caller falls back on its own wait.
 	OK bool
 
-	// Date reports that the value was an HTTP-date, read against the response's Date (or now).
+	// Date reports that the value named an instant (an HTTP-date, or a Unix time in a reset
+	// field), read against the response's Date (or now).
 	Date bool
+
+	// Field is the name of the field the wait was read from (RetryAfter, or for [ReadWait] one
+	// of the reset fields); "" when not OK.
+	Field string
 
 	// Leniency is how the value departed from RFC 9110 and was read anyway; 0 when it
 	// conformed (or could not be read at all).
@@ -138,6 +143,7 @@ func ReadRetryAfter(h http.Header, now time.Time, mode ReadMode) Reading {
 		r.Wait = time.Second
 		r.Leniency |= LenientZero
 	}
+	r.Field = RetryAfter
 	return r
 }
 
@@ -192,16 +198,7 @@ func allDigits(s string) bool {
 // readDate reads v as an HTTP-date, generously, measured against the response's Date (read
 // generously too) or now.
 func readDate(v string, h http.Header, now time.Time, mode ReadMode) Reading {
-	var lenient Leniency
-	ref := now
-	if dv, ok := singleFieldValue(h[Date]); ok {
-		if t, how, ok := readHTTPDate(dv, now); ok {
-			ref = t
-			if how != 0 {
-				lenient |= LenientDateField
-			}
-		}
-	}
+	ref, lenient := reference(h, now)
 	t, how, ok := readHTTPDate(v, ref)
 	if !ok {
 		return Reading{}
