@@ -8,8 +8,11 @@ import (
 
 // The retry checks obey what a refusal told, as a client would:
 //
-//   - obey: wait exactly the Retry-After, counted from when the response arrived (a date less
-//     Date), and retry: the retry must be admitted.
+//   - obey: wait exactly the Retry-After and retry: the retry must be admitted. Delay-seconds
+//     count from when the response arrived. A date is obeyed at its instant by the probe's own
+//     clock, as clients obey it, with Date only to measure skew: were the date less Date
+//     counted from the response instead, the retry would come up to a second after the date,
+//     and pass a date cut to the second that clients, retrying at it, miss.
 //   - tight: retry one second earlier, counted from when the refused request was sent, so that
 //     the round trip cannot make the retry late: it must be refused, or the wait was padded. A
 //     date is one second less Date's resolution: the retry goes two seconds before it, and so
@@ -47,15 +50,28 @@ func tooShortForEarly(t told) string {
 	return fmt.Sprintf("Retry-After %q leaves no second to take off", t.value)
 }
 
-// obeyed describes how the probe obeyed t.
-func obeyed(t told) string {
+// obeyAt is when a client obeying t, the Retry-After of e, retries: delay-seconds after e
+// arrived; a date at its instant by the probe's clock, or by the server's where the Dates of
+// the run prove the two apart. It is never after the date less Date counted from e.
+func (q *session) obeyAt(t told, e *exchange) time.Time {
+	if !t.date {
+		return e.received.Add(t.wait)
+	}
+	return t.at.Add(-q.s.skew.offset())
+}
+
+// obeyed describes how the probe obeyed t, the Retry-After of e, at the instant at.
+func (q *session) obeyed(t told, e *exchange, at time.Time) string {
+	wait := at.Sub(e.received)
 	switch {
-	case t.wait == 0 && t.past > 0:
+	case t.date && wait <= 0 && t.past > 0:
 		return fmt.Sprintf("retried at once, the date being %s before %s", seconds(t.past), t.ref)
+	case t.date && wait <= 0:
+		return fmt.Sprintf("retried at once, the date having passed by %s", q.s.skew)
 	case t.wait == 0:
 		return fmt.Sprintf("retried at once as told (%q)", t.value)
 	case t.date:
-		return fmt.Sprintf("waited %s (the date less %s)", seconds(t.wait), t.ref)
+		return fmt.Sprintf("waited %s, until the date by %s", seconds(roundDuration(wait)), q.s.skew)
 	}
 	return fmt.Sprintf("waited %s as told", seconds(t.wait))
 }
@@ -71,13 +87,22 @@ func answer(e *exchange) string {
 	return "refused (" + statusText(e.status) + ", no Retry-After)"
 }
 
-// obeyVerdict judges the retry o made after obeying t.
-func obeyVerdict(t told, o *exchange) Check {
-	c := Check{Name: checkObey, Result: Pass, Seen: obeyed(t) + ", then retried: " + answer(o)}
+// obeyVerdict judges the retry o made after obeying how, a description from obeyed.
+func obeyVerdict(how string, o *exchange) Check {
+	c := Check{Name: checkObey, Result: Pass, Seen: how + ", then retried: " + answer(o)}
 	if o.refused() {
-		c.Result, c.Seen = Fail, obeyed(t)+", then retried: "+answer(o)+": obeying is not enough"
+		c.Result, c.Seen = Fail, how+", then retried: "+answer(o)+": obeying is not enough"
 	}
 	return c
+}
+
+// obey waits until a client obeying t, the Retry-After of e, retries, and sends that retry. It
+// returns the retry and a description of the wait.
+func (q *session) obey(ctx context.Context, t told, e *exchange) (*exchange, string, error) {
+	at := q.obeyAt(t, e)
+	how := q.obeyed(t, e, at)
+	o, err := q.s.sendAt(ctx, at, q.p.Method)
+	return o, how, err
 }
 
 // tightVerdict judges the early retry e made against t.
@@ -100,12 +125,12 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 	if why := unobeyable(t1); why != "" {
 		return na(checkObey, why), na(checkTight, why), na(checkFree, why)
 	}
-	o1, err := q.s.sendAt(ctx, r1.received.Add(t1.wait), q.p.Method)
+	o1, how, err := q.obey(ctx, t1, r1)
 	if err != nil {
 		q.stopWith(err)
 		return q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
 	}
-	obey = obeyVerdict(t1, o1)
+	obey = obeyVerdict(how, o1)
 
 	r2 := o1 // a refused retry is itself the next refusal
 	if !o1.refused() {
@@ -133,12 +158,13 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 	if !e.refused() {
 		return obey, tight, na(checkFree, "the early retry was admitted")
 	}
-	o2, err := q.s.sendAt(ctx, r2.received.Add(t2.wait), q.p.Method)
+	o2at := q.obeyAt(t2, r2)
+	o2, err := q.s.sendAt(ctx, o2at, q.p.Method)
 	if err != nil {
 		q.stopWith(err)
 		return obey, tight, q.notChecked(checkFree)
 	}
-	rest := fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(t2.wait), answer(o2))
+	rest := fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(o2at.Sub(r2.received))), answer(o2))
 	switch {
 	case !o2.refused():
 		return obey, tight, Check{Name: checkFree, Result: Pass, Seen: rest}
@@ -152,13 +178,13 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 	if why := unobeyable(t3); why != "" {
 		return obey, tight, Check{Name: checkFree, Result: Fail, Seen: rest + ", and " + why}
 	}
-	o3, err := q.s.sendAt(ctx, o2.received.Add(t3.wait), q.p.Method)
+	o3, how, err := q.obey(ctx, t3, o2)
 	if err != nil {
 		q.stopWith(err)
 		return obey, tight, q.notChecked(checkFree)
 	}
 	if o3.refused() {
-		obey = obeyVerdict(t3, o3)
+		obey = obeyVerdict(how, o3)
 		obey.Seen = fmt.Sprintf("on request %d: %s", o3.n, obey.Seen)
 		return obey, tight, na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
 	}
@@ -183,12 +209,14 @@ func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tigh
 	} else {
 		tight = na(checkTight, tooShortForEarly(t1))
 	}
-	o, err := q.s.sendAt(ctx, r1.received.Add(t1.wait), q.p.Method)
+	oat := q.obeyAt(t1, r1)
+	how := q.obeyed(t1, r1, oat)
+	o, err := q.s.sendAt(ctx, oat, q.p.Method)
 	if err != nil {
 		q.stopWith(err)
 		return q.notChecked(checkObey), tight, q.notChecked(checkFree)
 	}
-	obey = obeyVerdict(t1, o)
+	obey = obeyVerdict(how, o)
 	switch {
 	case e == nil:
 		free = na(checkFree, tight.Seen)
@@ -197,7 +225,7 @@ func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tigh
 	case o.refused():
 		free = na(checkFree, "obeying after the early retry was refused, and a maintenance window cannot be obeyed twice: what the early retry cost cannot be told apart")
 	default:
-		free = Check{Name: checkFree, Result: Pass, Seen: fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(t1.wait), answer(o))}
+		free = Check{Name: checkFree, Result: Pass, Seen: fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(oat.Sub(r1.received))), answer(o))}
 	}
 	return obey, tight, free
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -67,9 +69,9 @@ func TestRetryTiming(t *testing.T) {
 			ms(50, 150, 250, 350, 450, 550, 2650, 2750, 3750, 4850, 6950)},
 		// A 503 until 10.5 s, announced as the date 00:00:11 with Date 00:00:00: the
 		// refusal, the HEAD, the early retry 2 s before the date (Date has whole seconds),
-		// obeying at 11 s after the refusal arrived.
+		// obeying at the date by the probe's clock, which Date agrees with, as a client does.
 		{"maintenance, HTTP-date", func() http.Handler { return maintenance(true, 10500*time.Millisecond, 0, false) },
-			ms(50, 150, 9050, 11150)},
+			ms(50, 150, 9050, 11050)},
 		// The same with delay-seconds ("11"): the early retry 1 s before it.
 		{"maintenance, delay-seconds", func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, false) },
 			ms(50, 150, 10050, 11150)},
@@ -166,5 +168,103 @@ func TestRetryVerdicts(t *testing.T) {
 				t.Errorf("sent %d requests, want %d", rep.Requests, c.requests)
 			}
 		})
+	}
+}
+
+// ownClockClient is a client as urllib3, go-retryablehttp, got, ky and axios-retry are: it sends
+// requests pace apart until one is refused, reads its Retry-After (delay-seconds, or a date in
+// zone GMT or UTC), sleeps until its own clock reaches the instant named, retries once, and
+// reports whether the retry was admitted.
+func ownClockClient(t *testing.T, rt http.RoundTripper, pace time.Duration) bool {
+	t.Helper()
+	do := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, testURL, nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for range 100 {
+		sent := time.Now()
+		resp := do()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			time.Sleep(time.Until(sent.Add(pace)))
+			continue
+		}
+		v := resp.Header.Get("Retry-After")
+		var at time.Time
+		if secs, err := strconv.Atoi(v); err == nil {
+			at = time.Now().Add(time.Duration(secs) * time.Second)
+		} else if at, err = time.Parse(time.RFC1123, v); err != nil {
+			t.Fatalf("Retry-After %q: %v", v, err)
+		}
+		time.Sleep(time.Until(at))
+		return do().StatusCode < 300
+	}
+	t.Fatal("no refusal")
+	return false
+}
+
+// TestObeyIsWhatClientsExperience runs the probe, and apart from it a client that retries at
+// the date by its own clock, against servers that answer with a date, the two starting at
+// every 10 ms of a second, over a network without delay and one of 30 ms each way. The probe's
+// obey verdict must be what the client experiences, every time. Without delay, a date cut to
+// the second must fail at every instant but the whole second, where the cut takes nothing off,
+// and a date rounded up must pass at every instant.
+func TestObeyIsWhatClientsExperience(t *testing.T) {
+	cut := func(off time.Duration) Result {
+		if off%time.Second == 0 {
+			return Pass
+		}
+		return Fail
+	}
+	for _, c := range []struct {
+		name   string
+		server func() http.Handler
+		want   func(offset time.Duration) Result // the verdict without delay
+	}{
+		{"window end cut to the second", func() http.Handler {
+			return withCORS("", &fixedWindow{limit: 3, window: 5 * time.Second})
+		}, cut},
+		{"window end rounded up", func() http.Handler {
+			return withCORS("", &fixedWindow{limit: 3, window: 5 * time.Second, roundUp: true})
+		}, func(time.Duration) Result { return Pass }},
+		{"go-limiter-like", func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) }, cut},
+	} {
+		for _, delay := range []time.Duration{0, 30 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s, %v each way", c.name, delay), func(t *testing.T) {
+				var wrong []string
+				runs := 0
+				for off := time.Duration(0); off < time.Second; off += 10 * time.Millisecond {
+					runs++
+					var admitted bool
+					var obey *Check
+					synctest.Test(t, func(t *testing.T) {
+						n := serve(t, c.server())
+						defer n.close()
+						time.Sleep(off)
+						admitted = ownClockClient(t, slowTransport{n.tr, delay}, defaultPace)
+					})
+					synctest.Test(t, func(t *testing.T) {
+						n := serve(t, c.server())
+						defer n.close()
+						time.Sleep(off)
+						obey = Probe{URL: testURL, Transport: slowTransport{n.tr, delay}}.Run(t.Context()).check(checkObey)
+					})
+					client := Fail
+					if admitted {
+						client = Pass
+					}
+					if obey.Result != client || delay == 0 && obey.Result != c.want(off) {
+						wrong = append(wrong, fmt.Sprintf("at +%v: obey=%s (%s), the client: %s", off, obey.Result, obey.Seen, client))
+					}
+				}
+				if len(wrong) > 0 {
+					t.Errorf("wrong at %d of %d instants:\n%s", len(wrong), runs, strings.Join(wrong, "\n"))
+				}
+			})
+		}
 	}
 }

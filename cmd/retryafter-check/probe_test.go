@@ -72,7 +72,7 @@ var probeCases = []probeCase{
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:11 GMT": IMF-fixdate, 11 s after Date`,
 			checkTight:      "retried at least 1 s before the date: refused (503 Service Unavailable",
-			checkObey:       "waited 11 s (the date less Date), then retried: admitted (200 OK)",
+			checkObey:       "waited 11 s, until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
 			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date",
 		},
 		requests: 4,
@@ -82,7 +82,7 @@ var probeCases = []probeCase{
 		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
 			checkDate: `"Fri, 31 Dec 1999 22:00:00 GMT": IMF-fixdate, at least 1h59m59s behind the probe's clock; one of the two clocks is wrong`,
-			checkObey: "waited 11 s (the date less Date), then retried: admitted",
+			checkObey: "waited 11 s, until the date by the server's clock (2h0m0s behind the probe's, as Date shows), then retried: admitted",
 		},
 		exit: exitFail,
 	},
@@ -123,7 +123,7 @@ var probeCases = []probeCase{
 		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:02 UTC": not an HTTP-date: zone UTC (Go's time.RFC1123 or RFC1123Z); an HTTP-date ends in GMT`,
-			checkObey:       "waited 1 s (the date less Date), then retried: refused (429 Too Many Requests",
+			checkObey:       "until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests",
 			checkTight:      "no room for an early retry",
 		},
 		exit: exitFail,
@@ -133,10 +133,36 @@ var probeCases = []probeCase{
 		want: "retry-after=fail date=pass obey=pass tight=pass refusal-free=pass head=pass cors=fail ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: "zone UTC",
-			checkObey:       "waited 2 s (the date less Date), then retried: admitted (200 OK)",
+			checkObey:       "until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
 			checkTight:      "retried at least 1 s before the date: refused",
 		},
 		exit: exitFail,
+	},
+	{
+		// 3 requests a 5 s window from 00:00:00.3: the date 00:00:05 is the window's end cut to
+		// the second; a client retrying at it by its own clock is refused, as is the probe.
+		name: "window end cut to the second", delay: 300 * time.Millisecond,
+		server: func() http.Handler {
+			return withCORS("Retry-After, Date", &fixedWindow{limit: 3, window: 5 * time.Second})
+		},
+		want: "retry-after=pass date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
+		seen: map[string]string{
+			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:05 GMT": IMF-fixdate, 5 s after Date`,
+			checkObey:       "waited 4.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests, Retry-After: Sat, 01 Jan 2000 00:00:05 GMT): obeying is not enough",
+		},
+		exit: exitFail,
+	},
+	{
+		name: "window end rounded up", delay: 300 * time.Millisecond,
+		server: func() http.Handler {
+			return withCORS("Retry-After, Date", &fixedWindow{limit: 3, window: 5 * time.Second, roundUp: true})
+		},
+		want: allPass,
+		seen: map[string]string{
+			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:06 GMT": IMF-fixdate, 6 s after Date`,
+			checkObey:       "waited 5.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
+			checkTight:      "retried at least 1 s before the date: refused",
+		},
 	},
 	{
 		name: "charges refused requests", server: func() http.Handler { return withCORS("", &tokenBucket{charge: true}) },

@@ -239,3 +239,48 @@ func redirectElsewhere() http.Handler {
 		http.Redirect(w, r, "http://elsewhere.test/v1/things", http.StatusFound)
 	})
 }
+
+// A fixedWindow allows limit requests a window, the windows following one another from the
+// first request, and answers a refusal with the end of the window as an IMF-fixdate and a Date
+// of the same clock reading. Cut to the second, as many hand-written limiters write it, the
+// date names an instant before the end: a client that retries at it by its own clock is
+// refused. Rounded up, as a sender must write it, the date is never early.
+type fixedWindow struct {
+	limit   int
+	window  time.Duration
+	roundUp bool
+
+	mu    sync.Mutex
+	start time.Time
+	index time.Duration // the number of the current window
+	count int
+}
+
+func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	f.mu.Lock()
+	if f.start.IsZero() {
+		f.start = now
+	}
+	if i := now.Sub(f.start) / f.window; i != f.index {
+		f.index, f.count = i, 0
+	}
+	end := f.start.Add((f.index + 1) * f.window)
+	ok := f.count < f.limit
+	if ok {
+		f.count++
+	}
+	f.mu.Unlock()
+	h := w.Header()
+	h.Set("Date", now.UTC().Format(http.TimeFormat))
+	if ok {
+		hello().ServeHTTP(w, r)
+		return
+	}
+	at := end.Truncate(time.Second)
+	if f.roundUp && at.Before(end) {
+		at = at.Add(time.Second)
+	}
+	h.Set("Retry-After", at.UTC().Format(http.TimeFormat))
+	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+}
