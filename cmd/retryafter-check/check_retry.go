@@ -16,7 +16,9 @@ import (
 //   - tight: retry one second earlier, counted from when the refused request was sent, so that
 //     the round trip cannot make the retry late: it must be refused, or the wait was padded. A
 //     date is one second less Date's resolution: the retry goes two seconds before it, and so
-//     reaches the server at least one second before it.
+//     reaches the server at least one second before it. A wait of one second (a date two
+//     seconds after Date) cannot be judged: the early retry goes at once, and is refused
+//     whether the wait was padded or not; it still goes, for refusal-free.
 //   - refusal-free: after that early retry was refused, wait the rest and retry: it must be
 //     admitted, or the refused early retry was charged.
 //
@@ -105,11 +107,20 @@ func (q *session) obey(ctx context.Context, t told, e *exchange) (*exchange, str
 	return o, how, err
 }
 
-// tightVerdict judges the early retry e made against t.
+// tightVerdict judges the early retry e made against t. A retry that went at once, since t
+// left nothing to take off but its one second, judges nothing: a limiter refuses a retry at
+// once whether its wait is padded or not.
 func tightVerdict(t told, e *exchange) Check {
 	what := "retried 1 s early"
 	if t.date {
 		what = "retried at least 1 s before the date"
+	}
+	if t.wait <= earlyBy(t) {
+		why := fmt.Sprintf("Retry-After %q is a wait of a second", t.value)
+		if t.date {
+			why = fmt.Sprintf("Retry-After %q is %s after %s, a second at a date's resolution", t.value, seconds(t.wait), t.ref)
+		}
+		return na(checkTight, "cannot judge: "+why+", so an early retry goes at once, and a retry at once is refused padded or not (retried at once: "+answer(e)+")")
 	}
 	if e.refused() {
 		return Check{Name: checkTight, Result: Pass, Seen: what + ": " + answer(e)}

@@ -101,8 +101,8 @@ func (c *scriptClock) Sleep(_ context.Context, d time.Duration) error {
 }
 
 // scripted answers the probe's requests in turn with the statuses of script (429 with
-// Retry-After: 1, 200 without), then 429 to everything, with a Date from clk.
-func scripted(clk *scriptClock, script ...int) http.RoundTripper {
+// Retry-After: retryAfter, 200 without), then 429 to everything, with a Date from clk.
+func scripted(clk *scriptClock, retryAfter string, script ...int) http.RoundTripper {
 	i := 0
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		status := http.StatusTooManyRequests
@@ -112,7 +112,7 @@ func scripted(clk *scriptClock, script ...int) http.RoundTripper {
 		i++
 		h := http.Header{"Date": {clk.now.UTC().Format(http.TimeFormat)}}
 		if status == http.StatusTooManyRequests {
-			h.Set("Retry-After", "1")
+			h.Set("Retry-After", retryAfter)
 		}
 		return &http.Response{StatusCode: status, Header: h, Body: http.NoBody, Request: r}, nil
 	})
@@ -125,33 +125,44 @@ func TestRetryVerdicts(t *testing.T) {
 	const ok, no = http.StatusOK, http.StatusTooManyRequests
 	for _, c := range []struct {
 		name     string
-		script   []int // r1, then the retries in turn
+		wait     string // the Retry-After of every refusal; "" is 2
+		script   []int  // r1, then the retries in turn
 		want     string
 		seen     map[string]string
 		requests int // the last two are the refused GET and the HEAD of the head check
 	}{
-		{"all admitted as told", []int{no, ok, no, no, ok},
+		{"all admitted as told", "", []int{no, ok, no, no, ok},
 			"obey=pass tight=pass refusal-free=pass", nil, 7},
+		// A wait of 1 s: the early retry goes at once, and tells nothing of padding, whatever
+		// its answer; refusal-free is still judged on it.
+		{"a 1 s wait, all admitted as told", "1", []int{no, ok, no, no, ok},
+			"obey=pass tight=n/a refusal-free=pass", map[string]string{checkTight: "cannot judge"}, 7},
+		{"a 1 s wait, early retry admitted", "1", []int{no, ok, no, ok},
+			"obey=pass tight=n/a refusal-free=n/a", map[string]string{checkTight: "cannot judge"}, 6},
 		// Obeying was refused on its own already: the probe does not obey again to find out.
-		{"obeying refused, then obeying after an early retry refused too", []int{no, no, no, no},
+		{"obeying refused, then obeying after an early retry refused too", "", []int{no, no, no, no},
 			"obey=fail tight=pass refusal-free=n/a",
 			map[string]string{
-				checkObey: "waited 1 s as told, then retried: refused",
+				checkObey: "waited 2 s as told, then retried: refused",
 				checkFree: "obeying alone is refused too, so what the early retry cost cannot be told apart",
 			}, 6},
-		{"obeying admitted once, then refused alone", []int{no, ok, no, no, no, no},
+		{"obeying admitted once, then refused alone", "", []int{no, ok, no, no, no, no},
 			"obey=fail tight=pass refusal-free=n/a",
-			map[string]string{checkObey: "on request 6: waited 1 s as told, then retried: refused"}, 8},
-		{"obeying admitted alone, refused after an early retry", []int{no, ok, no, no, no, ok},
+			map[string]string{checkObey: "on request 6: waited 2 s as told, then retried: refused"}, 8},
+		{"obeying admitted alone, refused after an early retry", "", []int{no, ok, no, no, no, ok},
 			"obey=pass tight=pass refusal-free=fail",
 			map[string]string{checkFree: "the refused early retry was charged"}, 8},
-		{"early retry admitted", []int{no, ok, no, ok},
+		{"early retry admitted", "", []int{no, ok, no, ok},
 			"obey=pass tight=fail refusal-free=n/a",
 			map[string]string{checkFree: "the early retry was admitted"}, 6},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := &scriptClock{now: testkit.T0}
-			rep := Probe{URL: testURL, Transport: scripted(clk, c.script...), Now: clk.Now, Sleep: clk.Sleep}.Run(t.Context())
+			wait := c.wait
+			if wait == "" {
+				wait = "2"
+			}
+			rep := Probe{URL: testURL, Transport: scripted(clk, wait, c.script...), Now: clk.Now, Sleep: clk.Sleep}.Run(t.Context())
 			var got []string
 			for _, name := range []string{checkObey, checkTight, checkFree} {
 				got = append(got, name+"="+string(rep.check(name).Result))
