@@ -145,9 +145,10 @@ var probeCases = []probeCase{
 		server: func() http.Handler {
 			return withCORS("Retry-After, Date", &fixedWindow{limit: 3, window: 5 * time.Second})
 		},
-		want: "retry-after=pass date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
+		// The refused retry, at 00:00:05, is told 00:00:05 with a Date of 00:00:05: a wait of 0.
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
-			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:05 GMT": IMF-fixdate, 5 s after Date`,
+			checkRetryAfter: `request 5 (GET): "Sat, 01 Jan 2000 00:00:05 GMT": the same second as Date, a wait of 0 (3 of 4 refusals fail)`,
 			checkObey:       "waited 4.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests, Retry-After: Sat, 01 Jan 2000 00:00:05 GMT): obeying is not enough",
 		},
 		exit: exitFail,
@@ -163,6 +164,21 @@ var probeCases = []probeCase{
 			checkObey:       "waited 5.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
 			checkTight:      "retried at least 1 s before the date: refused",
 		},
+	},
+	{
+		// 5 requests a 2 s window, Retry-After the time left cut to whole seconds: the first
+		// refusal, 1.75 s before the end, says "1"; the retry after it, 0.75 s before, "0".
+		name: "time left cut to whole seconds",
+		server: func() http.Handler {
+			return withCORS("Retry-After", &fixedWindow{limit: 5, window: 2 * time.Second, cutSeconds: true})
+		},
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
+		seen: map[string]string{
+			checkRetryAfter: `request 7 (GET): "0": a wait of 0 tells clients to retry at once (3 of 4 refusals fail)`,
+			checkDate:       "agrees with the probe's clock to the second (all 4 refusals pass)",
+			checkObey:       "waited 1 s as told, then retried: refused (429 Too Many Requests, Retry-After: 0)",
+		},
+		exit: exitFail,
 	},
 	{
 		name: "charges refused requests", server: func() http.Handler { return withCORS("", &tokenBucket{charge: true}) },
@@ -332,6 +348,42 @@ func TestEveryCheckCanFail(t *testing.T) {
 		}
 		if !fails || !passes {
 			t.Errorf("check %s: a case where it fails: %v, where it passes: %v", name, fails, passes)
+		}
+	}
+}
+
+// TestJudgeEvery checks how the verdicts on every refusal of a run sum up.
+func TestJudgeEvery(t *testing.T) {
+	refusals := func(n int) []*exchange {
+		es := make([]*exchange, n)
+		for i := range es {
+			es[i] = &exchange{n: 10 + i, method: http.MethodGet, status: http.StatusTooManyRequests}
+		}
+		es[n-1].method = http.MethodHead
+		return es
+	}
+	// by returns a check whose verdict on the refusal numbered n is results[n-10].
+	by := func(results ...Result) func(*exchange) Check {
+		return func(e *exchange) Check {
+			return Check{Name: checkRetryAfter, Result: results[e.n-10], Seen: fmt.Sprintf("seen %d", e.n)}
+		}
+	}
+	for _, c := range []struct {
+		results []Result
+		want    Check
+	}{
+		{[]Result{Pass}, Check{checkRetryAfter, Pass, "seen 10"}},
+		{[]Result{Fail}, Check{checkRetryAfter, Fail, "seen 10"}},
+		{[]Result{NA}, Check{checkRetryAfter, NA, "seen 10"}},
+		{[]Result{Pass, Pass, Pass}, Check{checkRetryAfter, Pass, "seen 10 (all 3 refusals pass)"}},
+		{[]Result{Fail, Pass, Fail}, Check{checkRetryAfter, Fail, "seen 10 (2 of 3 refusals fail)"}},
+		{[]Result{Pass, NA, Fail}, Check{checkRetryAfter, Fail, "request 12 (HEAD): seen 12 (1 of 3 refusals fail)"}},
+		{[]Result{NA, NA, NA}, Check{checkRetryAfter, NA, "seen 10"}},
+		{[]Result{NA, Pass, NA}, Check{checkRetryAfter, Pass, "request 11 (GET): seen 11 (1 of 3 refusals pass, the others: n/a)"}},
+		{[]Result{Pass, NA}, Check{checkRetryAfter, Pass, "seen 10 (1 of 2 refusals pass, the others: n/a)"}},
+	} {
+		if got := judgeEvery(refusals(len(c.results)), by(c.results...)); got != c.want {
+			t.Errorf("%v: %+v, want %+v", c.results, got, c.want)
 		}
 	}
 }

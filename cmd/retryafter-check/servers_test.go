@@ -249,6 +249,8 @@ type fixedWindow struct {
 	limit   int
 	window  time.Duration
 	roundUp bool
+	// cutSeconds answers with the time left in whole seconds, cut: "0" under a second.
+	cutSeconds bool
 
 	mu    sync.Mutex
 	start time.Time
@@ -275,6 +277,11 @@ func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Date", now.UTC().Format(http.TimeFormat))
 	if ok {
 		hello().ServeHTTP(w, r)
+		return
+	}
+	if f.cutSeconds {
+		h.Set("Retry-After", strconv.Itoa(int(end.Sub(now)/time.Second)))
+		http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 		return
 	}
 	at := end.Truncate(time.Second)
