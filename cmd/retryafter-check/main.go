@@ -18,7 +18,10 @@
 //	head          HEAD, right after a refused GET, is refused alike
 //	cors          with -origin, a browser script of that origin can read Retry-After
 //	ratelimit     the RateLimit and RateLimit-Policy fields, if any, parse (RFC 9651 Lists,
-//	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After
+//	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After; so do the
+//	              RateLimit-Limit, -Remaining and -Reset of its drafts up to 06; the
+//	              X-RateLimit-* fields of no standard are shown, and their Reset (an epoch
+//	              time, seconds or a date) must agree with Retry-After where the quota is spent
 //
 // The retry-after, date, cors and ratelimit checks judge every refusal of the run, those of the
 // retries and of HEAD too; the report shows the first that failed, and how many did.

@@ -97,40 +97,43 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "httprate-like, a window under a second: Retry-After 0", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 500*time.Millisecond)) },
-		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=n/a",
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: `"0": a wait of 0 tells clients to retry at once`,
 			checkObey:       `retried at once as told ("0"), then retried: refused (429 Too Many Requests, Retry-After: 0): obeying is not enough`,
 			checkTight:      `Retry-After "0" leaves no second to take off`,
 			checkCORS:       "Access-Control-Expose-Headers: (none): does not expose Retry-After",
-			checkRateLimit:  "X-RateLimit-Limit and its kin follow no standard and are not checked",
+			checkRateLimit:  "X-RateLimit-Limit: 5, X-RateLimit-Remaining: 0, X-RateLimit-Reset: 946684800 (an epoch, 0 s after Date): agrees with Retry-After",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "httprate-like, the whole window", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 10*time.Second)) },
-		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail ratelimit=n/a",
+		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail ratelimit=fail",
 		seen: map[string]string{
 			checkObey:  "waited 10 s as told, then retried: refused (429 Too Many Requests, Retry-After: 10)",
 			checkTight: "retried 1 s early: admitted (200 OK): the wait is padded by a second or more",
 			checkFree:  "the early retry was admitted",
+			// The next refusal, 1 s before the window's end, still says the whole window.
+			checkRateLimit: "X-RateLimit-Reset: 946684820 (an epoch, 1 s after Date): but Retry-After says 10 s: a client reading X-RateLimit-Reset comes back early",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "go-limiter-like, reset mid-second", delay: 900 * time.Millisecond,
 		server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
-		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=n/a",
+		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:02 UTC": not an HTTP-date: zone UTC (Go's time.RFC1123 or RFC1123Z); an HTTP-date ends in GMT`,
 			checkObey:       "until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests",
 			checkTight:      "no room for an early retry",
+			checkRateLimit:  "X-RateLimit-Reset: Sat, 01 Jan 2000 00:00:02 UTC (a date, 1 s after Date): agrees with Retry-After",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "go-limiter-like, reset on a whole second", server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
-		want: "retry-after=fail date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=fail ratelimit=n/a",
+		want: "retry-after=fail date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=fail ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: "zone UTC",
 			checkObey:       "until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
@@ -196,11 +199,12 @@ var probeCases = []probeCase{
 		exit: exitFail,
 	},
 	{
-		name: "no Retry-After", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true}) },
+		name: "no Retry-After", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true, fields: "x"}) },
 		want: "retry-after=fail date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=n/a ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: "absent from the 429: a client cannot know when to come back",
 			checkObey:       "no Retry-After to obey",
+			checkRateLimit:  "X-RateLimit-Limit: 5, X-RateLimit-Remaining: 0, X-RateLimit-Reset: 946684801 (an epoch, 1 s after Date): no usable Retry-After to compare with",
 			checkCORS:       "no Retry-After to expose",
 		},
 		exit: exitFail,
@@ -215,6 +219,12 @@ var probeCases = []probeCase{
 		name: "RateLimit t truncated", server: func() http.Handler { return withCORS("", &tokenBucket{fields: "early"}) },
 		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=fail",
 		seen: map[string]string{checkRateLimit: `RateLimit: "default";r=0;t=0: t=0 but Retry-After says 1 s: a client reading RateLimit comes back early`},
+		exit: exitFail,
+	},
+	{
+		name: "RateLimit-Reset of draft 06, truncated", server: func() http.Handler { return withCORS("", &tokenBucket{fields: "draft06"}) },
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=fail",
+		seen: map[string]string{checkRateLimit: "RateLimit-Limit: 5, RateLimit-Remaining: 0, RateLimit-Reset: 0: but Retry-After says 1 s: a client reading RateLimit-Reset comes back early"},
 		exit: exitFail,
 	},
 	{

@@ -180,7 +180,9 @@ type tokenBucket struct {
 	// noRetryAfter refuses with no Retry-After, as ulule/limiter and didip/tollbooth do.
 	noRetryAfter bool
 	// fields writes RateLimit fields: "early" with t truncated, "old" in the syntax of the
-	// drafts before 07.
+	// drafts before 07; "draft06" the RateLimit-Limit, -Remaining and -Reset of the drafts up
+	// to 06, Reset truncated; "x" X-RateLimit-Limit, -Remaining and -Reset, Reset the epoch
+	// time of the next whole token, as ulule/limiter sends them.
 	fields string
 
 	mu     sync.Mutex
@@ -224,6 +226,14 @@ func (b *tokenBucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("RateLimit", `"default";r=`+strconv.Itoa(int(left))+`;t=`+strconv.FormatInt(int64(wait.Seconds()), 10))
 	case "old":
 		h.Set("RateLimit", "limit=5, remaining=0, reset="+strconv.FormatInt(secs, 10))
+	case "draft06":
+		h.Set("RateLimit-Limit", "5")
+		h.Set("RateLimit-Remaining", strconv.Itoa(int(left)))
+		h.Set("RateLimit-Reset", strconv.FormatInt(int64(wait.Seconds()), 10))
+	case "x":
+		h.Set("X-RateLimit-Limit", "5")
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(int(left)))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(wait).Unix(), 10))
 	}
 	if !b.noRetryAfter {
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
