@@ -155,7 +155,8 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 		q.stopWith(err)
 		return
 	}
-	rep.Refusal = &Refusal{Request: r1.n, Status: r1.status, RetryAfter: r1.header["Retry-After"], Date: r1.header["Date"]}
+	rep.Refusal = &Refusal{Request: r1.n, Status: r1.status, RetryAfter: r1.header["Retry-After"], Date: r1.header["Date"],
+		AlreadyLimited: r1.n == 1 && r1.status == http.StatusTooManyRequests}
 
 	var obey, tight, free, head Check
 	if r1.status == http.StatusServiceUnavailable {

@@ -19,11 +19,13 @@ type probeCase struct {
 	name   string
 	server func() http.Handler // built inside the bubble
 	delay  time.Duration       // how long after the server starts the probe starts
+	before int                 // how many requests other traffic sends just before the probe
 	probe  Probe               // URL, Transport and Origin are filled in unless set
 	noOrig bool                // send no Origin
 
 	want     string            // "name=result ..." for every check, in report order
 	seen     map[string]string // check name: a phrase its Seen must hold
+	limited  bool              // whether the report must say the server was already limited
 	exit     int
 	gaveUp   string // a phrase GaveUp must hold; "" when the probe must finish
 	requests int    // how many requests it must send; 0: do not check
@@ -54,6 +56,14 @@ var probeCases = []probeCase{
 		name: "ours without -origin", server: ours, noOrig: true,
 		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=pass",
 		seen: map[string]string{checkCORS: "no -origin given"},
+	},
+	{
+		// Other traffic spent the burst just before: the first request is refused.
+		name: "ours, limited by earlier traffic", server: ours, before: 5, limited: true,
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=pass",
+		// The refusal, the obeying retry, the next refusal, the early retry, the retry after
+		// it, a refused GET and the HEAD.
+		requests: 7,
 	},
 	{
 		name: "maintenance, delay-seconds", server: func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, false) },
@@ -277,6 +287,14 @@ func runCase(t *testing.T, c probeCase) (rep *Report, served, dialled []string) 
 		n := serve(t, c.server())
 		defer n.close()
 		time.Sleep(c.delay)
+		for range c.before {
+			req, _ := http.NewRequest(http.MethodGet, testURL, nil)
+			resp, err := n.tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
 		p := c.probe
 		p.URL, p.Transport = testURL, n.tr
 		if !c.noOrig {
@@ -306,6 +324,10 @@ func TestProbe(t *testing.T) {
 					t.Errorf("%s: seen %q, want it to hold %q", name, seenOf(ch), phrase)
 				}
 			}
+			if limited := rep.Refusal != nil && rep.Refusal.AlreadyLimited; limited != c.limited ||
+				limited != strings.Contains(table.String(), "\nalready limited: the first request was refused") {
+				t.Errorf("already limited: %v, want %v", limited, c.limited)
+			}
 			if rep.Exit != c.exit {
 				t.Errorf("exit = %d, want %d", rep.Exit, c.exit)
 			}
@@ -317,7 +339,7 @@ func TestProbe(t *testing.T) {
 			}
 
 			// Every request counted, and every one to the URL given.
-			if rep.Requests != len(served) {
+			if served = served[c.before:]; rep.Requests != len(served) {
 				t.Errorf("the report counts %d requests, the server saw %d", rep.Requests, len(served))
 			}
 			budget := c.probe.Budget
