@@ -89,11 +89,14 @@ func answer(e *exchange) string {
 	return "refused (" + statusText(e.status) + ", no Retry-After)"
 }
 
-// obeyVerdict judges the retry o made after obeying how, a description from obeyed.
-func obeyVerdict(how string, o *exchange) Check {
+// obeyVerdict judges the retry o made after obeying t as how, a description from obeyed, says.
+func (q *session) obeyVerdict(t told, how string, o *exchange) Check {
 	c := Check{Name: checkObey, Result: Pass, Seen: how + ", then retried: " + answer(o)}
 	if o.refused() {
 		c.Result, c.Seen = Fail, how+", then retried: "+answer(o)+": obeying is not enough"
+		if t.date && q.s.skew.n > 0 && q.s.skew.agrees() {
+			c.Seen += " (the date is early: cut to the second rather than rounded up, or the server's clock is behind the probe's by less than Date can show)"
+		}
 	}
 	return c
 }
@@ -141,7 +144,7 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 		q.stopWith(err)
 		return q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
 	}
-	obey = obeyVerdict(how, o1)
+	obey = q.obeyVerdict(t1, how, o1)
 
 	r2 := o1 // a refused retry is itself the next refusal
 	if !o1.refused() {
@@ -195,7 +198,7 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 		return obey, tight, q.notChecked(checkFree)
 	}
 	if o3.refused() {
-		obey = obeyVerdict(how, o3)
+		obey = q.obeyVerdict(t3, how, o3)
 		obey.Seen = fmt.Sprintf("on request %d: %s", o3.n, obey.Seen)
 		return obey, tight, na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
 	}
@@ -227,7 +230,7 @@ func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tigh
 		q.stopWith(err)
 		return q.notChecked(checkObey), tight, q.notChecked(checkFree)
 	}
-	obey = obeyVerdict(how, o)
+	obey = q.obeyVerdict(t1, how, o)
 	switch {
 	case e == nil:
 		free = na(checkFree, tight.Seen)

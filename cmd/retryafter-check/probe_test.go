@@ -162,7 +162,7 @@ var probeCases = []probeCase{
 		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: `request 5 (GET): "Sat, 01 Jan 2000 00:00:05 GMT": the same second as Date, a wait of 0 (3 of 4 refusals fail)`,
-			checkObey:       "waited 4.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests, Retry-After: Sat, 01 Jan 2000 00:00:05 GMT): obeying is not enough",
+			checkObey:       "waited 4.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests, Retry-After: Sat, 01 Jan 2000 00:00:05 GMT): obeying is not enough (the date is early: cut to the second rather than rounded up",
 		},
 		exit: exitFail,
 	},
