@@ -119,11 +119,11 @@ func tightVerdict(t told, e *exchange) Check {
 		what = "retried at least 1 s before the date"
 	}
 	if t.wait <= earlyBy(t) {
-		why := fmt.Sprintf("Retry-After %q is a wait of a second", t.value)
+		what := fmt.Sprintf("%q", t.value)
 		if t.date {
-			why = fmt.Sprintf("Retry-After %q is %s after %s, a second at a date's resolution", t.value, seconds(t.wait), t.ref)
+			what = fmt.Sprintf("%q, %s after %s", t.value, seconds(t.wait), t.ref)
 		}
-		return na(checkTight, "cannot judge: "+why+", so an early retry goes at once, and a retry at once is refused padded or not (retried at once: "+answer(e)+")")
+		return na(checkTight, "cannot judge "+what+": a second early is at once, which a limiter refuses whether the wait is padded or not (retried at once: "+answer(e)+")")
 	}
 	if e.refused() {
 		return Check{Name: checkTight, Result: Pass, Seen: what + ": " + answer(e)}

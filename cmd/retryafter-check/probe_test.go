@@ -42,7 +42,7 @@ var probeCases = []probeCase{
 			checkRetryAfter: `"1": delay-seconds`,
 			checkDate:       "agrees with the probe's clock to the second",
 			checkObey:       "waited 1 s as told, then retried: admitted (200 OK)",
-			checkTight:      `cannot judge: Retry-After "1" is a wait of a second, so an early retry goes at once, and a retry at once is refused padded or not (retried at once: refused (429 Too Many Requests, Retry-After: 1))`,
+			checkTight:      `cannot judge "1": a second early is at once, which a limiter refuses whether the wait is padded or not (retried at once: refused (429 Too Many Requests, Retry-After: 1))`,
 			checkFree:       "waited the rest (1 s in all), then retried: admitted (200 OK)",
 			checkHEAD:       "HEAD: 429 Too Many Requests, Retry-After: 1, like GET",
 			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date, RateLimit, RateLimit-Policy",
@@ -147,7 +147,7 @@ var probeCases = []probeCase{
 		seen: map[string]string{
 			checkRetryAfter: "zone UTC",
 			checkObey:       "until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
-			checkTight:      `"Sat, 01 Jan 2000 00:00:04 UTC" is 2 s after Date, a second at a date's resolution`,
+			checkTight:      `cannot judge "Sat, 01 Jan 2000 00:00:04 UTC", 2 s after Date: a second early is at once`,
 		},
 		exit: exitFail,
 	},
