@@ -54,7 +54,7 @@ func tooShortForEarly(t told) string {
 
 // obeyAt is when a client obeying t, the Retry-After of e, retries: delay-seconds after e
 // arrived; a date at its instant by the probe's clock, or by the server's where the Dates of
-// the run prove the two apart. It is never after the date less Date counted from e.
+// the run prove the two apart.
 func (q *session) obeyAt(t told, e *exchange) time.Time {
 	if !t.date {
 		return e.received.Add(t.wait)
