@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/retryafter/retryafter"
 )
 
 const (
@@ -56,6 +58,16 @@ var probeCases = []probeCase{
 		name: "ours without -origin", server: ours, noOrig: true,
 		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=pass",
 		seen: map[string]string{checkCORS: "no -origin given"},
+	},
+	{
+		name: "ours, with X-RateLimit-* too", noOrig: true,
+		server: func() http.Handler {
+			return retryafter.Limit(1, 5, retryafter.WithRateLimitFields(""), retryafter.WithLegacyRateLimitFields(true))(hello())
+		},
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=pass",
+		seen: map[string]string{
+			checkRateLimit: `RateLimit: "default";r=0;t=1: t=1 agrees with Retry-After; X-RateLimit-Limit: 5, X-RateLimit-Remaining: 0, X-RateLimit-Reset: 1 (seconds): agrees with Retry-After (all 5 refusals pass)`,
+		},
 	},
 	{
 		// Other traffic spent the burst just before: the first request is refused.
