@@ -29,7 +29,9 @@
 // A 503 of a maintenance window is checked the same way; point the probe at one while it is on
 // and give -timeout room for the window to end.
 //
-// It prints a table, or with -json one JSON object, and says how many requests it sent. It
+// It prints a table, or with -json one JSON object, and says how many requests it sent. A
+// first request already refused with 429 is reported too: earlier traffic had spent the quota,
+// and what it still spends can make a retry fail. It
 // never sends more than -budget requests nor runs much past -timeout, sends every request to
 // the URL given, and follows no redirect, to another host or any other.
 //
