@@ -279,3 +279,48 @@ func TestObeyIsWhatClientsExperience(t *testing.T) {
 		}
 	}
 }
+
+// TestObeyAt checks when the probe obeys a refusal, and how it says so: delay-seconds from the
+// response, a date at its instant by the probe's clock unless the Dates prove the server's
+// clock apart, and by the least skew they prove then.
+func TestObeyAt(t *testing.T) {
+	for _, c := range []struct {
+		kv   []string      // the refusal's fields; it was received at T0
+		want time.Duration // when the probe retries, from T0
+		how  string
+	}{
+		{[]string{"Date", date0, "Retry-After", "3"}, 3 * time.Second, "waited 3 s as told"},
+		{[]string{"Date", date0, "Retry-After", "0"}, 0, `retried at once as told ("0")`},
+		{[]string{"Date", date0, "Retry-After", imf(3 * time.Second)}, 3 * time.Second,
+			"waited 3 s, until the date by the probe's clock (Date agrees with it to the second)"},
+		// Date a second behind: the server read its clock in the second before T0 - 0.1 s, which
+		// still agrees with the probe's; the date is obeyed by the probe's clock.
+		{[]string{"Date", imf(-time.Second), "Retry-After", imf(2 * time.Second)}, 2 * time.Second,
+			"waited 2 s, until the date by the probe's clock (Date agrees with it to the second)"},
+		{[]string{"Retry-After", imf(3 * time.Second)}, 3 * time.Second,
+			"waited 3 s, until the date by the probe's clock (no valid Date to measure the server's by)"},
+		// A date equal to Date, but the second of Date is behind the probe's: it has passed.
+		{[]string{"Date", imf(-time.Second), "Retry-After", imf(-time.Second)}, -time.Second,
+			"retried at once, the date having passed by the probe's clock (Date agrees with it to the second)"},
+		{[]string{"Date", date0, "Retry-After", testkit.T0.Add(-3 * time.Second).Format(time.RFC1123)}, -3 * time.Second,
+			"retried at once, the date being 3 s before Date"},
+		// Date ten seconds ahead: the server's clock is taken as 10 s ahead, the least Date
+		// proves, so that the retry is not early by it.
+		{[]string{"Date", imf(10 * time.Second), "Retry-After", imf(13 * time.Second)}, 3 * time.Second,
+			"waited 3 s, until the date by the server's clock (10 s ahead of the probe's, as Date shows)"},
+		{[]string{"Date", imf(-time.Hour), "Retry-After", imf(-time.Hour + 3*time.Second)}, 3 * time.Second,
+			"waited 3 s, until the date by the server's clock (1h0m0s behind the probe's, as Date shows)"},
+	} {
+		e := response(429, c.kv...)
+		q := &session{s: &sender{}}
+		q.s.skew.add(e)
+		tl := readTold(e)
+		at := q.obeyAt(tl, e)
+		if got := at.Sub(testkit.T0); got != c.want {
+			t.Errorf("%q: retries at T0%+v, want T0%+v", c.kv, got, c.want)
+		}
+		if how := q.obeyed(tl, e, at); how != c.how {
+			t.Errorf("%q: %q, want %q", c.kv, how, c.how)
+		}
+	}
+}
