@@ -99,3 +99,26 @@ func TestCheckRateLimitFields(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRateLimitFields checks that no values of the rate-limit fields, Retry-After and Date
+// make the ratelimit check panic or answer without a verdict and a reason.
+func FuzzRateLimitFields(f *testing.F) {
+	f.Add("1", date0, `"default";r=0;t=1`, "5", "0", "1", "5", "0", epoch(time.Second))
+	f.Add(imf(3*time.Second), date0, "", "10, 10;w=1", "0", epoch(3*time.Second), "", "-1", testkit.T0.Format(time.RFC1123))
+	f.Add("0", "", "", "", "", "99999999999999999999", "", "", "9223372036854775807")
+	f.Fuzz(func(t *testing.T, retryAfter, date, rl, limit, remaining, reset, xLimit, xRemaining, xReset string) {
+		var kv []string
+		for _, f := range [][2]string{{"Retry-After", retryAfter}, {"Date", date}, {"RateLimit", rl},
+			{"RateLimit-Limit", limit}, {"RateLimit-Remaining", remaining}, {"RateLimit-Reset", reset},
+			{"X-RateLimit-Limit", xLimit}, {"X-RateLimit-Remaining", xRemaining}, {"X-RateLimit-Reset", xReset}} {
+			if f[1] != "" {
+				kv = append(kv, f[0], f[1])
+			}
+		}
+		e := response(429, kv...)
+		c := checkRateLimitFields(e, readTold(e))
+		if c.Name != checkRateLimit || (c.Result != Pass && c.Result != Fail && c.Result != NA) || c.Seen == "" {
+			t.Errorf("%q: %+v", kv, c)
+		}
+	})
+}
