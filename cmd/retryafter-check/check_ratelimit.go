@@ -80,24 +80,46 @@ func kindName(k sfKind) string {
 	return "String"
 }
 
-// checkRateLimitFields judges the RateLimit and RateLimit-Policy fields of the refusal e: they
+// checkRateLimitFields judges the rate-limit fields of the refusal e, whose Retry-After is t:
+// the draft's RateLimit and RateLimit-Policy, those of its revisions up to 06, and the
+// X-RateLimit-* of no standard, each kind as [checkQuotaFields] and [resetFamily.judge] say. It
+// fails when any kind fails, and passes when any passes.
+func checkRateLimitFields(e *exchange, t told) Check {
+	var parts []Check
+	if c, ok := checkQuotaFields(e, t); ok {
+		parts = append(parts, c)
+	}
+	for _, f := range []resetFamily{draft06Fields, xRateLimitFields} {
+		if c, ok := f.judge(e, t); ok {
+			parts = append(parts, c)
+		}
+	}
+	if len(parts) == 0 {
+		return na(checkRateLimit, "no RateLimit, RateLimit-Policy, RateLimit-Limit, -Remaining, -Reset or X-RateLimit-* field")
+	}
+	c := Check{Name: checkRateLimit, Result: NA}
+	seen := make([]string, len(parts))
+	for i, p := range parts {
+		seen[i] = p.Seen
+		switch {
+		case p.Result == Fail:
+			c.Result = Fail
+		case p.Result == Pass && c.Result == NA:
+			c.Result = Pass
+		}
+	}
+	c.Seen = strings.Join(seen, "; ")
+	return c
+}
+
+// checkQuotaFields judges the RateLimit and RateLimit-Policy fields of the refusal e: they
 // parse, RateLimit names only policies RateLimit-Policy lists, some policy is exhausted, and the
 // t of the exhausted ones agrees with Retry-After (to the second for a date, whose Date has
-// whole seconds).
-func checkRateLimitFields(e *exchange, t told) Check {
+// whole seconds). It returns false when e has neither field.
+func checkQuotaFields(e *exchange, t told) (Check, bool) {
 	rl, pol := e.header["Ratelimit"], e.header["Ratelimit-Policy"]
 	if len(rl) == 0 && len(pol) == 0 {
-		for _, old := range []string{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset"} {
-			if len(e.header[old]) > 0 {
-				return na(checkRateLimit, "only RateLimit-Limit, -Remaining or -Reset, the fields of drafts up to 06; the draft's fields now are RateLimit and RateLimit-Policy")
-			}
-		}
-		for _, legacy := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
-			if len(e.header[legacy]) > 0 {
-				return na(checkRateLimit, "no RateLimit or RateLimit-Policy field; X-RateLimit-Limit and its kin follow no standard and are not checked")
-			}
-		}
-		return na(checkRateLimit, "no RateLimit or RateLimit-Policy field")
+		return Check{}, false
 	}
 	c := Check{Name: checkRateLimit, Result: Fail}
 	var policies []quotaItem
@@ -105,24 +127,24 @@ func checkRateLimitFields(e *exchange, t told) Check {
 		var why string
 		if policies, why = parseQuotaField("RateLimit-Policy", pol, []string{"q", "w"}, "q"); why != "" {
 			c.Seen = why
-			return c
+			return c, true
 		}
 	}
 	if len(rl) == 0 {
 		c.Result, c.Seen = Pass, fmt.Sprintf("RateLimit-Policy: %s parses; no RateLimit on the refusal to compare with Retry-After", strings.Join(pol, ", "))
-		return c
+		return c, true
 	}
 	limits, why := parseQuotaField("RateLimit", rl, []string{"r", "t"}, "r")
 	if why != "" {
 		c.Seen = why
-		return c
+		return c, true
 	}
 	seen := "RateLimit: " + strings.Join(rl, ", ")
 	if len(policies) > 0 {
 		for _, l := range limits {
 			if !hasPolicy(policies, l.name) {
 				c.Seen = fmt.Sprintf("%s names %q, which RateLimit-Policy: %s does not list", seen, l.name, strings.Join(pol, ", "))
-				return c
+				return c, true
 			}
 		}
 	}
@@ -134,11 +156,11 @@ func checkRateLimitFields(e *exchange, t told) Check {
 	}
 	if len(exhausted) == 0 {
 		c.Seen = seen + ": refused, yet every policy has quota left (r above 0)"
-		return c
+		return c, true
 	}
 	if !t.usable {
 		c.Result, c.Seen = Pass, seen+": parses; no usable Retry-After to compare with"
-		return c
+		return c, true
 	}
 	var latest int64 = -1
 	for _, l := range exhausted {
@@ -148,7 +170,7 @@ func checkRateLimitFields(e *exchange, t told) Check {
 	}
 	if latest < 0 {
 		c.Result, c.Seen = Pass, seen+": parses; the exhausted policy has no t to compare with Retry-After"
-		return c
+		return c, true
 	}
 	slack := time.Duration(0)
 	if t.date {
@@ -164,7 +186,7 @@ func checkRateLimitFields(e *exchange, t told) Check {
 	default:
 		c.Result, c.Seen = Pass, fmt.Sprintf("%s: t=%d agrees with Retry-After", seen, latest)
 	}
-	return c
+	return c, true
 }
 
 func hasPolicy(policies []quotaItem, name string) bool {

@@ -8,12 +8,17 @@ import (
 
 // The retry checks obey what a refusal told, as a client would:
 //
-//   - obey: wait exactly the Retry-After, counted from when the response arrived (a date less
-//     Date), and retry: the retry must be admitted.
+//   - obey: wait exactly the Retry-After and retry: the retry must be admitted. Delay-seconds
+//     count from when the response arrived. A date is obeyed at its instant by the probe's own
+//     clock, as clients obey it, with Date only to measure skew: were the date less Date
+//     counted from the response instead, the retry would come up to a second after the date,
+//     and pass a date cut to the second that clients, retrying at it, miss.
 //   - tight: retry one second earlier, counted from when the refused request was sent, so that
 //     the round trip cannot make the retry late: it must be refused, or the wait was padded. A
 //     date is one second less Date's resolution: the retry goes two seconds before it, and so
-//     reaches the server at least one second before it.
+//     reaches the server at least one second before it. A wait of one second (a date two
+//     seconds after Date) cannot be judged: the early retry goes at once, and is refused
+//     whether the wait was padded or not; it still goes, for refusal-free.
 //   - refusal-free: after that early retry was refused, wait the rest and retry: it must be
 //     admitted, or the refused early retry was charged.
 //
@@ -47,15 +52,28 @@ func tooShortForEarly(t told) string {
 	return fmt.Sprintf("Retry-After %q leaves no second to take off", t.value)
 }
 
-// obeyed describes how the probe obeyed t.
-func obeyed(t told) string {
+// obeyAt is when a client obeying t, the Retry-After of e, retries: delay-seconds after e
+// arrived; a date at its instant by the probe's clock, or by the server's where the Dates of
+// the run prove the two apart.
+func (q *session) obeyAt(t told, e *exchange) time.Time {
+	if !t.date {
+		return e.received.Add(t.wait)
+	}
+	return t.at.Add(-q.s.skew.offset())
+}
+
+// obeyed describes how the probe obeyed t, the Retry-After of e, at the instant at.
+func (q *session) obeyed(t told, e *exchange, at time.Time) string {
+	wait := at.Sub(e.received)
 	switch {
-	case t.wait == 0 && t.past > 0:
+	case t.date && wait <= 0 && t.past > 0:
 		return fmt.Sprintf("retried at once, the date being %s before %s", seconds(t.past), t.ref)
+	case t.date && wait <= 0:
+		return fmt.Sprintf("retried at once, the date having passed by %s", q.s.skew)
 	case t.wait == 0:
 		return fmt.Sprintf("retried at once as told (%q)", t.value)
 	case t.date:
-		return fmt.Sprintf("waited %s (the date less %s)", seconds(t.wait), t.ref)
+		return fmt.Sprintf("waited %s, until the date by %s", seconds(roundDuration(wait)), q.s.skew)
 	}
 	return fmt.Sprintf("waited %s as told", seconds(t.wait))
 }
@@ -71,20 +89,41 @@ func answer(e *exchange) string {
 	return "refused (" + statusText(e.status) + ", no Retry-After)"
 }
 
-// obeyVerdict judges the retry o made after obeying t.
-func obeyVerdict(t told, o *exchange) Check {
-	c := Check{Name: checkObey, Result: Pass, Seen: obeyed(t) + ", then retried: " + answer(o)}
+// obeyVerdict judges the retry o made after obeying t as how, a description from obeyed, says.
+func (q *session) obeyVerdict(t told, how string, o *exchange) Check {
+	c := Check{Name: checkObey, Result: Pass, Seen: how + ", then retried: " + answer(o)}
 	if o.refused() {
-		c.Result, c.Seen = Fail, obeyed(t)+", then retried: "+answer(o)+": obeying is not enough"
+		c.Result, c.Seen = Fail, how+", then retried: "+answer(o)+": obeying is not enough"
+		if t.date && q.s.skew.n > 0 && q.s.skew.agrees() {
+			c.Seen += " (the date is early: cut to the second rather than rounded up, or the server's clock is behind the probe's by less than Date can show)"
+		}
 	}
 	return c
 }
 
-// tightVerdict judges the early retry e made against t.
+// obey waits until a client obeying t, the Retry-After of e, retries, and sends that retry. It
+// returns the retry and a description of the wait.
+func (q *session) obey(ctx context.Context, t told, e *exchange) (*exchange, string, error) {
+	at := q.obeyAt(t, e)
+	how := q.obeyed(t, e, at)
+	o, err := q.s.sendAt(ctx, at, q.p.Method)
+	return o, how, err
+}
+
+// tightVerdict judges the early retry e made against t. A retry that went at once, since t
+// left nothing to take off but its one second, judges nothing: a limiter refuses a retry at
+// once whether its wait is padded or not.
 func tightVerdict(t told, e *exchange) Check {
 	what := "retried 1 s early"
 	if t.date {
 		what = "retried at least 1 s before the date"
+	}
+	if t.wait <= earlyBy(t) {
+		what := fmt.Sprintf("%q", t.value)
+		if t.date {
+			what = fmt.Sprintf("%q, %s after %s", t.value, seconds(t.wait), t.ref)
+		}
+		return na(checkTight, "cannot judge "+what+": a second early is at once, which a limiter refuses whether the wait is padded or not (retried at once: "+answer(e)+")")
 	}
 	if e.refused() {
 		return Check{Name: checkTight, Result: Pass, Seen: what + ": " + answer(e)}
@@ -100,12 +139,12 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 	if why := unobeyable(t1); why != "" {
 		return na(checkObey, why), na(checkTight, why), na(checkFree, why)
 	}
-	o1, err := q.s.sendAt(ctx, r1.received.Add(t1.wait), q.p.Method)
+	o1, how, err := q.obey(ctx, t1, r1)
 	if err != nil {
 		q.stopWith(err)
 		return q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
 	}
-	obey = obeyVerdict(t1, o1)
+	obey = q.obeyVerdict(t1, how, o1)
 
 	r2 := o1 // a refused retry is itself the next refusal
 	if !o1.refused() {
@@ -133,12 +172,13 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 	if !e.refused() {
 		return obey, tight, na(checkFree, "the early retry was admitted")
 	}
-	o2, err := q.s.sendAt(ctx, r2.received.Add(t2.wait), q.p.Method)
+	o2at := q.obeyAt(t2, r2)
+	o2, err := q.s.sendAt(ctx, o2at, q.p.Method)
 	if err != nil {
 		q.stopWith(err)
 		return obey, tight, q.notChecked(checkFree)
 	}
-	rest := fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(t2.wait), answer(o2))
+	rest := fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(o2at.Sub(r2.received))), answer(o2))
 	switch {
 	case !o2.refused():
 		return obey, tight, Check{Name: checkFree, Result: Pass, Seen: rest}
@@ -152,13 +192,13 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 	if why := unobeyable(t3); why != "" {
 		return obey, tight, Check{Name: checkFree, Result: Fail, Seen: rest + ", and " + why}
 	}
-	o3, err := q.s.sendAt(ctx, o2.received.Add(t3.wait), q.p.Method)
+	o3, how, err := q.obey(ctx, t3, o2)
 	if err != nil {
 		q.stopWith(err)
 		return obey, tight, q.notChecked(checkFree)
 	}
 	if o3.refused() {
-		obey = obeyVerdict(t3, o3)
+		obey = q.obeyVerdict(t3, how, o3)
 		obey.Seen = fmt.Sprintf("on request %d: %s", o3.n, obey.Seen)
 		return obey, tight, na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
 	}
@@ -183,12 +223,14 @@ func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tigh
 	} else {
 		tight = na(checkTight, tooShortForEarly(t1))
 	}
-	o, err := q.s.sendAt(ctx, r1.received.Add(t1.wait), q.p.Method)
+	oat := q.obeyAt(t1, r1)
+	how := q.obeyed(t1, r1, oat)
+	o, err := q.s.sendAt(ctx, oat, q.p.Method)
 	if err != nil {
 		q.stopWith(err)
 		return q.notChecked(checkObey), tight, q.notChecked(checkFree)
 	}
-	obey = obeyVerdict(t1, o)
+	obey = q.obeyVerdict(t1, how, o)
 	switch {
 	case e == nil:
 		free = na(checkFree, tight.Seen)
@@ -197,7 +239,7 @@ func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tigh
 	case o.refused():
 		free = na(checkFree, "obeying after the early retry was refused, and a maintenance window cannot be obeyed twice: what the early retry cost cannot be told apart")
 	default:
-		free = Check{Name: checkFree, Result: Pass, Seen: fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(t1.wait), answer(o))}
+		free = Check{Name: checkFree, Result: Pass, Seen: fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(oat.Sub(r1.received))), answer(o))}
 	}
 	return obey, tight, free
 }

@@ -9,18 +9,29 @@
 //	retry-after   Retry-After is present, delay-seconds (1*DIGIT) or an IMF-fixdate, and never
 //	              a wait of 0: neither "0" nor a date at or before Date
 //	date          Date is present, an IMF-fixdate, and within a minute of the probe's clock
-//	obey          waiting exactly what Retry-After said (a date less Date), a retry is admitted
-//	tight         a retry one second earlier is refused: the wait is not padded
+//	obey          waiting exactly what Retry-After said, a retry is admitted; a date is obeyed
+//	              at its instant by the probe's clock, as clients obey it, corrected only by a
+//	              skew that Date proves
+//	tight         a retry one second earlier is refused: the wait is not padded (a wait of one
+//	              second cannot be judged: one second earlier is at once)
 //	refusal-free  that refused early retry cost nothing: waiting the rest is then admitted
 //	head          HEAD, right after a refused GET, is refused alike
 //	cors          with -origin, a browser script of that origin can read Retry-After
 //	ratelimit     the RateLimit and RateLimit-Policy fields, if any, parse (RFC 9651 Lists,
-//	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After
+//	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After; so do the
+//	              RateLimit-Limit, -Remaining and -Reset of its drafts up to 06; the
+//	              X-RateLimit-* fields of no standard are shown, and their Reset (an epoch
+//	              time, seconds or a date) must agree with Retry-After where the quota is spent
+//
+// The retry-after, date, cors and ratelimit checks judge every refusal of the run, those of the
+// retries and of HEAD too; the report shows the first that failed, and how many did.
 //
 // A 503 of a maintenance window is checked the same way; point the probe at one while it is on
 // and give -timeout room for the window to end.
 //
-// It prints a table, or with -json one JSON object, and says how many requests it sent. It
+// It prints a table, or with -json one JSON object, and says how many requests it sent. A
+// first request already refused with 429 is reported too: earlier traffic had spent the quota,
+// and what it still spends can make a retry fail. It
 // never sends more than -budget requests nor runs much past -timeout, sends every request to
 // the URL given, and follows no redirect, to another host or any other.
 //

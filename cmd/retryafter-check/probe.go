@@ -155,12 +155,8 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 		q.stopWith(err)
 		return
 	}
-	rep.Refusal = &Refusal{Request: r1.n, Status: r1.status, RetryAfter: r1.header["Retry-After"], Date: r1.header["Date"]}
-	t1 := readTold(r1)
-	retryAfter := checkRetryAfterField(r1, t1)
-	date := checkDateField(r1)
-	cors := checkCORSExposure(r1, t1, q.p.Origin)
-	rateLimit := checkRateLimitFields(r1, t1)
+	rep.Refusal = &Refusal{Request: r1.n, Status: r1.status, RetryAfter: r1.header["Retry-After"], Date: r1.header["Date"],
+		AlreadyLimited: r1.n == 1 && r1.status == http.StatusTooManyRequests}
 
 	var obey, tight, free, head Check
 	if r1.status == http.StatusServiceUnavailable {
@@ -176,7 +172,59 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 		obey, tight, free = q.retriesAfter429(ctx, r1)
 		head = q.headLast(ctx)
 	}
+	// The fields of every refusal of the run are judged, the retries' and HEAD's too: a client
+	// meets them all.
+	every := q.s.refusals
+	retryAfter := judgeEvery(every, func(e *exchange) Check { return checkRetryAfterField(e, readTold(e)) })
+	date := judgeEvery(every, checkDateField)
+	cors := judgeEvery(every, func(e *exchange) Check { return checkCORSExposure(e, readTold(e), q.p.Origin) })
+	rateLimit := judgeEvery(every, func(e *exchange) Check { return checkRateLimitFields(e, readTold(e)) })
 	rep.Checks = []Check{retryAfter, date, obey, tight, free, head, cors, rateLimit}
+}
+
+// judgeEvery judges each of refusals, the refusals of a run in the order met, with check, and
+// sums the verdicts up: the first failure, saying how many failed; else the first refusal's
+// verdict (or the first pass, where the check does not apply to the first), saying how many
+// passed.
+func judgeEvery(refusals []*exchange, check func(*exchange) Check) Check {
+	var first, failed, passed *Check
+	var fails, passes int
+	for i, e := range refusals {
+		c := check(e)
+		if i > 0 {
+			c.Seen = fmt.Sprintf("request %d (%s): %s", e.n, e.method, c.Seen)
+		}
+		switch c.Result {
+		case Fail:
+			fails++
+			if failed == nil {
+				failed = &c
+			}
+		case Pass:
+			passes++
+			if passed == nil {
+				passed = &c
+			}
+		}
+		if first == nil {
+			first = &c
+		}
+	}
+	n := len(refusals)
+	switch {
+	case failed != nil:
+		if n > 1 {
+			failed.Seen += fmt.Sprintf(" (%d of %d refusals fail)", fails, n)
+		}
+		return *failed
+	case passed == nil:
+		return *first
+	case passes == n && n > 1:
+		passed.Seen += fmt.Sprintf(" (all %d refusals pass)", n)
+	case n > 1:
+		passed.Seen += fmt.Sprintf(" (%d of %d refusals pass, the others: n/a)", passes, n)
+	}
+	return *passed
 }
 
 // headLast seeks one more refusal and runs the head check on it.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/retryafter/retryafter"
 )
 
 const (
@@ -19,11 +21,13 @@ type probeCase struct {
 	name   string
 	server func() http.Handler // built inside the bubble
 	delay  time.Duration       // how long after the server starts the probe starts
+	before int                 // how many requests other traffic sends just before the probe
 	probe  Probe               // URL, Transport and Origin are filled in unless set
 	noOrig bool                // send no Origin
 
 	want     string            // "name=result ..." for every check, in report order
 	seen     map[string]string // check name: a phrase its Seen must hold
+	limited  bool              // whether the report must say the server was already limited
 	exit     int
 	gaveUp   string // a phrase GaveUp must hold; "" when the probe must finish
 	requests int    // how many requests it must send; 0: do not check
@@ -35,12 +39,12 @@ const allPass = "retry-after=pass date=pass obey=pass tight=pass refusal-free=pa
 var probeCases = []probeCase{
 	{
 		name: "ours", server: ours,
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=pass",
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: `"1": delay-seconds`,
 			checkDate:       "agrees with the probe's clock to the second",
 			checkObey:       "waited 1 s as told, then retried: admitted (200 OK)",
-			checkTight:      "retried 1 s early: refused (429 Too Many Requests, Retry-After: 1)",
+			checkTight:      `cannot judge "1": a second early is at once, which a limiter refuses whether the wait is padded or not (retried at once: refused (429 Too Many Requests, Retry-After: 1))`,
 			checkFree:       "waited the rest (1 s in all), then retried: admitted (200 OK)",
 			checkHEAD:       "HEAD: 429 Too Many Requests, Retry-After: 1, like GET",
 			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date, RateLimit, RateLimit-Policy",
@@ -52,8 +56,26 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "ours without -origin", server: ours, noOrig: true,
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=n/a ratelimit=pass",
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=pass",
 		seen: map[string]string{checkCORS: "no -origin given"},
+	},
+	{
+		name: "ours, with X-RateLimit-* too", noOrig: true,
+		server: func() http.Handler {
+			return retryafter.Limit(1, 5, retryafter.WithRateLimitFields(""), retryafter.WithLegacyRateLimitFields(true))(hello())
+		},
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=pass",
+		seen: map[string]string{
+			checkRateLimit: `RateLimit: "default";r=0;t=1: t=1 agrees with Retry-After; X-RateLimit-Limit: 5, X-RateLimit-Remaining: 0, X-RateLimit-Reset: 1 (seconds): agrees with Retry-After (all 5 refusals pass)`,
+		},
+	},
+	{
+		// Other traffic spent the burst just before: the first request is refused.
+		name: "ours, limited by earlier traffic", server: ours, before: 5, limited: true,
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=pass",
+		// The refusal, the obeying retry, the next refusal, the early retry, the retry after
+		// it, a refused GET and the HEAD.
+		requests: 7,
 	},
 	{
 		name: "maintenance, delay-seconds", server: func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, false) },
@@ -72,7 +94,7 @@ var probeCases = []probeCase{
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:11 GMT": IMF-fixdate, 11 s after Date`,
 			checkTight:      "retried at least 1 s before the date: refused (503 Service Unavailable",
-			checkObey:       "waited 11 s (the date less Date), then retried: admitted (200 OK)",
+			checkObey:       "waited 11 s, until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
 			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date",
 		},
 		requests: 4,
@@ -82,7 +104,7 @@ var probeCases = []probeCase{
 		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{
 			checkDate: `"Fri, 31 Dec 1999 22:00:00 GMT": IMF-fixdate, at least 1h59m59s behind the probe's clock; one of the two clocks is wrong`,
-			checkObey: "waited 11 s (the date less Date), then retried: admitted",
+			checkObey: "waited 11 s, until the date by the server's clock (2h0m0s behind the probe's, as Date shows), then retried: admitted",
 		},
 		exit: exitFail,
 	},
@@ -97,44 +119,89 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "httprate-like, a window under a second: Retry-After 0", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 500*time.Millisecond)) },
-		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=n/a",
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: `"0": a wait of 0 tells clients to retry at once`,
 			checkObey:       `retried at once as told ("0"), then retried: refused (429 Too Many Requests, Retry-After: 0): obeying is not enough`,
 			checkTight:      `Retry-After "0" leaves no second to take off`,
 			checkCORS:       "Access-Control-Expose-Headers: (none): does not expose Retry-After",
-			checkRateLimit:  "X-RateLimit-Limit and its kin follow no standard and are not checked",
+			checkRateLimit:  "X-RateLimit-Limit: 5, X-RateLimit-Remaining: 0, X-RateLimit-Reset: 946684800 (an epoch, 0 s after Date): agrees with Retry-After",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "httprate-like, the whole window", server: func() http.Handler { return withCORS("", newSlidingWindow(5, 10*time.Second)) },
-		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail ratelimit=n/a",
+		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail ratelimit=fail",
 		seen: map[string]string{
 			checkObey:  "waited 10 s as told, then retried: refused (429 Too Many Requests, Retry-After: 10)",
 			checkTight: "retried 1 s early: admitted (200 OK): the wait is padded by a second or more",
 			checkFree:  "the early retry was admitted",
+			// The next refusal, 1 s before the window's end, still says the whole window.
+			checkRateLimit: "X-RateLimit-Reset: 946684820 (an epoch, 1 s after Date): but Retry-After says 10 s: a client reading X-RateLimit-Reset comes back early",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "go-limiter-like, reset mid-second", delay: 900 * time.Millisecond,
 		server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
-		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=n/a",
+		want:   "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=fail ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:02 UTC": not an HTTP-date: zone UTC (Go's time.RFC1123 or RFC1123Z); an HTTP-date ends in GMT`,
-			checkObey:       "waited 1 s (the date less Date), then retried: refused (429 Too Many Requests",
+			checkObey:       "until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests",
 			checkTight:      "no room for an early retry",
+			checkRateLimit:  "X-RateLimit-Reset: Sat, 01 Jan 2000 00:00:02 UTC (a date, 1 s after Date): agrees with Retry-After",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "go-limiter-like, reset on a whole second", server: func() http.Handler { return withCORS("", newIntervalBucket(5, 2*time.Second)) },
-		want: "retry-after=fail date=pass obey=pass tight=pass refusal-free=pass head=pass cors=fail ratelimit=n/a",
+		want: "retry-after=fail date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=fail ratelimit=pass",
 		seen: map[string]string{
 			checkRetryAfter: "zone UTC",
-			checkObey:       "waited 2 s (the date less Date), then retried: admitted (200 OK)",
+			checkObey:       "until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
+			checkTight:      `cannot judge "Sat, 01 Jan 2000 00:00:04 UTC", 2 s after Date: a second early is at once`,
+		},
+		exit: exitFail,
+	},
+	{
+		// 3 requests a 5 s window from 00:00:00.3: the date 00:00:05 is the window's end cut to
+		// the second; a client retrying at it by its own clock is refused, as is the probe.
+		name: "window end cut to the second", delay: 300 * time.Millisecond,
+		server: func() http.Handler {
+			return withCORS("Retry-After, Date", &fixedWindow{limit: 3, window: 5 * time.Second})
+		},
+		// The refused retry, at 00:00:05, is told 00:00:05 with a Date of 00:00:05: a wait of 0.
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
+		seen: map[string]string{
+			checkRetryAfter: `request 5 (GET): "Sat, 01 Jan 2000 00:00:05 GMT": the same second as Date, a wait of 0 (3 of 4 refusals fail)`,
+			checkObey:       "waited 4.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: refused (429 Too Many Requests, Retry-After: Sat, 01 Jan 2000 00:00:05 GMT): obeying is not enough (the date is early: cut to the second rather than rounded up",
+		},
+		exit: exitFail,
+	},
+	{
+		name: "window end rounded up", delay: 300 * time.Millisecond,
+		server: func() http.Handler {
+			return withCORS("Retry-After, Date", &fixedWindow{limit: 3, window: 5 * time.Second, roundUp: true})
+		},
+		want: allPass,
+		seen: map[string]string{
+			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:06 GMT": IMF-fixdate, 6 s after Date`,
+			checkObey:       "waited 5.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
 			checkTight:      "retried at least 1 s before the date: refused",
+		},
+	},
+	{
+		// 5 requests a 2 s window, Retry-After the time left cut to whole seconds: the first
+		// refusal, 1.75 s before the end, says "1"; the retry after it, 0.75 s before, "0".
+		name: "time left cut to whole seconds",
+		server: func() http.Handler {
+			return withCORS("Retry-After", &fixedWindow{limit: 5, window: 2 * time.Second, cutSeconds: true})
+		},
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=pass ratelimit=n/a",
+		seen: map[string]string{
+			checkRetryAfter: `request 7 (GET): "0": a wait of 0 tells clients to retry at once (3 of 4 refusals fail)`,
+			checkDate:       "agrees with the probe's clock to the second (all 4 refusals pass)",
+			checkObey:       "waited 1 s as told, then retried: refused (429 Too Many Requests, Retry-After: 0)",
 		},
 		exit: exitFail,
 	},
@@ -149,35 +216,42 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "exact, but no Date", server: func() http.Handler { return withCORS("", &tokenBucket{noDate: true}) },
-		want: "retry-after=pass date=fail obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=n/a",
+		want: "retry-after=pass date=fail obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=n/a",
 		seen: map[string]string{checkDate: "absent from the 429"},
 		exit: exitFail,
 	},
 	{
-		name: "no Retry-After", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true}) },
+		name: "no Retry-After", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true, fields: "x"}) },
 		want: "retry-after=fail date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=n/a ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: "absent from the 429: a client cannot know when to come back",
 			checkObey:       "no Retry-After to obey",
+			checkRateLimit:  "X-RateLimit-Limit: 5, X-RateLimit-Remaining: 0, X-RateLimit-Reset: 946684801 (an epoch, 1 s after Date): no usable Retry-After to compare with",
 			checkCORS:       "no Retry-After to expose",
 		},
 		exit: exitFail,
 	},
 	{
 		name: "HEAD not limited", server: oursGETOnly,
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=fail cors=pass ratelimit=n/a",
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=fail cors=pass ratelimit=n/a",
 		seen: map[string]string{checkHEAD: "HEAD admitted (200 OK) right after GET was refused (429 Too Many Requests)"},
 		exit: exitFail,
 	},
 	{
 		name: "RateLimit t truncated", server: func() http.Handler { return withCORS("", &tokenBucket{fields: "early"}) },
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=fail",
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=fail",
 		seen: map[string]string{checkRateLimit: `RateLimit: "default";r=0;t=0: t=0 but Retry-After says 1 s: a client reading RateLimit comes back early`},
 		exit: exitFail,
 	},
 	{
+		name: "RateLimit-Reset of draft 06, truncated", server: func() http.Handler { return withCORS("", &tokenBucket{fields: "draft06"}) },
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=fail",
+		seen: map[string]string{checkRateLimit: "RateLimit-Limit: 5, RateLimit-Remaining: 0, RateLimit-Reset: 0: but Retry-After says 1 s: a client reading RateLimit-Reset comes back early"},
+		exit: exitFail,
+	},
+	{
 		name: "RateLimit in an old draft's syntax", server: func() http.Handler { return withCORS("", &tokenBucket{fields: "old"}) },
-		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=pass ratelimit=fail",
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=pass ratelimit=fail",
 		seen: map[string]string{checkRateLimit: `RateLimit: "limit=5, remaining=0, reset=1": not a Structured Field List: a comma or the end expected at byte 5`},
 		exit: exitFail,
 	},
@@ -225,6 +299,14 @@ func runCase(t *testing.T, c probeCase) (rep *Report, served, dialled []string) 
 		n := serve(t, c.server())
 		defer n.close()
 		time.Sleep(c.delay)
+		for range c.before {
+			req, _ := http.NewRequest(http.MethodGet, testURL, nil)
+			resp, err := n.tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
 		p := c.probe
 		p.URL, p.Transport = testURL, n.tr
 		if !c.noOrig {
@@ -254,6 +336,10 @@ func TestProbe(t *testing.T) {
 					t.Errorf("%s: seen %q, want it to hold %q", name, seenOf(ch), phrase)
 				}
 			}
+			if limited := rep.Refusal != nil && rep.Refusal.AlreadyLimited; limited != c.limited ||
+				limited != strings.Contains(table.String(), "\nalready limited: the first request was refused") {
+				t.Errorf("already limited: %v, want %v", limited, c.limited)
+			}
 			if rep.Exit != c.exit {
 				t.Errorf("exit = %d, want %d", rep.Exit, c.exit)
 			}
@@ -265,7 +351,7 @@ func TestProbe(t *testing.T) {
 			}
 
 			// Every request counted, and every one to the URL given.
-			if rep.Requests != len(served) {
+			if served = served[c.before:]; rep.Requests != len(served) {
 				t.Errorf("the report counts %d requests, the server saw %d", rep.Requests, len(served))
 			}
 			budget := c.probe.Budget
@@ -306,6 +392,42 @@ func TestEveryCheckCanFail(t *testing.T) {
 		}
 		if !fails || !passes {
 			t.Errorf("check %s: a case where it fails: %v, where it passes: %v", name, fails, passes)
+		}
+	}
+}
+
+// TestJudgeEvery checks how the verdicts on every refusal of a run sum up.
+func TestJudgeEvery(t *testing.T) {
+	refusals := func(n int) []*exchange {
+		es := make([]*exchange, n)
+		for i := range es {
+			es[i] = &exchange{n: 10 + i, method: http.MethodGet, status: http.StatusTooManyRequests}
+		}
+		es[n-1].method = http.MethodHead
+		return es
+	}
+	// by returns a check whose verdict on the refusal numbered n is results[n-10].
+	by := func(results ...Result) func(*exchange) Check {
+		return func(e *exchange) Check {
+			return Check{Name: checkRetryAfter, Result: results[e.n-10], Seen: fmt.Sprintf("seen %d", e.n)}
+		}
+	}
+	for _, c := range []struct {
+		results []Result
+		want    Check
+	}{
+		{[]Result{Pass}, Check{checkRetryAfter, Pass, "seen 10"}},
+		{[]Result{Fail}, Check{checkRetryAfter, Fail, "seen 10"}},
+		{[]Result{NA}, Check{checkRetryAfter, NA, "seen 10"}},
+		{[]Result{Pass, Pass, Pass}, Check{checkRetryAfter, Pass, "seen 10 (all 3 refusals pass)"}},
+		{[]Result{Fail, Pass, Fail}, Check{checkRetryAfter, Fail, "seen 10 (2 of 3 refusals fail)"}},
+		{[]Result{Pass, NA, Fail}, Check{checkRetryAfter, Fail, "request 12 (HEAD): seen 12 (1 of 3 refusals fail)"}},
+		{[]Result{NA, NA, NA}, Check{checkRetryAfter, NA, "seen 10"}},
+		{[]Result{NA, Pass, NA}, Check{checkRetryAfter, Pass, "request 11 (GET): seen 11 (1 of 3 refusals pass, the others: n/a)"}},
+		{[]Result{Pass, NA}, Check{checkRetryAfter, Pass, "seen 10 (1 of 2 refusals pass, the others: n/a)"}},
+	} {
+		if got := judgeEvery(refusals(len(c.results)), by(c.results...)); got != c.want {
+			t.Errorf("%v: %+v, want %+v", c.results, got, c.want)
 		}
 	}
 }

@@ -10,13 +10,17 @@ import (
 	"time"
 )
 
-// writeTable writes r for a person: what was probed, the first refusal, one line per check
+// writeTable writes r for a person: what was probed, the first refusal (and whether the server
+// was limited before the probe began), one line per check
 // (its name, pass / FAIL / n/a, what was seen), how many requests were sent, and the verdict.
 func writeTable(w io.Writer, r *Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "retryafter-check %s %s\n", r.Method, r.URL)
 	if f := r.Refusal; f != nil {
 		fmt.Fprintf(&b, "first refusal: request %d, %s\n", f.Request, statusText(f.Status))
+		if f.AlreadyLimited {
+			b.WriteString("already limited: the first request was refused, so earlier traffic had spent this quota; what other traffic spends meanwhile can make a retry fail\n")
+		}
 	}
 	if len(r.Checks) > 0 {
 		b.WriteByte('\n')

@@ -42,6 +42,15 @@ FAIL: obey (exit 1)
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 
+	// A server limited before the probe began says so under the first refusal.
+	limited := sampleReport()
+	limited.Refusal.Request, limited.Refusal.AlreadyLimited = 1, true
+	b.Reset()
+	writeTable(&b, limited)
+	if want := "first refusal: request 1, 429 Too Many Requests\nalready limited: the first request was refused, so earlier traffic had spent this quota; what other traffic spends meanwhile can make a retry fail\n\nCHECK"; !strings.Contains(b.String(), want) {
+		t.Errorf("got\n%s\nwant it to hold\n%s", b.String(), want)
+	}
+
 	gaveUp := &Report{Method: "GET", URL: "http://127.0.0.1:8080/", Requests: 1, GaveUp: "could not run: refused"}
 	gaveUp.Exit = gaveUp.exitCode()
 	b.Reset()
@@ -70,8 +79,15 @@ func TestWriteJSON(t *testing.T) {
 	if c := checks[1].(map[string]any); c["name"] != "obey" || c["result"] != "fail" || !strings.Contains(c["seen"].(string), "obeying is not enough") {
 		t.Errorf("checks[1] = %v", c)
 	}
-	if ref := got["refusal"].(map[string]any); ref["status"] != 429.0 || ref["request"] != 6.0 {
+	if ref := got["refusal"].(map[string]any); ref["status"] != 429.0 || ref["request"] != 6.0 || ref["already_limited"] != nil {
 		t.Errorf("refusal = %v", ref)
+	}
+	limited := sampleReport()
+	limited.Refusal.AlreadyLimited = true
+	b.Reset()
+	writeJSON(&b, limited)
+	if !strings.Contains(b.String(), `"already_limited": true`) {
+		t.Errorf("got %s", b.String())
 	}
 
 	// A run that met no refusal has an empty list of checks, not null.

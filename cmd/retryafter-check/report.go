@@ -48,6 +48,9 @@ type Refusal struct {
 	Status     int      `json:"status"`
 	RetryAfter []string `json:"retry_after"` // the field lines as received; null when absent
 	Date       []string `json:"date"`
+	// AlreadyLimited says that the probe's first request was refused with 429: earlier traffic
+	// had spent the quota, and what other traffic spends meanwhile can make a retry fail.
+	AlreadyLimited bool `json:"already_limited,omitempty"`
 }
 
 // A Report is what one run of the probe found.

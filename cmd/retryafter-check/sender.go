@@ -90,6 +90,8 @@ type sender struct {
 	sent     int       // requests sent
 	last     time.Time // when the last one was sent
 	statuses map[int]int
+	skew     skew        // what the Dates so far prove about the server's clock
+	refusals []*exchange // every refusal so far, in the order met
 }
 
 // deadline is when the time budget ends.
@@ -137,6 +139,10 @@ func (s *sender) send(ctx context.Context, method string) (*exchange, error) {
 		s.statuses = make(map[int]int)
 	}
 	s.statuses[resp.StatusCode]++
+	s.skew.add(e)
+	if e.refused() {
+		s.refusals = append(s.refusals, e)
+	}
 	return e, nil
 }
 

@@ -180,7 +180,9 @@ type tokenBucket struct {
 	// noRetryAfter refuses with no Retry-After, as ulule/limiter and didip/tollbooth do.
 	noRetryAfter bool
 	// fields writes RateLimit fields: "early" with t truncated, "old" in the syntax of the
-	// drafts before 07.
+	// drafts before 07; "draft06" the RateLimit-Limit, -Remaining and -Reset of the drafts up
+	// to 06, Reset truncated; "x" X-RateLimit-Limit, -Remaining and -Reset, Reset the epoch
+	// time of the next whole token, as ulule/limiter sends them.
 	fields string
 
 	mu     sync.Mutex
@@ -224,6 +226,14 @@ func (b *tokenBucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("RateLimit", `"default";r=`+strconv.Itoa(int(left))+`;t=`+strconv.FormatInt(int64(wait.Seconds()), 10))
 	case "old":
 		h.Set("RateLimit", "limit=5, remaining=0, reset="+strconv.FormatInt(secs, 10))
+	case "draft06":
+		h.Set("RateLimit-Limit", "5")
+		h.Set("RateLimit-Remaining", strconv.Itoa(int(left)))
+		h.Set("RateLimit-Reset", strconv.FormatInt(int64(wait.Seconds()), 10))
+	case "x":
+		h.Set("X-RateLimit-Limit", "5")
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(int(left)))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(wait).Unix(), 10))
 	}
 	if !b.noRetryAfter {
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
@@ -238,4 +248,56 @@ func redirectElsewhere() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://elsewhere.test/v1/things", http.StatusFound)
 	})
+}
+
+// A fixedWindow allows limit requests a window, the windows following one another from the
+// first request, and answers a refusal with the end of the window as an IMF-fixdate and a Date
+// of the same clock reading. Cut to the second, as many hand-written limiters write it, the
+// date names an instant before the end: a client that retries at it by its own clock is
+// refused. Rounded up, as a sender must write it, the date is never early.
+type fixedWindow struct {
+	limit   int
+	window  time.Duration
+	roundUp bool
+	// cutSeconds answers with the time left in whole seconds, cut: "0" under a second.
+	cutSeconds bool
+
+	mu    sync.Mutex
+	start time.Time
+	index time.Duration // the number of the current window
+	count int
+}
+
+func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	f.mu.Lock()
+	if f.start.IsZero() {
+		f.start = now
+	}
+	if i := now.Sub(f.start) / f.window; i != f.index {
+		f.index, f.count = i, 0
+	}
+	end := f.start.Add((f.index + 1) * f.window)
+	ok := f.count < f.limit
+	if ok {
+		f.count++
+	}
+	f.mu.Unlock()
+	h := w.Header()
+	h.Set("Date", now.UTC().Format(http.TimeFormat))
+	if ok {
+		hello().ServeHTTP(w, r)
+		return
+	}
+	if f.cutSeconds {
+		h.Set("Retry-After", strconv.Itoa(int(end.Sub(now)/time.Second)))
+		http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+		return
+	}
+	at := end.Truncate(time.Second)
+	if f.roundUp && at.Before(end) {
+		at = at.Add(time.Second)
+	}
+	h.Set("Retry-After", at.UTC().Format(http.TimeFormat))
+	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 }

@@ -25,6 +25,7 @@ type told struct {
 	usable  bool          // whether it reads as a wait at all
 	wait    time.Duration // the wait, counted from the response; 0 for a date at or before Date
 	date    bool          // whether it is a date rather than a number of seconds
+	at      time.Time     // for a date, the instant it names
 	past    time.Duration // for a date before its reference, by how much
 	ref     string        // what a date was measured against: "Date" or "the probe's clock"
 }
@@ -46,6 +47,7 @@ func readTold(e *exchange) told {
 		t.date = !isDigits(v)
 		if t.date {
 			t.ref = refName
+			t.at, _ = header.ParseHTTPDate(v, ref)
 		}
 		return t
 	}
@@ -57,7 +59,7 @@ func readTold(e *exchange) told {
 		return t
 	}
 	if at, ok := generousDate(v, ref); ok {
-		t.usable, t.date, t.ref = true, true, refName
+		t.usable, t.date, t.ref, t.at = true, true, refName, at
 		if d := at.Sub(ref); d > 0 {
 			t.wait = d
 		} else {
