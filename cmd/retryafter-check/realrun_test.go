@@ -87,8 +87,9 @@ func TestRealRunAgainstChiServer(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	t.Logf("%s", out)
-	// 1 request a second answers Retry-After: 1, a wait whose tightness cannot be judged.
-	want := "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=n/a"
+	// 1 request a second answers Retry-After: 1, a wait whose tightness cannot be judged; the
+	// server sends the RateLimit fields.
+	want := "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=pass"
 	if got := verdicts(&rep); got != want || rep.Exit != exitPass || exit != nil {
 		t.Errorf("verdicts %s, exit %d (%v); want %s, exit 0\nchi-server's log:\n%s", got, rep.Exit, err, want, serverLog())
 	}
