@@ -36,7 +36,7 @@ type FallbackReporter interface {
 }
 
 // rootPkg is the import path of package retryafter, whose composite Limiters Limiter refuses.
-var rootPkg = reflect.TypeFor[retryafter.Policy]().PkgPath()
+const rootPkg = "github.com/retryafter/retryafter"
 
 // Limiter returns a Limiter that decides as l does and records, under name, how long each of its
 // decisions takes in retryafter.limiter.duration (with error.type "timeout", "canceled" or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,13 @@ func TestLimiterErrorType(t *testing.T) {
 	}
 	if got := len(s.points("retryafter.limiter.duration")); got != 3 {
 		t.Fatalf("%d attribute sets, want 3: %v", got, s.points("retryafter.limiter.duration"))
+	}
+}
+
+// TestRootPkg checks the import path that Limiter tells the composites of package retryafter by.
+func TestRootPkg(t *testing.T) {
+	if got := reflect.TypeFor[retryafter.Policy]().PkgPath(); got != rootPkg {
+		t.Fatalf("package retryafter is %q, not %q", got, rootPkg)
 	}
 }
 
