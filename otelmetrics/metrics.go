@@ -34,10 +34,9 @@ type Metrics struct {
 
 	since func(time.Time) time.Duration // time.Since; tests replace it
 
-	mu       sync.Mutex
-	watched  []*watched // the wrapped Limiters that report a state, observed at each collection
-	names    map[string]bool
-	callback metric.Registration
+	mu      sync.Mutex
+	watched []*watched // the wrapped Limiters that report a state, observed at each collection
+	names   map[string]bool
 }
 
 // An Option configures [New].
@@ -128,7 +127,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	m.localFallback, errs[6] = meter.Int64ObservableGauge("retryafter.limiter.local_fallback",
 		metric.WithUnit("{limiter}"),
 		metric.WithDescription("1 while a wrapped Limiter decides locally in place of its store, else 0."))
-	m.callback, errs[7] = meter.RegisterCallback(m.observe, m.down, m.localAnswers, m.localFallback)
+	_, errs[7] = meter.RegisterCallback(m.observe, m.down, m.localAnswers, m.localFallback)
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,4 +346,40 @@ func sets(s snapshot, name string) []attribute.Set {
 		}
 	}
 	return out
+}
+
+// TestConcurrent records from several goroutines, on new and known policies and routes, while
+// the metrics are collected and Limiters wrapped, and checks that every decision is counted
+// once (run with -race).
+func TestConcurrent(t *testing.T) {
+	const workers, each = 4, 400
+	rd := newReader(t, WithMaxPolicies(8), WithMaxRoutes(8))
+	tb := retryafter.NewTokenBucket(rate.Limit(1000), 1000, retryafter.WithPolicyFunc(func(key string) retryafter.Policy {
+		return retryafter.Policy{Name: "p" + key[len(key)-1:]}
+	}))
+	h := retryafter.LimitWith(rd.m.Limiter("mem", tb), rd.m.Option(), retryafter.WithClock(func() time.Time { return t0 }))(ok)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				r := request("/", "GET /r"+strconv.Itoa(i%13))
+				r.RemoteAddr = "192.0.2." + strconv.Itoa(w*10+i%10) + ":1"
+				serve(h, r)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 20 {
+			rd.m.Limiter("extra"+strconv.Itoa(i), &fakeStore{l: tb})
+			rd.collect()
+		}
+	})
+	wg.Wait()
+	var total int64
+	for _, p := range rd.collect().points("retryafter.decisions") {
+		total += p.value
+	}
+	if total != workers*each {
+		t.Fatalf("%d decisions recorded, want %d", total, workers*each)
+	}
 }
