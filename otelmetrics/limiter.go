@@ -44,12 +44,11 @@ const rootPkg = "github.com/retryafter/retryafter"
 // [DownReporter], [LocalAnswerCounter] and [FallbackReporter], whichever l implements.
 //
 // The Limiter it returns is a [retryafter.Charger] when l is one, and combines in an
-// [retryafter.All] as l does with the other Limiters wrapped by a Metrics (recorded then as one
-// decision, under the first one's name): wrap every Limiter of an All, or none. Wrap the stores,
-// not what All, Shared, ChargedAfter or Peek make of them: the middleware charges the layers of
-// a ChargedAfter only when it sees them, so Limiter panics when given one of those. It also
-// panics if l is nil, or name is empty, longer than 64 bytes, outside printable ASCII, or given
-// to this Metrics before.
+// [retryafter.All] as l does with the other wrapped Limiters next to it (timed then as one
+// decision, under the first one's name): wrap every Limiter of an All or none, and list those
+// of one store together. Wrap the stores, not what All, Shared, ChargedAfter or Peek make of
+// them, whose layers the middleware must see: Limiter panics when given one. It also panics if
+// l is nil, or name is empty, longer than 64 bytes, outside printable ASCII, or given before.
 func (m *Metrics) Limiter(name string, l retryafter.Limiter) retryafter.Limiter {
 	if l == nil {
 		panic("otelmetrics: Limiter of a nil Limiter")

@@ -117,3 +117,29 @@ func TestLimiterInAll(t *testing.T) {
 	want(t, s, 2, "retryafter.limiter.duration", attribute.String(string(limiterKey), "client"))
 	want(t, s, 0, "retryafter.limiter.duration", attribute.String(string(limiterKey), "tokens"))
 }
+
+// otherStore is a Charger of a kind other than TokenBucket (as a Redis store is), which combines
+// with no TokenBucket.
+type otherStore struct{ *retryafter.TokenBucket }
+
+func (o otherStore) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) { return nil, false }
+
+// TestLimiterInAllOfKinds checks that wrapped Limiters of one kind listed together still combine
+// beside a wrapped Limiter of another kind: two TokenBuckets decided in one step, the other
+// store in its own.
+func TestLimiterInAllOfKinds(t *testing.T) {
+	rd := newReader(t)
+	a := rd.m.Limiter("a", retryafter.NewTokenBucket(rate.Every(time.Minute), 5))
+	b := rd.m.Limiter("b", retryafter.NewTokenBucket(rate.Every(time.Minute), 5))
+	other := rd.m.Limiter("other", otherStore{retryafter.NewTokenBucket(rate.Every(time.Minute), 5)})
+	all := retryafter.All(a, b, other)
+	for range 3 {
+		if d, err := all.Decide(context.Background(), "k", 1, t0); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	s := rd.collect()
+	want(t, s, 3, "retryafter.limiter.duration", limiterKey.String("a"))
+	want(t, s, 0, "retryafter.limiter.duration", limiterKey.String("b"))
+	want(t, s, 3, "retryafter.limiter.duration", limiterKey.String("other"))
+}
