@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-
-	"github.com/retryafter/retryafter/internal/header"
 )
 
 // defaultMaintenanceWait is the Retry-After of a [Maintenance] with no end to count down to,
@@ -169,8 +167,7 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 		if until.IsZero() {
 			until = at.Add(wait)
 		} else if spread {
-			sec := at.Unix()
-			until = time.Unix(m.returns.take(sec, header.RoundUpDate(until).Unix(), float64(m.ReturnRate), 0), 0)
+			until = time.Unix(m.returns.book(at, until, float64(m.ReturnRate), 0, true), 0)
 		}
 		m.emit.refuseUntil(w, r, m.Respond, http.StatusServiceUnavailable, at, until)
 		return

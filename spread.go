@@ -17,15 +17,34 @@ const returnHorizon = 3600
 // returns is a schedule of the seconds that refused clients are told to come back in, so that
 // many clients refused for the same reason at the same time come back at the rate the service
 // can take rather than in the same second. A second is one of the server's clock (Unix seconds);
-// a client refused at now and told to wait s whole seconds comes back within second
-// floor(now)+s, whatever the fraction of now. The zero value is ready to use; it is safe for
-// concurrent use.
+// a client refused at now and told to wait s whole seconds comes back at now+s, in second
+// floor(now)+s, at the fraction of a second it was refused at. The zero value is ready to use;
+// it is safe for concurrent use.
 type returns struct {
 	mu    sync.Mutex
 	n     []uint32 // n[b%returnHorizon]: clients told to come back in second b, for low <= b < low+returnHorizon
 	low   int64    // the first second the schedule holds: the one after the present
 	epoch int64    // the first low, from which each second's share of the rate is counted
 	hint  int64    // no second in [low, hint) had room when last looked
+}
+
+// book books a client refused at now that can be admitted no earlier than earliest, at
+// perSecond clients a second and at most burst (when above 0) in one second, and returns the
+// second it is told to come back in. With date false it is told a wait in delay-seconds, and
+// comes back at now plus a whole number of seconds; with date true an HTTP-date, the start of
+// that second.
+func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, date bool) int64 {
+	sec := now.Unix()
+	var first int64
+	if date {
+		first = max(header.RoundUpDate(earliest).Unix(), sec+1)
+	} else {
+		first = sec + header.DelaySeconds(earliest.Sub(now))
+	}
+	if !(perSecond < maxShare) {
+		return first
+	}
+	return s.take(sec, first, perSecond, burst)
 }
 
 // take books one client refused in second now that may not come back before second first:
@@ -36,6 +55,11 @@ type returns struct {
 func (s *returns) take(now, first int64, perSecond float64, burst int) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.takeLocked(now, first, perSecond, burst)
+}
+
+// takeLocked is take with the mutex held.
+func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int64 {
 	if s.n == nil {
 		s.n = make([]uint32, returnHorizon)
 		s.low, s.epoch, s.hint = now+1, now+1, now+1
@@ -118,8 +142,7 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 		return wait
 	}
 	sec := now.Unix()
-	first := sec + header.DelaySeconds(wait)
-	return time.Duration(s.take(sec, first, perSecond, burst)-sec) * time.Second
+	return time.Duration(s.book(now, now.Add(wait), perSecond, burst, false)-sec) * time.Second
 }
 
 // Spread returns a Limiter that decides as l does and spreads the waits of the requests it
@@ -137,8 +160,14 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 // What is promised: a refused request is told to wait a whole number of seconds, never less
 // than l's own wait for it, so no client is told to come back before l could admit it; and the
 // requests Spread refuses are told to come back, in each second of the server's clock, at most
-// limit (rounded up to a whole request) and at most burst, as far as an hour ahead. Waits are
-// then longer than l's, so its Decisions are not tight as [Limiter] asks: a client may be
+// limit (rounded up to a whole request) and at most burst, as far as an hour ahead. So clients
+// refused at the same instant and told the same second come back together, no more than l can
+// admit at once, and each is admitted unless new requests spent the quota meanwhile. A client
+// comes back at the fraction of a second it was refused at: those told one second and refused
+// late in theirs may meet those told the next and refused early, and a bucket whose burst holds
+// less than two seconds of its limit may then refuse a few of them again, with a new wait.
+//
+// Waits are longer than l's, so the Decisions are not tight as [Limiter] asks: a client may be
 // admitted before the wait it was told. A request l refuses forever is passed through.
 //
 // Spread panics if l is nil, limit is negative or not a number, or burst is negative.
