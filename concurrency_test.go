@@ -168,7 +168,7 @@ func TestConcurrencyQueue(t *testing.T) {
 		if late.answered() {
 			t.Fatalf("answered %d before QueueWait", late.result().Code)
 		}
-		time.Sleep(1)
+		time.Sleep(time.Nanosecond)
 		wantRefusal(t, late.result(), http.StatusServiceUnavailable, start.Add(2*time.Second))
 		if rs := log.reasons(); len(rs) != 2 || rs[1] != ShedTimeout {
 			t.Errorf("reasons %v, want ShedTimeout second", rs)

@@ -25,7 +25,11 @@ type returns struct {
 	n     []uint32 // n[b%returnHorizon]: clients told to come back in second b, for low <= b < low+returnHorizon
 	low   int64    // the first second the schedule holds: the one after the present
 	epoch int64    // the first low, from which each second's share of the rate is counted
-	hint  int64    // no second in [low, hint) had room when last looked
+	hint  int64    // no second in [low, hint) had room when last looked, at hintRate and hintBurst
+	// The rate and burst hint was found at: at a rate a quarter higher, or another burst,
+	// those seconds may have room again, and are looked at afresh.
+	hintRate  float64
+	hintBurst int
 }
 
 // book books a client refused at now that can be admitted no earlier than earliest, at
@@ -71,6 +75,9 @@ func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int
 		return first
 	}
 	b := first
+	if perSecond > s.hintRate*1.25 || burst != s.hintBurst { // not for every wobble of a measured rate
+		s.hint, s.hintRate, s.hintBurst = s.low, perSecond, burst
+	}
 	fromHint := first <= s.hint
 	if fromHint {
 		b = s.hint
@@ -80,13 +87,13 @@ func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int
 		if s.n[i] < s.share(b, perSecond, burst) {
 			s.n[i]++
 			if fromHint {
-				s.hint = b
+				s.hint, s.hintRate = b, min(s.hintRate, perSecond)
 			}
 			return b
 		}
 	}
 	if fromHint {
-		s.hint = end
+		s.hint, s.hintRate = end, min(s.hintRate, perSecond)
 	}
 	return first
 }
