@@ -301,3 +301,25 @@ func wantRefusal503(t *testing.T, w *httptest.ResponseRecorder, now time.Time, d
 	}
 	return wait
 }
+
+// TestReturnsRateRises: seconds booked out at a low rate (a Concurrency's ServiceTime before
+// anything was measured) take more clients once the rate rises, rather than being passed over.
+func TestReturnsRateRises(t *testing.T) {
+	var s returns
+	for i := range int64(20) {
+		if b := s.take(1000, 1001, 1, 0); b != 1001+i {
+			t.Fatalf("at 1/s, booking %d: second %d, want %d", i, b, 1001+i)
+		}
+	}
+	if b := s.take(1000, 1001, 10, 0); b != 1001 {
+		t.Errorf("at 10/s: second %d, want 1001, which has room for 9 more", b)
+	}
+	// A small rise, as a measured rate wobbles, does not make it look again.
+	var w returns
+	for range 20 {
+		w.take(1000, 1001, 1, 0)
+	}
+	if b := w.take(1000, 1001, 1.2, 0); b != 1020 {
+		t.Errorf("at 1.2/s: second %d, want 1020, the last looked at (not 1005, the first with room)", b)
+	}
+}
