@@ -54,7 +54,8 @@ type Concurrency struct {
 	Max int
 
 	// MaxPerKey, if above 0, is the most requests of one client (named by Key) that run or
-	// wait in the queue at once; a request over it is refused without waiting.
+	// wait in the queue at once. A request over it is refused without waiting, told the time
+	// until one of the client's own requests should complete.
 	MaxPerKey int
 
 	// Key names the client a request counts against for MaxPerKey. If nil, the default is
@@ -71,7 +72,9 @@ type Concurrency struct {
 	QueueWait time.Duration
 
 	// ServiceTime is how long a request is taken to hold its slot until requests have
-	// completed and their times are measured. If zero, the default is one second.
+	// completed and their times are measured. If zero, the default is one second. A value
+	// above the true one makes the first requests refused wait longer than they need; below,
+	// come back before a slot is free.
 	ServiceTime time.Duration
 
 	// Now is the clock, read once as a request is refused for both Retry-After and Date, and
@@ -83,7 +86,8 @@ type Concurrency struct {
 	// temporary-reduced-capacity.
 	Respond Responder
 
-	// OnShed is told of every request refused, before it is answered, for logs and metrics.
+	// OnShed is told of every request refused with a 503, before it is answered, for logs and
+	// metrics.
 	// It runs on the request's goroutine and must be safe for concurrent use. If nil, there
 	// is none.
 	OnShed func(r *http.Request, s Shed)
@@ -113,6 +117,25 @@ type Shed struct {
 
 	// ServiceTime is how long a request was taken to hold its slot, as measured.
 	ServiceTime time.Duration
+}
+
+// A ConcurrencyLoad is what a [Concurrency] holds at one instant, for gauges.
+type ConcurrencyLoad struct {
+	// Running and Queued are the requests that hold a slot and that wait for one.
+	Running, Queued int
+
+	// ServiceTime is how long a request is taken to hold its slot: the measured moving
+	// average, ServiceTime before anything was measured, or the mean age of the running
+	// requests when that is longer.
+	ServiceTime time.Duration
+}
+
+// Load reports what c holds now. It is safe to call while requests are served.
+func (c *Concurrency) Load() ConcurrencyLoad {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ConcurrencyLoad{Running: c.state.running, Queued: c.state.queue.Len(), ServiceTime: seconds(c.serviceTime(now))}
 }
 
 // A ShedReason says why a [Concurrency] refused a request.

@@ -289,6 +289,9 @@ func TestConcurrencyMeasures(t *testing.T) {
 			concurrent(&wg, h, "192.0.2.1:1")
 		}
 		synctest.Wait()
+		if l := c.Load(); l != (ConcurrencyLoad{Running: 2, Queued: 4, ServiceTime: 3 * time.Second}) {
+			t.Errorf("Load() = %+v, want 2 running, 4 queued, 3 s", l)
+		}
 		w := serve(h, "GET", "192.0.2.1:1")
 		// 4 waiting and this one: 5 × 1.5 s = 7.5 s, rounded up.
 		if got := wantRefusal(t, w, http.StatusServiceUnavailable, time.Now()); got != 8*time.Second {
