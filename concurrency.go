@@ -87,9 +87,8 @@ type Concurrency struct {
 	Respond Responder
 
 	// OnShed is told of every request refused with a 503, before it is answered, for logs and
-	// metrics.
-	// It runs on the request's goroutine and must be safe for concurrent use. If nil, there
-	// is none.
+	// metrics. It runs on the request's goroutine and must be safe for concurrent use. If nil,
+	// there is none.
 	OnShed func(r *http.Request, s Shed)
 
 	once  sync.Once
