@@ -226,18 +226,22 @@ func TestSpreadPassesThrough(t *testing.T) {
 }
 
 // TestSpreadThroughMiddleware: All of a per-client limit and a spread Shared one, behind the
-// middleware, tells the clients the Shared layer refuses different seconds.
+// middleware, tells the clients the Shared layer refuses different seconds, and each that
+// waits what the bundled parser reads and retries is admitted.
 func TestSpreadThroughMiddleware(t *testing.T) {
 	clk := newClock(t0)
 	service := NewTokenBucket(2, 2)
 	h := LimitWith(All(NewTokenBucket(10, 10), Spread(Shared(service, "all"), 2, 2)), WithClock(clk.Now))(ok)
 	var waits []time.Duration
+	var refused []string
 	for i := range 8 {
-		w := serve(h, "GET", "192.0.2."+string(rune('1'+i))+":1")
+		client := "192.0.2." + string(rune('1'+i)) + ":1"
+		w := serve(h, "GET", client)
 		if w.Code == http.StatusOK {
 			continue
 		}
 		waits = append(waits, wantRefusal(t, w, http.StatusTooManyRequests, t0))
+		refused = append(refused, client)
 	}
 	want := []time.Duration{1, 1, 2, 2, 3, 3}
 	if len(waits) != len(want) {
@@ -246,6 +250,13 @@ func TestSpreadThroughMiddleware(t *testing.T) {
 	for i := range want {
 		if waits[i] != want[i]*time.Second {
 			t.Fatalf("waits %v, want %v seconds", waits, want)
+		}
+	}
+	// Each waits exactly what it was told, on the clock, and is admitted.
+	for i, client := range refused {
+		clk.Set(t0.Add(waits[i]))
+		if w := serve(h, "GET", client); w.Code != http.StatusOK {
+			t.Errorf("%s, told %v, refused again after waiting it: %d, Retry-After %s", client, waits[i], w.Code, w.Header().Get("Retry-After"))
 		}
 	}
 }
