@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -410,5 +412,110 @@ func TestConcurrencyPanics(t *testing.T) {
 		if r.String() != want {
 			t.Errorf("%d.String() = %q, want %q", int(r), r.String(), want)
 		}
+	}
+}
+
+// sleepKey is the context key of how long a request of TestConcurrencyInvariants takes.
+type sleepKey struct{}
+
+// TestConcurrencyInvariants runs random traffic (arrivals, durations, clients, hang-ups)
+// through a Concurrency and checks what must hold whatever the order: never more than Max
+// running, nor more than MaxPerKey of one client; every request answered 200, or 503 with a
+// Retry-After of whole seconds and a Date; the hook told of each 503; and nothing held after.
+func TestConcurrencyInvariants(t *testing.T) {
+	for seed := range uint64(20) {
+		synctest.Test(t, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 35))
+			var log shedLog
+			c := &Concurrency{Max: 5, MaxPerKey: 3, Queue: 5, QueueWait: 500 * time.Millisecond, OnShed: log.hook}
+			var mu sync.Mutex
+			running, most := 0, 0
+			perKey := map[string]int{}
+			h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				key, _ := ClientIP()(r)
+				mu.Lock()
+				running++
+				perKey[key]++
+				most = max(most, running)
+				if perKey[key] > 3 {
+					t.Errorf("%d requests of %s running, MaxPerKey 3", perKey[key], key)
+				}
+				mu.Unlock()
+				time.Sleep(r.Context().Value(sleepKey{}).(time.Duration))
+				mu.Lock()
+				running--
+				perKey[key]--
+				mu.Unlock()
+			}))
+			type req struct {
+				at, takes, cancelAfter time.Duration
+				client                 int
+			}
+			reqs := make([]req, 200)
+			for i := range reqs {
+				reqs[i] = req{at: time.Duration(rng.Int64N(int64(2 * time.Second))), client: rng.IntN(8),
+					takes: time.Duration(rng.Int64N(int64(400 * time.Millisecond)))}
+				if rng.IntN(5) == 0 {
+					reqs[i].cancelAfter = time.Duration(rng.Int64N(int64(300*time.Millisecond))) + 1
+				}
+			}
+			var wg sync.WaitGroup
+			codes := make([]int, len(reqs))
+			for i, q := range reqs {
+				wg.Go(func() {
+					time.Sleep(q.at)
+					ctx, cancel := context.WithCancel(context.WithValue(context.Background(), sleepKey{}, q.takes))
+					defer cancel()
+					if q.cancelAfter > 0 {
+						time.AfterFunc(q.cancelAfter, cancel)
+					}
+					r := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+					r.RemoteAddr = "192.0.2." + strconv.Itoa(q.client+1) + ":1"
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					if w.Code == http.StatusServiceUnavailable {
+						wantRefusal(t, w, http.StatusServiceUnavailable, time.Now())
+					} else if w.Code != http.StatusOK {
+						t.Errorf("status %d", w.Code)
+					}
+					codes[i] = w.Code
+				})
+			}
+			wg.Wait()
+			shed := 0
+			for _, code := range codes {
+				if code == http.StatusServiceUnavailable {
+					shed++
+				}
+			}
+			if most > 5 {
+				t.Errorf("%d running at once, Max 5", most)
+			}
+			if n := len(log.all()); n != shed {
+				t.Errorf("hook told of %d, %d answered 503", n, shed)
+			}
+			if l := c.Load(); l.Running != 0 || l.Queued != 0 || len(c.state.keys) != 0 {
+				t.Errorf("after every request: %+v, %d keys", l, len(c.state.keys))
+			}
+			if shed == 0 || shed == len(reqs) {
+				t.Errorf("%d of %d shed: the traffic tests nothing", shed, len(reqs))
+			}
+		})
+	}
+}
+
+// BenchmarkConcurrencyAdmitted is an admitted request through a Concurrency, with and without
+// a limit per client.
+func BenchmarkConcurrencyAdmitted(b *testing.B) {
+	for _, perKey := range []int{0, 4} {
+		b.Run("MaxPerKey="+strconv.Itoa(perKey), func(b *testing.B) {
+			h := (&Concurrency{Max: 64, MaxPerKey: perKey}).Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/", nil)
+			w := newTestWriter()
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
 	}
 }
