@@ -134,7 +134,7 @@ func (c *Concurrency) Load() ConcurrencyLoad {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ConcurrencyLoad{Running: c.state.running, Queued: c.state.queue.Len(), ServiceTime: seconds(c.serviceTime(now))}
+	return ConcurrencyLoad{Running: c.state.running, Queued: c.state.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 }
 
 // A ShedReason says why a [Concurrency] refused a request.
@@ -387,17 +387,17 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 	var wait time.Duration
 	if reason == ShedKey {
 		// The client's own slots: one of them frees for each waiting request, and one more.
-		wait = seconds(float64(k.queued+1) * s / float64(c.MaxPerKey))
+		wait = fromSeconds(float64(k.queued+1) * s / float64(c.MaxPerKey))
 	} else {
 		// Every slot completes Max requests per s; those waiting go first. The returns
 		// are spread at that rate, and at most as many at one instant as the slots and
 		// what of the queue drains within QueueWait can take.
 		perSecond := float64(c.Max) / s
-		wait = seconds(float64(st.queue.Len()+1) / perSecond)
+		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
 		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
 		wait = c.ret.spreadWait(now, wait, perSecond, absorb)
 	}
-	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: seconds(s)}
+	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(s)}
 	if k != nil {
 		sh.Key = k.name
 		c.forget(k)
@@ -414,8 +414,8 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 	c.emit.refuse(w, r, c.Respond, http.StatusServiceUnavailable, now, sh.RetryAfter, nil)
 }
 
-// seconds converts s seconds to a Duration, saturating.
-func seconds(s float64) time.Duration {
+// fromSeconds converts s seconds to a Duration, saturating.
+func fromSeconds(s float64) time.Duration {
 	if s >= float64(math.MaxInt64/2)/float64(time.Second) {
 		return math.MaxInt64 / 2
 	}

@@ -88,20 +88,20 @@ func TestReturnsForgetsThePast(t *testing.T) {
 	}
 }
 
-// event is a client's request at an instant, in the simulation of TestSpreadShared.
-type event struct {
+// returnEvent is a client's request at an instant, in the simulation of TestSpreadShared.
+type returnEvent struct {
 	at     time.Time
 	client int
 	retry  bool
 }
 
-type events []event
+type returnEvents []returnEvent
 
-func (e events) Len() int           { return len(e) }
-func (e events) Less(i, j int) bool { return e[i].at.Before(e[j].at) }
-func (e events) Swap(i, j int)      { e[i], e[j] = e[j], e[i] }
-func (e *events) Push(x any)        { *e = append(*e, x.(event)) }
-func (e *events) Pop() any {
+func (e returnEvents) Len() int           { return len(e) }
+func (e returnEvents) Less(i, j int) bool { return e[i].at.Before(e[j].at) }
+func (e returnEvents) Swap(i, j int)      { e[i], e[j] = e[j], e[i] }
+func (e *returnEvents) Push(x any)        { *e = append(*e, x.(returnEvent)) }
+func (e *returnEvents) Pop() any {
 	old := *e
 	x := old[len(old)-1]
 	*e = old[:len(old)-1]
@@ -126,15 +126,15 @@ func TestSpreadShared(t *testing.T) {
 		if trial%3 != 0 {
 			herd = time.Duration(rng.Int64N(int64(3 * time.Second)))
 		}
-		var q events
+		var q returnEvents
 		for i := range clients {
-			heap.Push(&q, event{at: start.Add(time.Duration(rng.Int64N(int64(herd) + 1))), client: i})
+			heap.Push(&q, returnEvent{at: start.Add(time.Duration(rng.Int64N(int64(herd) + 1))), client: i})
 		}
 		perSecond := map[int64]int{}
 		refusedYet := false
 		stolen, refusedRetries := 0, 0 // new requests admitted after the first refusal; retries refused
 		for q.Len() > 0 {
-			e := heap.Pop(&q).(event)
+			e := heap.Pop(&q).(returnEvent)
 			d, err := l.Decide(context.Background(), "any", 1, e.at)
 			if err != nil {
 				t.Fatal(err)
@@ -158,7 +158,7 @@ func TestSpreadShared(t *testing.T) {
 				t.Fatalf("told %v, where the bucket's own wait is %v", d.RetryAfter, own.RetryAfter)
 			}
 			wait := time.Duration(header.DelaySeconds(d.RetryAfter)) * time.Second
-			heap.Push(&q, event{at: e.at.Add(wait), client: e.client, retry: true})
+			heap.Push(&q, returnEvent{at: e.at.Add(wait), client: e.client, retry: true})
 		}
 		// A herd refused at one instant: every client that waits as told is admitted. (Over
 		// several seconds, new requests spend the quota meanwhile, and clients refused at
