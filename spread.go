@@ -175,7 +175,9 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 // less than two seconds of its limit may then refuse a few of them again, with a new wait.
 //
 // Waits are longer than l's, so the Decisions are not tight as [Limiter] asks: a client may be
-// admitted before the wait it was told. A request l refuses forever is passed through.
+// admitted before the wait it was told. A request l refuses forever is passed through. Inside
+// [All], a Spread layer is not combined with the TokenBuckets beside it into one atomic step:
+// it is decided after them, as a mix of stores is.
 //
 // Spread panics if l is nil, limit is negative or not a number, or burst is negative.
 func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
