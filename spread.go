@@ -177,7 +177,7 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 // Waits are longer than l's, so the Decisions are not tight as [Limiter] asks: a client may be
 // admitted before the wait it was told. A request l refuses forever is passed through. Inside
 // [All], a Spread layer is not combined with the TokenBuckets beside it into one atomic step:
-// it is decided after them, as a mix of stores is.
+// it is decided apart from them, as in a mix of stores.
 //
 // Spread panics if l is nil, limit is negative or not a number, or burst is negative.
 func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
