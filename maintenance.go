@@ -63,13 +63,21 @@ type Maintenance struct {
 	// is exempt.
 	Exempt func(r *http.Request) bool
 
+	// ReturnRate is how many of the clients refused before a known end the service can take
+	// back each second after it. When it is set, each such client is told a second of its own,
+	// never before the end, so that at most ReturnRate of them (rounded up to a whole client)
+	// come back in each second of the server's clock, as far as an hour after the end, rather
+	// than all at once. If zero, every one is told the end itself.
+	ReturnRate rate.Limit
+
 	// Respond writes the status line and body of the 503. If nil, the default is a short plain
 	// text, and none for HEAD; set it to a [ProblemDetails]' Respond method for RFC 9457
 	// problem objects.
 	Respond Responder
 
-	state atomic.Pointer[window] // nil while off
-	emit  emitter
+	state   atomic.Pointer[window] // nil while off
+	emit    emitter
+	returns returns // the seconds booked for clients after the end, with ReturnRate
 }
 
 // window is the state of a Maintenance that is on.
@@ -154,9 +162,12 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 		wait = min(max(at.Sub(until), time.Second), wait)
 		until = time.Time{}
 	}
+	spread := !until.IsZero() && m.ReturnRate > 0
 	if m.HTTPDate {
 		if until.IsZero() {
 			until = at.Add(wait)
+		} else if spread {
+			until = time.Unix(m.returns.book(at, until, float64(m.ReturnRate), 0, true), 0)
 		}
 		m.emit.refuseUntil(w, r, m.Respond, http.StatusServiceUnavailable, at, until)
 		return
@@ -165,6 +176,9 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 		// An end too far away for a Duration saturates at rate.InfDuration, which the
 		// emitter takes for "never"; one nanosecond less still rounds to a finite header.
 		wait = min(until.Sub(at), rate.InfDuration-1)
+		if spread {
+			wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0)
+		}
 	}
 	m.emit.refuse(w, r, m.Respond, http.StatusServiceUnavailable, at, wait, nil)
 }

@@ -32,11 +32,17 @@ type ProblemDetails struct {
 	AcceptAny bool
 
 	// Type returns the problem type URI and its title for a status. If nil, every problem is
-	// "about:blank" with the status's reason phrase as title, as RFC 9457 §4.2.1 asks. A type
+	// "about:blank" with the status's reason phrase as title, as RFC 9457 §4.2.1 asks, but for the
+	// 503 of a [Concurrency] at its limit, which is [ProblemReducedCapacity]. A type
 	// such as "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	// (draft-ietf-httpapi-ratelimit-headers-11 §5.1, not yet registered) goes here.
 	Type func(status int) (uri, title string)
 }
+
+// ProblemReducedCapacity is the problem type of a 503 from a [Concurrency] at its limit, which
+// [ProblemDetails] sends unless its Type names another (draft-ietf-httpapi-ratelimit-headers-11
+// §5.2, not yet registered).
+const ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 
 const mediaProblem = "application/problem+json"
 
@@ -59,7 +65,7 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, status i
 }
 
 // respond is Respond for a refusal by the limiter that names the policies it violated, in
-// violated-policies (draft-ietf-httpapi-ratelimit-headers §5.2).
+// violated-policies (draft-ietf-httpapi-ratelimit-headers-11 §5.1).
 func (p ProblemDetails) respond(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration, violated []string) {
 	if !p.Always {
 		h := w.Header()
@@ -72,17 +78,21 @@ func (p ProblemDetails) respond(w http.ResponseWriter, r *http.Request, status i
 		}
 	}
 	pr := problem{Type: "about:blank", Title: http.StatusText(status), Status: status}
-	if p.Type != nil {
-		if uri, title := p.Type(status); uri != "" {
-			pr.Type, pr.Title = uri, title
-		}
-	}
 	secs := int64(retryAfter / time.Second)
 	if secs > 0 {
 		pr.RetryAfter = secs
 	}
 	pr.Detail = problemDetail(status, secs)
 	pr.Violated = violated
+	if status == http.StatusServiceUnavailable && reducedCapacity(r) {
+		pr.Type, pr.Title = ProblemReducedCapacity, "Temporary Reduced Capacity"
+		pr.Detail = "The service is at capacity" + retryIn(secs) + "."
+	}
+	if p.Type != nil {
+		if uri, title := p.Type(status); uri != "" {
+			pr.Type, pr.Title = uri, title
+		}
+	}
 	body, err := json.Marshal(pr)
 	if err != nil { // cannot happen for this struct; answer plain text rather than nothing
 		writeRefusal(w, r, status, retryAfter)
@@ -101,13 +111,7 @@ func (p ProblemDetails) respond(w http.ResponseWriter, r *http.Request, status i
 // problemDetail is the human-readable explanation of a refusal with status and a Retry-After
 // of secs seconds (0: none).
 func problemDetail(status int, secs int64) string {
-	retry := ""
-	if secs > 0 {
-		retry = "; retry in " + strconv.FormatInt(secs, 10) + " second"
-		if secs != 1 {
-			retry += "s"
-		}
-	}
+	retry := retryIn(secs)
 	switch status {
 	case http.StatusTooManyRequests:
 		if secs == 0 {
@@ -120,6 +124,17 @@ func problemDetail(status int, secs int64) string {
 		return "The request could not be processed."
 	}
 	return http.StatusText(status) + retry + "."
+}
+
+// retryIn is the end of a detail that says to retry in secs seconds (0: nothing).
+func retryIn(secs int64) string {
+	if secs <= 0 {
+		return ""
+	}
+	if secs == 1 {
+		return "; retry in 1 second"
+	}
+	return "; retry in " + strconv.FormatInt(secs, 10) + " seconds"
 }
 
 // acceptsProblem reports whether the Accept field lines accept application/problem+json at

@@ -1,0 +1,433 @@
+package retryafter
+
+import (
+	"container/list"
+	"context"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Defaults of a [Concurrency].
+const (
+	defaultQueueWait   = time.Second
+	defaultServiceTime = time.Second
+)
+
+// serviceWeight is the weight of the newest service time in the moving average a
+// [Concurrency] keeps: about the last 16 requests count.
+const serviceWeight = 1.0 / 16
+
+// A Concurrency lets at most Max requests run at once, may hold a bounded queue of others for a
+// bounded time, and answers the rest 503 Service Unavailable with a Retry-After and a Date from
+// one clock reading: a limit on what the server can do at once, where [Limit] is one on what a
+// client may ask.
+//
+//	c := &retryafter.Concurrency{Max: 64, Queue: 256}
+//	r.Use(c.Handler)
+//	r.Use(retryafter.Limit(rate.Every(200*time.Millisecond), 10))
+//
+// Retry-After comes from what the Concurrency measures: a moving average of how long requests
+// hold their slot (or, when longer, the mean age of those running), so that Max slots complete
+// Max / that requests a second, and the requests waiting ahead. A refused request is told the
+// whole number of seconds, never 0, after which a slot should have freed for it. The clients
+// refused at the same time are told different seconds, so that they come back at most as fast
+// as requests complete (rounded up to a whole request) and no more at one instant than the
+// slots and the queue can take (see [Spread] for the promise). A client that waits as told thus
+// finds a slot, unless new clients took it meanwhile or requests began to take longer.
+//
+// A request that finds every slot taken waits in the queue, first come first served, until a
+// slot frees, QueueWait passes (it is then refused), or its context ends (the client hung up:
+// it leaves the queue and is answered 503, which no one may read). A handler that panics frees
+// its slot, and the panic goes on unchanged. A CORS preflight is passed to next, uncounted.
+//
+// Mount it with [Limit] in either order: outside, a request it refuses costs no quota; inside,
+// only admitted requests take a slot. A [Maintenance] goes before both.
+//
+// A Concurrency is configured by its fields, which must be set before its Handler is first
+// called; Max must be at least 1 and the zero value is not ready. One Concurrency may guard
+// several handlers, which then share its slots. It is safe for concurrent use, and must not be
+// copied after first use.
+type Concurrency struct {
+	// Max is the most requests that run at once. Handler panics if it is below 1.
+	Max int
+
+	// MaxPerKey, if above 0, is the most requests of one client (named by Key) that run or
+	// wait in the queue at once. A request over it is refused without waiting, told the time
+	// until one of the client's own requests should complete.
+	MaxPerKey int
+
+	// Key names the client a request counts against for MaxPerKey. If nil, the default is
+	// [ClientIP] with no trusted proxy. A request whose key function fails is answered 500
+	// Internal Server Error. It is called only when MaxPerKey is set.
+	Key KeyFunc
+
+	// Queue is the most requests that wait for a slot. If zero, none waits: a request that
+	// finds every slot taken is refused at once.
+	Queue int
+
+	// QueueWait is the longest a request waits in the queue. If zero, the default is one
+	// second.
+	QueueWait time.Duration
+
+	// ServiceTime is how long a request is taken to hold its slot until requests have
+	// completed and their times are measured. If zero, the default is one second. A value
+	// above the true one makes the first requests refused wait longer than they need; below,
+	// come back before a slot is free.
+	ServiceTime time.Duration
+
+	// Now is the clock, read once as a request is refused for both Retry-After and Date, and
+	// as a request takes and frees its slot. If nil, the default is time.Now.
+	Now func() time.Time
+
+	// Respond writes the status line and body of the 503. If nil, the default is a short plain
+	// text; set it to a [ProblemDetails]' Respond method for RFC 9457 problem objects, of type
+	// temporary-reduced-capacity.
+	Respond Responder
+
+	// OnShed is told of every request refused with a 503, before it is answered, for logs and
+	// metrics. It runs on the request's goroutine and must be safe for concurrent use. If nil,
+	// there is none.
+	OnShed func(r *http.Request, s Shed)
+
+	once  sync.Once
+	key   KeyFunc
+	mu    sync.Mutex
+	state concurrencyState
+	ret   returns
+	emit  emitter
+}
+
+// A Shed describes a request that a [Concurrency] refused, for its OnShed hook.
+type Shed struct {
+	// Reason says why the request was refused.
+	Reason ShedReason
+
+	// Key is the client's key when MaxPerKey is set, and empty otherwise.
+	Key string
+
+	// RetryAfter is the wait the client is told, in whole seconds.
+	RetryAfter time.Duration
+
+	// Running and Queued are the requests that held a slot and that waited for one, as the
+	// request was refused.
+	Running, Queued int
+
+	// ServiceTime is how long a request was taken to hold its slot, as measured.
+	ServiceTime time.Duration
+}
+
+// A ConcurrencyLoad is what a [Concurrency] holds at one instant, for gauges.
+type ConcurrencyLoad struct {
+	// Running and Queued are the requests that hold a slot and that wait for one.
+	Running, Queued int
+
+	// ServiceTime is how long a request is taken to hold its slot: the measured moving
+	// average, ServiceTime before anything was measured, or the mean age of the running
+	// requests when that is longer.
+	ServiceTime time.Duration
+}
+
+// Load reports what c holds now. It is safe to call while requests are served.
+func (c *Concurrency) Load() ConcurrencyLoad {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ConcurrencyLoad{Running: c.state.running, Queued: c.state.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
+}
+
+// A ShedReason says why a [Concurrency] refused a request.
+type ShedReason int
+
+const (
+	// ShedFull: every slot was taken and the queue full (or there is none).
+	ShedFull ShedReason = iota + 1
+	// ShedTimeout: the request waited QueueWait in the queue without getting a slot.
+	ShedTimeout
+	// ShedKey: the client had MaxPerKey requests running or waiting.
+	ShedKey
+	// ShedCanceled: the request's context ended while it waited in the queue.
+	ShedCanceled
+)
+
+// String returns the reason's name in lower case ("full", "timeout", "key", "canceled"), for a
+// metric's attribute.
+func (r ShedReason) String() string {
+	switch r {
+	case ShedFull:
+		return "full"
+	case ShedTimeout:
+		return "timeout"
+	case ShedKey:
+		return "key"
+	case ShedCanceled:
+		return "canceled"
+	}
+	return "unknown"
+}
+
+// concurrencyState is what a Concurrency counts, under its mutex.
+type concurrencyState struct {
+	running  int
+	queue    list.List // of *waiter, first come first
+	keys     map[string]*keySlots
+	service  float64 // moving average of the seconds a request holds its slot; 0 until measured
+	startSum float64 // sum of the start of every running request, in seconds since base
+	base     time.Time
+}
+
+// keySlots is what one client holds, while it holds anything.
+type keySlots struct {
+	name    string
+	running int
+	queued  int
+}
+
+// A waiter is a request in the queue. ready is closed when it is given a slot.
+type waiter struct {
+	ready   chan struct{}
+	granted bool // under the mutex
+	start   time.Time
+	key     *keySlots
+}
+
+// Handler returns next behind the limit. With chi: r.Use(c.Handler). It panics if next is
+// nil, Max is below 1, or MaxPerKey, Queue, QueueWait or ServiceTime is negative.
+func (c *Concurrency) Handler(next http.Handler) http.Handler {
+	switch {
+	case next == nil:
+		panic("retryafter: Concurrency.Handler(nil)")
+	case c.Max < 1:
+		panic("retryafter: Concurrency.Max below 1")
+	case c.MaxPerKey < 0, c.Queue < 0, c.QueueWait < 0, c.ServiceTime < 0:
+		panic("retryafter: Concurrency with a negative MaxPerKey, Queue, QueueWait or ServiceTime")
+	}
+	c.once.Do(func() {
+		c.key = c.Key
+		if c.key == nil {
+			c.key = ClientIP()
+		}
+		c.state.base = c.now()
+	})
+	return &concurrencyHandler{c: c, next: next}
+}
+
+// concurrencyHandler is the handler [Concurrency.Handler] wraps around next.
+type concurrencyHandler struct {
+	c    *Concurrency
+	next http.Handler
+}
+
+func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := h.c
+	if isPreflight(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	key := ""
+	if c.MaxPerKey > 0 {
+		var err error
+		if key, err = c.key(r); err != nil {
+			c.emit.refuse(w, r, c.Respond, http.StatusInternalServerError, c.now(), 0, nil)
+			return
+		}
+	}
+	k, start, ok := c.acquire(w, r, key)
+	if !ok {
+		return
+	}
+	defer c.release(k, start)
+	h.next.ServeHTTP(w, r)
+}
+
+func (c *Concurrency) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *Concurrency) queueWait() time.Duration {
+	if c.QueueWait > 0 {
+		return c.QueueWait
+	}
+	return defaultQueueWait
+}
+
+// acquire gives r a slot, at once or after a wait in the queue, and returns its key's slots and
+// when it got it; or it refuses r, answers it, and reports false.
+func (c *Concurrency) acquire(w http.ResponseWriter, r *http.Request, key string) (*keySlots, time.Time, bool) {
+	now := c.now()
+	st := &c.state
+	c.mu.Lock()
+	var k *keySlots
+	if c.MaxPerKey > 0 {
+		if k = st.keys[key]; k == nil {
+			if st.keys == nil {
+				st.keys = make(map[string]*keySlots)
+			}
+			k = &keySlots{name: key}
+			st.keys[key] = k
+		}
+	}
+	if k != nil && k.running+k.queued >= c.MaxPerKey {
+		c.shed(w, r, now, k, ShedKey) // unlocks
+		return nil, now, false
+	}
+	if st.running < c.Max && st.queue.Len() == 0 {
+		c.take(k, now)
+		c.mu.Unlock()
+		return k, now, true
+	}
+	if st.queue.Len() >= c.Queue {
+		c.shed(w, r, now, k, ShedFull)
+		return nil, now, false
+	}
+	wt := &waiter{ready: make(chan struct{}), key: k}
+	e := st.queue.PushBack(wt)
+	if k != nil {
+		k.queued++
+	}
+	c.mu.Unlock()
+
+	timer := time.NewTimer(c.queueWait())
+	defer timer.Stop()
+	reason := ShedTimeout
+	select {
+	case <-wt.ready:
+		return k, wt.start, true
+	case <-r.Context().Done():
+		reason = ShedCanceled
+	case <-timer.C:
+	}
+	now = c.now()
+	c.mu.Lock()
+	if wt.granted { // given a slot as it gave up: it is its own
+		c.mu.Unlock()
+		return k, wt.start, true
+	}
+	st.queue.Remove(e)
+	if k != nil {
+		k.queued--
+	}
+	c.shed(w, r, now, k, reason)
+	return nil, now, false
+}
+
+// take counts a request of k (nil: no key) that gets a slot at now. The mutex is held.
+func (c *Concurrency) take(k *keySlots, now time.Time) {
+	c.state.running++
+	c.state.startSum += now.Sub(c.state.base).Seconds()
+	if k != nil {
+		k.running++
+	}
+}
+
+// release frees the slot a request of k took at start, measures how long it held it, and
+// gives it to the first request in the queue.
+func (c *Concurrency) release(k *keySlots, start time.Time) {
+	now := c.now()
+	st := &c.state
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.running--
+	st.startSum -= start.Sub(st.base).Seconds()
+	if d := max(now.Sub(start).Seconds(), 0); st.service == 0 {
+		st.service = max(d, 1e-9)
+	} else {
+		st.service += serviceWeight * (d - st.service)
+	}
+	if k != nil {
+		k.running--
+		c.forget(k)
+	}
+	if e := st.queue.Front(); e != nil {
+		wt := st.queue.Remove(e).(*waiter)
+		if wt.key != nil {
+			wt.key.queued--
+		}
+		c.take(wt.key, now)
+		wt.granted, wt.start = true, now
+		close(wt.ready)
+	}
+}
+
+// forget drops k when it holds nothing. The mutex is held.
+func (c *Concurrency) forget(k *keySlots) {
+	if k.running == 0 && k.queued == 0 {
+		delete(c.state.keys, k.name)
+	}
+}
+
+// serviceTime returns how long a request is taken to hold its slot at now: the moving average
+// (ServiceTime until there is one), or the mean age of the running requests when longer, as when
+// the requests got stuck. The mutex is held.
+func (c *Concurrency) serviceTime(now time.Time) float64 {
+	st := &c.state
+	s := st.service
+	if s == 0 {
+		s = defaultServiceTime.Seconds()
+		if c.ServiceTime > 0 {
+			s = c.ServiceTime.Seconds()
+		}
+	}
+	if st.running > 0 {
+		age := now.Sub(st.base).Seconds() - st.startSum/float64(st.running)
+		s = max(s, age)
+	}
+	return s
+}
+
+// shed refuses r at now for reason, tells the hook and answers it. The mutex is held; shed
+// unlocks it.
+func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time, k *keySlots, reason ShedReason) {
+	st := &c.state
+	s := c.serviceTime(now)
+	var wait time.Duration
+	if reason == ShedKey {
+		// The client's own slots: one of them frees for each waiting request, and one more.
+		wait = fromSeconds(float64(k.queued+1) * s / float64(c.MaxPerKey))
+	} else {
+		// Every slot completes Max requests per s; those waiting go first. The returns
+		// are spread at that rate, and at most as many at one instant as the slots and
+		// what of the queue drains within QueueWait can take.
+		perSecond := float64(c.Max) / s
+		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
+		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
+		wait = c.ret.spreadWait(now, wait, perSecond, absorb)
+	}
+	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(s)}
+	if k != nil {
+		sh.Key = k.name
+		c.forget(k)
+	}
+	c.mu.Unlock()
+	if wait%time.Second != 0 {
+		wait = (wait/time.Second + 1) * time.Second
+	}
+	sh.RetryAfter = max(wait, time.Second)
+	if c.OnShed != nil {
+		c.OnShed(r, sh)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), reducedCapacityKey{}, true))
+	c.emit.refuse(w, r, c.Respond, http.StatusServiceUnavailable, now, sh.RetryAfter, nil)
+}
+
+// fromSeconds converts s seconds to a Duration, saturating.
+func fromSeconds(s float64) time.Duration {
+	if s >= float64(math.MaxInt64/2)/float64(time.Second) {
+		return math.MaxInt64 / 2
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// reducedCapacityKey is the context key that marks a request a [Concurrency] refused, so that
+// [ProblemDetails] names its problem type.
+type reducedCapacityKey struct{}
+
+// reducedCapacity reports whether r was refused by a Concurrency.
+func reducedCapacity(r *http.Request) bool {
+	v, _ := r.Context().Value(reducedCapacityKey{}).(bool)
+	return v
+}

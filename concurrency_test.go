@@ -1,0 +1,521 @@
+package retryafter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// gate is a handler that holds every request until it is opened, counting those it holds.
+type gate struct {
+	mu      sync.Mutex
+	open    chan struct{}
+	running int
+	most    int
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{})} }
+
+func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	g.running++
+	g.most = max(g.most, g.running)
+	g.mu.Unlock()
+	<-g.open
+	g.mu.Lock()
+	g.running--
+	g.mu.Unlock()
+}
+
+// A pending is a request served on a goroutine of its own.
+type pending struct {
+	w    *httptest.ResponseRecorder
+	done chan struct{}
+}
+
+// concurrent sends one request from remote through h on a goroutine of its own, counted in wg.
+func concurrent(wg *sync.WaitGroup, h http.Handler, remote string) *pending {
+	p := &pending{w: httptest.NewRecorder(), done: make(chan struct{})}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = remote
+	wg.Go(func() {
+		defer close(p.done)
+		h.ServeHTTP(p.w, r)
+	})
+	return p
+}
+
+// answered reports whether the request has been answered, without waiting.
+func (p *pending) answered() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// result waits for the answer.
+func (p *pending) result() *httptest.ResponseRecorder {
+	<-p.done
+	return p.w
+}
+
+// shedLog records what a Concurrency's hook is told.
+type shedLog struct {
+	mu    sync.Mutex
+	sheds []Shed
+}
+
+func (l *shedLog) hook(r *http.Request, s Shed) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sheds = append(l.sheds, s)
+}
+
+func (l *shedLog) reasons() []ShedReason {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var rs []ShedReason
+	for _, s := range l.sheds {
+		rs = append(rs, s.Reason)
+	}
+	return rs
+}
+
+func (l *shedLog) all() []Shed {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Shed(nil), l.sheds...)
+}
+
+func TestConcurrencyRunsAtMostMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log shedLog
+		c := &Concurrency{Max: 3, OnShed: log.hook}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		var ps []*pending
+		for range 5 {
+			ps = append(ps, concurrent(&wg, h, "192.0.2.1:1"))
+			synctest.Wait()
+		}
+		now := time.Now()
+		close(g.open)
+		wg.Wait()
+		admitted := 0
+		for _, p := range ps {
+			w := p.result()
+			if w.Code == http.StatusOK {
+				admitted++
+				continue
+			}
+			// ServiceTime (1 s) per slot, 3 slots, no queue: the first refused is told a
+			// second, and both fit in that second.
+			if got := wantRefusal(t, w, http.StatusServiceUnavailable, now); got != time.Second {
+				t.Errorf("Retry-After = %v, want 1s", got)
+			}
+		}
+		if admitted != 3 || g.most != 3 {
+			t.Errorf("admitted %d, at most %d at once; want 3 and 3", admitted, g.most)
+		}
+		if sheds := log.all(); len(sheds) != 2 || sheds[0].Reason != ShedFull || sheds[0].Running != 3 || sheds[0].RetryAfter != time.Second {
+			t.Errorf("hook told %+v, want two ShedFull with 3 running and RetryAfter 1s", sheds)
+		}
+	})
+}
+
+func TestConcurrencyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log shedLog
+		c := &Concurrency{Max: 1, Queue: 1, QueueWait: 2 * time.Second, OnShed: log.hook}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		first := concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		queued := concurrent(&wg, h, "192.0.2.1:2")
+		synctest.Wait()
+		full := concurrent(&wg, h, "192.0.2.1:3").result()
+		if rs := log.reasons(); full.Code != http.StatusServiceUnavailable || len(rs) != 1 || rs[0] != ShedFull {
+			t.Fatalf("with the slot and the queue taken: %d, reasons %v; want 503 ShedFull", full.Code, rs)
+		}
+		time.Sleep(time.Second) // the queued request waits, within QueueWait
+		close(g.open)
+		if first.result().Code != http.StatusOK || queued.result().Code != http.StatusOK {
+			t.Errorf("first %d, queued %d; want both 200", first.w.Code, queued.w.Code)
+		}
+
+		// A request that waits QueueWait without a slot is refused, not before.
+		g = newGate()
+		h = c.Handler(g)
+		concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		start := time.Now()
+		late := concurrent(&wg, h, "192.0.2.1:2")
+		time.Sleep(2*time.Second - 1)
+		synctest.Wait()
+		if late.answered() {
+			t.Fatalf("answered %d before QueueWait", late.result().Code)
+		}
+		time.Sleep(time.Nanosecond)
+		wantRefusal(t, late.result(), http.StatusServiceUnavailable, start.Add(2*time.Second))
+		if rs := log.reasons(); len(rs) != 2 || rs[1] != ShedTimeout {
+			t.Errorf("reasons %v, want ShedTimeout second", rs)
+		}
+		close(g.open)
+		wg.Wait()
+	})
+}
+
+func TestConcurrencyClientLeavesQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log shedLog
+		c := &Concurrency{Max: 1, Queue: 1, QueueWait: time.Minute, OnShed: log.hook}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+		gone := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.ServeHTTP(gone, r)
+		}()
+		synctest.Wait()
+		cancel()
+		<-done
+		if rs := log.reasons(); gone.Code != http.StatusServiceUnavailable || len(rs) != 1 || rs[0] != ShedCanceled {
+			t.Fatalf("a client that hung up: %d, reasons %v; want 503 ShedCanceled at once", gone.Code, rs)
+		}
+		// It left the queue: another request takes its place, and runs.
+		next := concurrent(&wg, h, "192.0.2.1:3")
+		synctest.Wait()
+		if rs := log.reasons(); len(rs) != 1 {
+			t.Fatalf("the queue still held the client that left: reasons %v", rs)
+		}
+		close(g.open)
+		if next.result().Code != http.StatusOK {
+			t.Errorf("next = %d, want 200", next.w.Code)
+		}
+		wg.Wait()
+	})
+}
+
+func TestConcurrencyPanicFreesSlot(t *testing.T) {
+	c := &Concurrency{Max: 1}
+	boom := errors.New("boom")
+	panicking := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { panic(boom) }))
+	for range 3 {
+		func() {
+			defer func() {
+				if v := recover(); v != boom {
+					t.Fatalf("recovered %v, want the handler's own panic value", v)
+				}
+			}()
+			serve(panicking, "GET", "192.0.2.1:1")
+		}()
+	}
+	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Errorf("after handlers that panicked: %d, want 200 (their slots freed)", w.Code)
+	}
+	if c.state.running != 0 {
+		t.Errorf("running = %d, want 0", c.state.running)
+	}
+}
+
+func TestConcurrencyPerKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log shedLog
+		c := &Concurrency{Max: 10, MaxPerKey: 2, ServiceTime: 4 * time.Second, OnShed: log.hook}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		for range 2 {
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		synctest.Wait()
+		over := concurrent(&wg, h, "192.0.2.1:2").result()
+		other := concurrent(&wg, h, "192.0.2.2:1")
+		// Two slots of 4 s: one frees every 2 s.
+		if got := wantRefusal(t, over, http.StatusServiceUnavailable, time.Now()); got != 2*time.Second {
+			t.Errorf("Retry-After = %v, want 2s", got)
+		}
+		if sheds := log.all(); len(sheds) != 1 || sheds[0].Reason != ShedKey || sheds[0].Key != "192.0.2.1" {
+			t.Errorf("hook told %+v, want one ShedKey for 192.0.2.1", sheds)
+		}
+		close(g.open)
+		wg.Wait()
+		if other.result().Code != http.StatusOK {
+			t.Errorf("another client: %d, want 200", other.w.Code)
+		}
+		c.mu.Lock()
+		if n := len(c.state.keys); n != 0 {
+			t.Errorf("%d keys kept after every request ended, want 0", n)
+		}
+		c.mu.Unlock()
+	})
+	c := &Concurrency{Max: 1, MaxPerKey: 1, Key: func(*http.Request) (string, error) { return "", errors.New("no key") }}
+	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusInternalServerError || w.Body.String() != "Internal Server Error\n" {
+		t.Errorf("a key function that fails: %d %q, want 500 without the error's text", w.Code, w.Body)
+	}
+}
+
+// TestConcurrencyMeasures: the wait follows what requests take. Requests of 3 s in 2 slots
+// complete 2 every 3 s; with the queue full, the one refused waits behind the queue.
+func TestConcurrencyMeasures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 2, Queue: 4, QueueWait: time.Hour}
+		h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { time.Sleep(3 * time.Second) }))
+		var wg sync.WaitGroup
+		for range 2 { // measure: two requests of 3 s
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		wg.Wait()
+		for range 6 {
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		synctest.Wait()
+		if l := c.Load(); l != (ConcurrencyLoad{Running: 2, Queued: 4, ServiceTime: 3 * time.Second}) {
+			t.Errorf("Load() = %+v, want 2 running, 4 queued, 3 s", l)
+		}
+		w := serve(h, "GET", "192.0.2.1:1")
+		// 4 waiting and this one: 5 × 1.5 s = 7.5 s, rounded up.
+		if got := wantRefusal(t, w, http.StatusServiceUnavailable, time.Now()); got != 8*time.Second {
+			t.Errorf("Retry-After = %v, want 8s", got)
+		}
+		wg.Wait()
+
+		// Requests that get stuck: the age of those running lengthens the wait.
+		stuck := make(chan struct{})
+		h = c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-stuck }))
+		for range 6 {
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		w = serve(h, "GET", "192.0.2.1:1")
+		if got := wantRefusal(t, w, http.StatusServiceUnavailable, time.Now()); got < 2*time.Minute {
+			t.Errorf("with requests stuck for a minute, Retry-After = %v, want at least 5 × 60 s / 2", got)
+		}
+		close(stuck)
+		wg.Wait()
+	})
+}
+
+func TestConcurrencyProblemDetails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 1, Respond: ProblemDetails{Always: true}.Respond}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		w := serve(h, "GET", "192.0.2.1:2")
+		wantRefusal(t, w, http.StatusServiceUnavailable, time.Now())
+		var p problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Type != ProblemReducedCapacity || p.Status != 503 || p.RetryAfter != 1 || p.Title != "Temporary Reduced Capacity" {
+			t.Errorf("problem %+v, want temporary-reduced-capacity, 503, retry-after 1", p)
+		}
+		close(g.open)
+		wg.Wait()
+	})
+	// A Maintenance's 503 keeps about:blank.
+	m := &Maintenance{Respond: ProblemDetails{Always: true}.Respond}
+	m.Start(time.Time{})
+	w := serve(m.Handler(ok), "GET", "192.0.2.1:1")
+	var p problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Type != "about:blank" {
+		t.Errorf("maintenance problem %+v (%v), want about:blank", p, err)
+	}
+}
+
+// TestConcurrencyWithLimit mounts both: the rate limit's 429 and the concurrency limit's 503
+// each keep their own answer.
+func TestConcurrencyWithLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 1}
+		g := newGate()
+		h := c.Handler(Limit(rate.Every(time.Minute), 2)(g))
+		var wg sync.WaitGroup
+		running := concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusServiceUnavailable {
+			t.Errorf("over the concurrency limit: %d, want 503", w.Code)
+		}
+		close(g.open)
+		wg.Wait()
+		if running.result().Code != http.StatusOK {
+			t.Fatalf("first: %d", running.w.Code)
+		}
+		serve(h, "GET", "192.0.2.1:1") // the second token: the 503 cost none
+		w := serve(h, "GET", "192.0.2.1:1")
+		if got := wantRefusal(t, w, http.StatusTooManyRequests, time.Now()); got != time.Minute {
+			t.Errorf("over the rate limit: Retry-After %v, want 60s", got)
+		}
+	})
+}
+
+func TestConcurrencyPreflightPasses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 1}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		r := httptest.NewRequest("OPTIONS", "/", nil)
+		r.Header.Set("Origin", "https://example.com")
+		r.Header.Set("Access-Control-Request-Method", "POST")
+		w := httptest.NewRecorder()
+		c.Handler(ok).ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Errorf("preflight: %d, want 200", w.Code)
+		}
+		close(g.open)
+		wg.Wait()
+	})
+}
+
+func TestConcurrencyPanics(t *testing.T) {
+	wantPanics(t, map[string]func(){
+		"nil next":         func() { (&Concurrency{Max: 1}).Handler(nil) },
+		"zero Max":         func() { (&Concurrency{}).Handler(ok) },
+		"negative per key": func() { (&Concurrency{Max: 1, MaxPerKey: -1}).Handler(ok) },
+		"negative queue":   func() { (&Concurrency{Max: 1, Queue: -1}).Handler(ok) },
+		"negative wait":    func() { (&Concurrency{Max: 1, QueueWait: -1}).Handler(ok) },
+		"negative service": func() { (&Concurrency{Max: 1, ServiceTime: -1}).Handler(ok) },
+		"Spread(nil)":      func() { Spread(nil, 1, 1) },
+		"Spread limit < 0": func() { Spread(NewTokenBucket(1, 1), -1, 1) },
+		"Spread limit NaN": func() { Spread(NewTokenBucket(1, 1), rate.Limit(math.NaN()), 1) },
+		"Spread burst < 0": func() { Spread(NewTokenBucket(1, 1), 1, -1) },
+	})
+	for r, want := range map[ShedReason]string{ShedFull: "full", ShedTimeout: "timeout", ShedKey: "key", ShedCanceled: "canceled", 0: "unknown"} {
+		if r.String() != want {
+			t.Errorf("%d.String() = %q, want %q", int(r), r.String(), want)
+		}
+	}
+}
+
+// sleepKey is the context key of how long a request of TestConcurrencyInvariants takes.
+type sleepKey struct{}
+
+// TestConcurrencyInvariants runs random traffic (arrivals, durations, clients, hang-ups)
+// through a Concurrency and checks what must hold whatever the order: never more than Max
+// running, nor more than MaxPerKey of one client; every request answered 200, or 503 with a
+// Retry-After of whole seconds and a Date; the hook told of each 503; and nothing held after.
+func TestConcurrencyInvariants(t *testing.T) {
+	for seed := range uint64(20) {
+		synctest.Test(t, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 35))
+			var log shedLog
+			c := &Concurrency{Max: 5, MaxPerKey: 3, Queue: 5, QueueWait: 500 * time.Millisecond, OnShed: log.hook}
+			var mu sync.Mutex
+			running, most := 0, 0
+			perKey := map[string]int{}
+			h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				key, _ := ClientIP()(r)
+				mu.Lock()
+				running++
+				perKey[key]++
+				most = max(most, running)
+				if perKey[key] > 3 {
+					t.Errorf("%d requests of %s running, MaxPerKey 3", perKey[key], key)
+				}
+				mu.Unlock()
+				time.Sleep(r.Context().Value(sleepKey{}).(time.Duration))
+				mu.Lock()
+				running--
+				perKey[key]--
+				mu.Unlock()
+			}))
+			type req struct {
+				at, takes, cancelAfter time.Duration
+				client                 int
+			}
+			reqs := make([]req, 200)
+			for i := range reqs {
+				reqs[i] = req{at: time.Duration(rng.Int64N(int64(2 * time.Second))), client: rng.IntN(8),
+					takes: time.Duration(rng.Int64N(int64(400 * time.Millisecond)))}
+				if rng.IntN(5) == 0 {
+					reqs[i].cancelAfter = time.Duration(rng.Int64N(int64(300*time.Millisecond))) + 1
+				}
+			}
+			var wg sync.WaitGroup
+			codes := make([]int, len(reqs))
+			for i, q := range reqs {
+				wg.Go(func() {
+					time.Sleep(q.at)
+					ctx, cancel := context.WithCancel(context.WithValue(context.Background(), sleepKey{}, q.takes))
+					defer cancel()
+					if q.cancelAfter > 0 {
+						time.AfterFunc(q.cancelAfter, cancel)
+					}
+					r := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+					r.RemoteAddr = "192.0.2." + strconv.Itoa(q.client+1) + ":1"
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					if w.Code == http.StatusServiceUnavailable {
+						wantRefusal(t, w, http.StatusServiceUnavailable, time.Now())
+					} else if w.Code != http.StatusOK {
+						t.Errorf("status %d", w.Code)
+					}
+					codes[i] = w.Code
+				})
+			}
+			wg.Wait()
+			shed := 0
+			for _, code := range codes {
+				if code == http.StatusServiceUnavailable {
+					shed++
+				}
+			}
+			if most > 5 {
+				t.Errorf("%d running at once, Max 5", most)
+			}
+			if n := len(log.all()); n != shed {
+				t.Errorf("hook told of %d, %d answered 503", n, shed)
+			}
+			if l := c.Load(); l.Running != 0 || l.Queued != 0 || len(c.state.keys) != 0 {
+				t.Errorf("after every request: %+v, %d keys", l, len(c.state.keys))
+			}
+			if shed == 0 || shed == len(reqs) {
+				t.Errorf("%d of %d shed: the traffic tests nothing", shed, len(reqs))
+			}
+		})
+	}
+}
+
+// BenchmarkConcurrencyAdmitted is an admitted request through a Concurrency, with and without
+// a limit per client.
+func BenchmarkConcurrencyAdmitted(b *testing.B) {
+	for _, perKey := range []int{0, 4} {
+		b.Run("MaxPerKey="+strconv.Itoa(perKey), func(b *testing.B) {
+			h := (&Concurrency{Max: 64, MaxPerKey: perKey}).Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/", nil)
+			w := newTestWriter()
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}

@@ -1,0 +1,239 @@
+package retryafter
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter/internal/header"
+)
+
+// returnHorizon is how many seconds ahead a returns schedule books: an hour.
+const returnHorizon = 3600
+
+// returns is a schedule of the seconds that refused clients are told to come back in, so that
+// many clients refused for the same reason at the same time come back at the rate the service
+// can take rather than in the same second. A second is one of the server's clock (Unix seconds);
+// a client refused at now and told to wait s whole seconds comes back at now+s, in second
+// floor(now)+s, at the fraction of a second it was refused at. The zero value is ready to use;
+// it is safe for concurrent use.
+type returns struct {
+	mu    sync.Mutex
+	n     []uint32 // n[b%returnHorizon]: clients told to come back in second b, for low <= b < low+returnHorizon
+	low   int64    // the first second the schedule holds: the one after the present
+	epoch int64    // the first low, from which each second's share of the rate is counted
+	hint  int64    // no second in [low, hint) had room when last looked, at hintRate and hintBurst
+	// The rate and burst hint was found at: at a rate a quarter higher, or another burst,
+	// those seconds may have room again, and are looked at afresh.
+	hintRate  float64
+	hintBurst int
+}
+
+// book books a client refused at now that can be admitted no earlier than earliest, at
+// perSecond clients a second and at most burst (when above 0) in one second, and returns the
+// second it is told to come back in. With date false it is told a wait in delay-seconds, and
+// comes back at now plus a whole number of seconds; with date true an HTTP-date, the start of
+// that second.
+func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, date bool) int64 {
+	sec := now.Unix()
+	var first int64
+	if date {
+		first = max(header.RoundUpDate(earliest).Unix(), sec+1)
+	} else {
+		first = sec + header.DelaySeconds(earliest.Sub(now))
+	}
+	if !(perSecond < maxShare) {
+		return first
+	}
+	return s.take(sec, first, perSecond, burst)
+}
+
+// take books one client refused in second now that may not come back before second first:
+// the earliest second at or after first where fewer than its share of rate clients a second
+// (and fewer than burst, when burst > 0) are booked. It returns that second, which is never
+// before first. When the next hour is booked out, it returns first: the spread then no longer
+// holds, but the wait stays honest.
+func (s *returns) take(now, first int64, perSecond float64, burst int) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.takeLocked(now, first, perSecond, burst)
+}
+
+// takeLocked is take with the mutex held.
+func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int64 {
+	if s.n == nil {
+		s.n = make([]uint32, returnHorizon)
+		s.low, s.epoch, s.hint = now+1, now+1, now+1
+	}
+	s.advance(now + 1)
+	first = max(first, s.low)
+	end := s.low + returnHorizon
+	if first >= end {
+		return first
+	}
+	b := first
+	if perSecond > s.hintRate*1.25 || burst != s.hintBurst { // not for every wobble of a measured rate
+		s.hint, s.hintRate, s.hintBurst = s.low, perSecond, burst
+	}
+	fromHint := first <= s.hint
+	if fromHint {
+		b = s.hint
+	}
+	for ; b < end; b++ {
+		i := returnSlot(b)
+		if s.n[i] < s.share(b, perSecond, burst) {
+			s.n[i]++
+			if fromHint {
+				s.hint, s.hintRate = b, min(s.hintRate, perSecond)
+			}
+			return b
+		}
+	}
+	if fromHint {
+		s.hint, s.hintRate = end, min(s.hintRate, perSecond)
+	}
+	return first
+}
+
+// advance moves the schedule's first second to low, forgetting the seconds before it.
+func (s *returns) advance(low int64) {
+	if low <= s.low {
+		return
+	}
+	if low-s.low >= returnHorizon {
+		clear(s.n)
+	} else {
+		for b := s.low; b < low; b++ {
+			s.n[returnSlot(b)] = 0
+		}
+	}
+	s.low = low
+	s.hint = max(s.hint, low)
+}
+
+// returnSlot returns the index of second b in the schedule's ring.
+func returnSlot(b int64) int {
+	i := b % returnHorizon
+	if i < 0 {
+		i += returnHorizon
+	}
+	return int(i)
+}
+
+// maxShare bounds a second's share, so that a rate too high to count is taken as no bound.
+const maxShare = 1 << 30
+
+// share returns how many clients second b may take: the clients of a stream at perSecond a
+// second that fall in it (so that a rate of 2.5 gives seconds of 2 and 3, and one of 0.2 a
+// client every fifth second), at most burst when burst > 0.
+func (s *returns) share(b int64, perSecond float64, burst int) uint32 {
+	n := uint32(maxShare)
+	if perSecond < maxShare {
+		x := float64(b - s.epoch)
+		n = uint32(math.Floor((x+1)*perSecond) - math.Floor(x*perSecond))
+	}
+	if burst > 0 && uint32(min(burst, maxShare)) < n {
+		n = uint32(burst)
+	}
+	return n
+}
+
+// spreadWait books a client refused at now that must wait at least wait, and returns its wait
+// in whole seconds: at least wait rounded up, and at least one second. A wait beyond the
+// schedule's hour is returned as it is.
+func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float64, burst int) time.Duration {
+	if wait >= returnHorizon*time.Second {
+		return wait
+	}
+	sec := now.Unix()
+	return time.Duration(s.book(now, now.Add(wait), perSecond, burst, false)-sec) * time.Second
+}
+
+// Spread returns a Limiter that decides as l does and spreads the waits of the requests it
+// refuses, so that clients refused at the same time come back at the rate l admits them rather
+// than all in the second its quota next allows. Use it around a limit that many clients share
+// ([Shared]); around a per-client limit it would make clients wait for each other.
+//
+//	retryafter.All(perClient, retryafter.Spread(retryafter.Shared(service, "all"), 100, 100))
+//
+// limit and burst are the capacity returns are spread at: requests per second, and the most
+// that can be admitted at one instant (a token bucket's own limit and burst). A refused
+// request of cost n counts for n. If limit is 0, the refusing Decision's Policy gives them,
+// and a refusal whose Policy has no rate keeps its own wait.
+//
+// What is promised: a refused request is told to wait a whole number of seconds, never less
+// than l's own wait for it, so no client is told to come back before l could admit it; and the
+// requests Spread refuses are told to come back, in each second of the server's clock, at most
+// limit (rounded up to a whole request) and at most burst, as far as an hour ahead. So clients
+// refused at the same instant and told the same second come back together, no more than l can
+// admit at once, and each is admitted unless new requests spent the quota meanwhile. A client
+// comes back at the fraction of a second it was refused at: those told one second and refused
+// late in theirs may meet those told the next and refused early, and a bucket whose burst holds
+// less than two seconds of its limit may then refuse a few of them again, with a new wait.
+//
+// Waits are longer than l's, so the Decisions are not tight as [Limiter] asks: a client may be
+// admitted before the wait it was told. A request l refuses forever is passed through. Inside
+// [All], a Spread layer is not combined with the TokenBuckets beside it into one atomic step:
+// it is decided apart from them, as in a mix of stores.
+//
+// Spread panics if l is nil, limit is negative or not a number, or burst is negative.
+func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
+	if l == nil {
+		panic("retryafter: Spread(nil)")
+	}
+	if !(limit >= 0) {
+		panic("retryafter: Spread with a negative limit")
+	}
+	if burst < 0 {
+		panic("retryafter: Spread with a negative burst")
+	}
+	s := &spread{l: l, limit: limit, burst: burst}
+	if c, ok := l.(Charger); ok {
+		return &spreadCharger{spread: s, c: c}
+	}
+	return s
+}
+
+// spread is the Limiter of [Spread].
+type spread struct {
+	l     Limiter
+	limit rate.Limit
+	burst int
+	ret   returns
+}
+
+// Decide implements [Limiter]: l's Decision, with the wait of a refusal spread.
+func (s *spread) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	d, err := s.l.Decide(ctx, key, cost, now)
+	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter >= rate.InfDuration {
+		return d, err
+	}
+	limit, burst := s.limit, s.burst
+	if limit == 0 {
+		limit, burst = d.Policy.Limit, d.Policy.Burst
+	}
+	if !(limit > 0) || limit == rate.Inf {
+		return d, nil
+	}
+	n := max(cost, 1)
+	perInstant := 0
+	if burst > 0 {
+		perInstant = max(burst/n, 1)
+	}
+	d.RetryAfter = s.ret.spreadWait(now, d.RetryAfter, float64(limit)/float64(n), perInstant)
+	return d, nil
+}
+
+// spreadCharger is a spread around a Charger, which it charges as it is asked.
+type spreadCharger struct {
+	*spread
+	c Charger
+}
+
+// Charge implements [Charger] by charging l.
+func (s *spreadCharger) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	return s.c.Charge(ctx, key, cost, now)
+}

@@ -1,0 +1,345 @@
+package retryafter
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter/internal/header"
+)
+
+// TestReturnsTake checks the schedule against its promise over many random bookings: a second
+// is never before the one asked for, no second holds more than its share of the rate (nor more
+// than burst), any run of seconds holds at most the rate times its length, rounded up, and
+// each booking is the first second with room.
+func TestReturnsTake(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 1))
+	for trial := range 300 {
+		perSecond := []float64{0.2, 0.5, 1, 2.5, 7, 100, 333.3}[trial%7]
+		burst := []int{0, 1, 3, 50}[rng.IntN(4)]
+		var s returns
+		now := int64(1_796_000_000 + rng.IntN(1000))
+		booked := map[int64]int{}
+		for range 400 {
+			now += int64(rng.IntN(3)) // time goes on, or not
+			first := now + 1 + int64(rng.IntN(20))
+			b := s.take(now, first, perSecond, burst)
+			if b < first {
+				t.Fatalf("rate %v burst %d: booked second %d before the first allowed, %d", perSecond, burst, b, first)
+			}
+			// The first second with room: every second from first to b had none.
+			for x := first; x < b; x++ {
+				if room := int(s.share(x, perSecond, burst)) - booked[x]; room > 0 {
+					t.Fatalf("rate %v burst %d: booked %d though %d had room for %d", perSecond, burst, b, x, room)
+				}
+			}
+			booked[b]++
+		}
+		lo, hi := int64(math.MaxInt64), int64(0)
+		for b, n := range booked {
+			lo, hi = min(lo, b), max(hi, b)
+			if n > int(math.Ceil(perSecond)) || (burst > 0 && n > burst) {
+				t.Fatalf("rate %v burst %d: second %d holds %d", perSecond, burst, b, n)
+			}
+		}
+		for from := lo; from <= hi; from++ {
+			sum := 0
+			for to := from; to <= hi && to < from+30; to++ {
+				sum += booked[to]
+				if limit := math.Ceil(perSecond*float64(to-from+1)) + 1; float64(sum) > limit {
+					t.Fatalf("rate %v: seconds %d..%d hold %d, more than %v", perSecond, from, to, sum, limit)
+				}
+			}
+		}
+	}
+}
+
+func TestReturnsForgetsThePast(t *testing.T) {
+	var s returns
+	for i := range int64(5) {
+		if b := s.take(1000, 1001, 1, 0); b != 1001+i {
+			t.Fatalf("booking %d: second %d, want %d", i, b, 1001+i)
+		}
+	}
+	// An hour and more later the ring is empty again, and a second far ahead is not booked.
+	if b := s.take(1000+2*returnHorizon, 1001+2*returnHorizon, 1, 0); b != 1001+2*returnHorizon {
+		t.Errorf("after two hours: %d, want %d", b, 1001+2*returnHorizon)
+	}
+	if b := s.take(1000, 1000+returnHorizon*5, 1, 0); b != 1000+returnHorizon*5 {
+		t.Errorf("beyond the horizon: %d, want the second asked for", b)
+	}
+	// Booked out: the wait stays honest.
+	var full returns
+	for range returnHorizon + 3 {
+		if b := full.take(0, 1, 1, 0); b < 1 {
+			t.Fatalf("booked %d, before the first allowed", b)
+		}
+	}
+	if w := full.spreadWait(time.Unix(0, 5e8), 2*returnHorizon*time.Second, 1, 0); w != 2*returnHorizon*time.Second {
+		t.Errorf("a wait beyond the horizon: %v, want it unchanged", w)
+	}
+}
+
+// returnEvent is a client's request at an instant, in the simulation of TestSpreadShared.
+type returnEvent struct {
+	at     time.Time
+	client int
+	retry  bool
+}
+
+type returnEvents []returnEvent
+
+func (e returnEvents) Len() int           { return len(e) }
+func (e returnEvents) Less(i, j int) bool { return e[i].at.Before(e[j].at) }
+func (e returnEvents) Swap(i, j int)      { e[i], e[j] = e[j], e[i] }
+func (e *returnEvents) Push(x any)        { *e = append(*e, x.(returnEvent)) }
+func (e *returnEvents) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+// TestSpreadShared is the promise of Spread as a property: a herd of clients at a Shared token
+// bucket, each retrying once, exactly Retry-After (as the middleware rounds it) after its
+// refusal. Every client is told no less than the bucket's own wait; when the herd comes at one
+// instant, every retry is admitted; and the retries come back, in each second, at most at the
+// bucket's rate and burst.
+func TestSpreadShared(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 2))
+	for trial := range 60 {
+		limit := rate.Limit([]float64{1, 5, 10, 40, 100}[trial%5])
+		burst := []int{1, int(limit), 2 * int(limit)}[rng.IntN(3)]
+		bucket := NewTokenBucket(limit, burst)
+		l := Spread(Shared(bucket, "service"), limit, burst)
+		clients := 50 + rng.IntN(400)
+		start := t0.Add(time.Duration(rng.Int64N(int64(time.Second))))
+		herd := time.Duration(0) // how long the herd takes to arrive: all at once, or over 3 s
+		if trial%3 != 0 {
+			herd = time.Duration(rng.Int64N(int64(3 * time.Second)))
+		}
+		var q returnEvents
+		for i := range clients {
+			heap.Push(&q, returnEvent{at: start.Add(time.Duration(rng.Int64N(int64(herd) + 1))), client: i})
+		}
+		perSecond := map[int64]int{}
+		refusedYet := false
+		stolen, refusedRetries := 0, 0 // new requests admitted after the first refusal; retries refused
+		for q.Len() > 0 {
+			e := heap.Pop(&q).(returnEvent)
+			d, err := l.Decide(context.Background(), "any", 1, e.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.retry {
+				perSecond[e.at.Unix()]++
+				if !d.Allowed {
+					refusedRetries++
+				}
+				continue
+			}
+			if d.Allowed {
+				if refusedYet {
+					stolen++
+				}
+				continue
+			}
+			refusedYet = true
+			own, _ := bucket.Decide(context.Background(), "service", 1, e.at)
+			if d.RetryAfter < own.RetryAfter || d.RetryAfter%time.Second != 0 {
+				t.Fatalf("told %v, where the bucket's own wait is %v", d.RetryAfter, own.RetryAfter)
+			}
+			wait := time.Duration(header.DelaySeconds(d.RetryAfter)) * time.Second
+			heap.Push(&q, returnEvent{at: e.at.Add(wait), client: e.client, retry: true})
+		}
+		// A herd refused at one instant: every client that waits as told is admitted. (Over
+		// several seconds, new requests spend the quota meanwhile, and clients refused at
+		// different fractions of a second may meet: see Spread.)
+		if herd == 0 && (refusedRetries > 0 || stolen > 0) {
+			t.Fatalf("limit %v burst %d, a herd at one instant: %d clients that waited as told were refused", limit, burst, refusedRetries)
+		}
+		for sec, n := range perSecond {
+			if float64(n) > math.Ceil(float64(limit)) || n > burst {
+				t.Fatalf("limit %v burst %d: %d retries in second %d", limit, burst, n, sec)
+			}
+		}
+	}
+}
+
+// TestSpreadPassesThrough: what Spread does not spread it leaves as it was.
+func TestSpreadPassesThrough(t *testing.T) {
+	ctx := context.Background()
+	never := Spread(Shared(NewTokenBucket(0, 1), "k"), 1, 1)
+	never.Decide(ctx, "a", 1, t0)
+	if d, _ := never.Decide(ctx, "a", 1, t0); d.Allowed || d.RetryAfter != rate.InfDuration {
+		t.Errorf("a request never admitted: %+v, want RetryAfter InfDuration", d)
+	}
+	// Without a rate of its own or in the Policy, the wait is the limiter's.
+	noRate := limiterFunc(func(context.Context) (Decision, error) {
+		return Decision{RetryAfter: 1500*time.Millisecond - time.Microsecond, Limit: 1}, nil
+	})
+	s := Spread(noRate, 0, 0)
+	for range 3 {
+		if d, _ := s.Decide(ctx, "a", 1, t0); d.RetryAfter != 1500*time.Millisecond-time.Microsecond {
+			t.Errorf("no rate: RetryAfter %v, want the limiter's 1.499999s", d.RetryAfter)
+		}
+	}
+	// A TokenBucket names its rate in the Policy: its refusals are spread at it.
+	b := NewTokenBucket(rate.Every(1500*time.Millisecond), 1)
+	bs := Spread(b, 0, 0)
+	bs.Decide(ctx, "a", 1, t0)
+	if d, _ := bs.Decide(ctx, "a", 1, t0); d.Allowed || d.RetryAfter < 1500*time.Millisecond-time.Microsecond {
+		t.Errorf("a bucket's refusal: %+v, want at least its own wait", d)
+	}
+	// With a rate in the Policy, it is spread at that rate.
+	pol := limiterFunc(func(context.Context) (Decision, error) {
+		return Decision{RetryAfter: 100 * time.Millisecond, Policy: Policy{Limit: 1, Burst: 1}}, nil
+	})
+	p := Spread(pol, 0, 0)
+	for i := range 3 {
+		if d, _ := p.Decide(ctx, "a", 1, t0); d.RetryAfter != time.Duration(i+1)*time.Second {
+			t.Errorf("refusal %d at the Policy's 1/s: %v, want %ds", i, d.RetryAfter, i+1)
+		}
+	}
+	// A cost of n counts for n.
+	p = Spread(pol, 4, 4)
+	for i, want := range []time.Duration{1, 1, 2, 2} {
+		if d, _ := p.Decide(ctx, "a", 2, t0); d.RetryAfter != want*time.Second {
+			t.Errorf("refusal %d of cost 2 at 4/s: %v, want %v", i, d.RetryAfter, want*time.Second)
+		}
+	}
+	// Errors and admissions pass unchanged.
+	boom := errors.New("boom")
+	e := Spread(limiterFunc(func(context.Context) (Decision, error) { return Decision{}, boom }), 1, 1)
+	if _, err := e.Decide(ctx, "a", 1, t0); err != boom {
+		t.Errorf("err = %v, want the limiter's", err)
+	}
+	// A Charger stays one.
+	if _, ok := Spread(b, 1, 1).(Charger); !ok {
+		t.Error("Spread of a TokenBucket is not a Charger")
+	}
+	if err := Spread(b, 1, 1).(Charger).Charge(ctx, "c", 1, t0); err != nil {
+		t.Error(err)
+	}
+	if d, _ := b.Decide(ctx, "c", 1, t0); d.Allowed {
+		t.Error("Charge through Spread did not charge the bucket")
+	}
+}
+
+// TestSpreadThroughMiddleware: All of a per-client limit and a spread Shared one, behind the
+// middleware, tells the clients the Shared layer refuses different seconds, and each that
+// waits what the bundled parser reads and retries is admitted.
+func TestSpreadThroughMiddleware(t *testing.T) {
+	clk := newClock(t0)
+	service := NewTokenBucket(2, 2)
+	h := LimitWith(All(NewTokenBucket(10, 10), Spread(Shared(service, "all"), 2, 2)), WithClock(clk.Now))(ok)
+	var waits []time.Duration
+	var refused []string
+	for i := range 8 {
+		client := "192.0.2." + string(rune('1'+i)) + ":1"
+		w := serve(h, "GET", client)
+		if w.Code == http.StatusOK {
+			continue
+		}
+		waits = append(waits, wantRefusal(t, w, http.StatusTooManyRequests, t0))
+		refused = append(refused, client)
+	}
+	want := []time.Duration{1, 1, 2, 2, 3, 3}
+	if len(waits) != len(want) {
+		t.Fatalf("waits %v, want %v seconds", waits, want)
+	}
+	for i := range want {
+		if waits[i] != want[i]*time.Second {
+			t.Fatalf("waits %v, want %v seconds", waits, want)
+		}
+	}
+	// Each waits exactly what it was told, on the clock, and is admitted.
+	for i, client := range refused {
+		clk.Set(t0.Add(waits[i]))
+		if w := serve(h, "GET", client); w.Code != http.StatusOK {
+			t.Errorf("%s, told %v, refused again after waiting it: %d, Retry-After %s", client, waits[i], w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+}
+
+// TestMaintenanceReturnRate is the promise for a Maintenance as a property: clients refused at
+// random instants of the window, in either form, are told never to come back before the end,
+// and come back, in each second after it, at most ReturnRate of them.
+func TestMaintenanceReturnRate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 3))
+	for trial := range 40 {
+		clk := newClock(t0)
+		m := &Maintenance{ReturnRate: rate.Limit([]float64{1, 3.5, 20, 100}[trial%4]), HTTPDate: trial%2 == 1, Now: clk.Now}
+		end := t0.Add(time.Duration(rng.Int64N(int64(10 * time.Minute))))
+		m.Start(end)
+		h := m.Handler(ok)
+		perSecond := map[int64]int{}
+		at := t0
+		for range 500 {
+			at = at.Add(time.Duration(rng.Int64N(int64(time.Second))))
+			if !at.Before(end) {
+				break
+			}
+			clk.Set(at)
+			w := serve(h, "GET", "192.0.2.1:1")
+			wait := wantRefusal503(t, w, at, m.HTTPDate)
+			back := at.Add(wait)
+			if back.Before(end) {
+				t.Fatalf("refused at %v, told to come back at %v, before the end %v", at, back, end)
+			}
+			perSecond[back.Unix()]++
+		}
+		for sec, n := range perSecond {
+			if float64(n) > math.Ceil(float64(m.ReturnRate)) {
+				t.Fatalf("ReturnRate %v: %d clients told to come back in second %d", m.ReturnRate, n, sec)
+			}
+		}
+	}
+}
+
+// wantRefusal503 checks a 503 of a Maintenance and returns the wait it states, measured as the
+// bundled parser does (a date against Date).
+func wantRefusal503(t *testing.T, w *httptest.ResponseRecorder, now time.Time, date bool) time.Duration {
+	t.Helper()
+	if !date {
+		return wantRefusal(t, w, http.StatusServiceUnavailable, now)
+	}
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", w.Code)
+	}
+	wait, ok := ParseRetryAfter(w.Header(), now)
+	if !ok {
+		t.Fatalf("Retry-After %q does not parse", w.Header().Get("Retry-After"))
+	}
+	return wait
+}
+
+// TestReturnsRateRises: seconds booked out at a low rate (a Concurrency's ServiceTime before
+// anything was measured) take more clients once the rate rises, rather than being passed over.
+func TestReturnsRateRises(t *testing.T) {
+	var s returns
+	for i := range int64(20) {
+		if b := s.take(1000, 1001, 1, 0); b != 1001+i {
+			t.Fatalf("at 1/s, booking %d: second %d, want %d", i, b, 1001+i)
+		}
+	}
+	if b := s.take(1000, 1001, 10, 0); b != 1001 {
+		t.Errorf("at 10/s: second %d, want 1001, which has room for 9 more", b)
+	}
+	// A small rise, as a measured rate wobbles, does not make it look again.
+	var w returns
+	for range 20 {
+		w.take(1000, 1001, 1, 0)
+	}
+	if b := w.take(1000, 1001, 1.2, 0); b != 1020 {
+		t.Errorf("at 1.2/s: second %d, want 1020, the last looked at (not 1005, the first with room)", b)
+	}
+}
