@@ -27,6 +27,14 @@
 // [Maintenance] is the 503 form: a switch that answers every request with Service Unavailable
 // and a Retry-After that counts down to the announced end of the work.
 //
+// # Overload
+//
+// [Concurrency] lets at most so many requests run at once, may queue a few for a while, and
+// sheds the rest with 503 and a Retry-After measured from how fast requests complete. When many
+// clients are refused for one reason at once (that limit, the end of a maintenance with a
+// ReturnRate, a [Shared] layer behind [Spread]), each is told a different, still honest wait, so
+// that they come back at the rate the service can take rather than all in the same second.
+//
 // # Turning a limit on
 //
 // A key's plan can change while the server runs ([WithPolicyFunc]: free, pro, a customer's
