@@ -12,6 +12,7 @@
 //
 //	go run ./_examples/chi-server
 //	go run ./_examples/chi-server -dry-run                # log what the limit would refuse
+//	go run ./_examples/chi-server -max-concurrent 10      # /work takes 100 ms; at most 10 at once
 //	curl -i -H 'X-API-Key: demo-pro' http://127.0.0.1:8080/ # the pro plan: "pro";q=20;w=2
 //	go run ./_examples/chi-server -addr 127.0.0.1:9090 -admin 127.0.0.1:9091
 //	go run ./_examples/chi-server -addr 127.0.0.1:8090 -admin '' -redis 127.0.0.1:6379 # replicas share
@@ -45,6 +46,7 @@ func main() {
 	admin := flag.String("admin", "127.0.0.1:8081", "loopback address of the maintenance admin endpoint (empty: none)")
 	redisAddr := flag.String("redis", "", "count requests in the Redis at this `ADDR` (host:port), shared by every replica, instead of in memory")
 	dryRun := flag.Bool("dry-run", false, "refuse nothing: log each request that the limit would have refused")
+	maxConcurrent := flag.Int("max-concurrent", 0, "let at most `N` requests run at once and shed the rest with 503 and a measured Retry-After (0: no such limit)")
 	flag.Parse()
 
 	maintenance := &retryafter.Maintenance{
@@ -53,6 +55,10 @@ func main() {
 
 	r := chi.NewRouter()
 	r.Use(middleware.Logger)
+	if *maxConcurrent > 0 {
+		// Outside the rate limit: a request shed for want of a slot costs no quota.
+		r.Use((&retryafter.Concurrency{Max: *maxConcurrent, Queue: 10 * *maxConcurrent, ServiceTime: 100 * time.Millisecond}).Handler)
+	}
 	r.Mount("/", newRouter(maintenance, newLimiter(*redisAddr, rate.Every(time.Second), 5),
 		retryafter.WithDryRun(*dryRun), retryafter.WithLimitedHook(logLimited)))
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -27,6 +28,10 @@ func newRouter(m *retryafter.Maintenance, l retryafter.Limiter, opts ...retryaft
 	r.Use(middleware.GetHead)
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
+	})
+	r.Get("/work", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(100 * time.Millisecond) // a request that keeps the server busy, for -max-concurrent
+		fmt.Fprintln(w, "done")
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
