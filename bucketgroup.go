@@ -71,7 +71,7 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	locked := lockInOrder(order[:0], st)
 	at := now
 	for _, t := range locked {
-		if lat := t.at(now); at.Before(lat) {
+		if lat, _ := t.at(now); at.Before(lat) {
 			at = lat
 		}
 	}

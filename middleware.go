@@ -66,6 +66,7 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 // A Middleware is safe for concurrent use.
 type Middleware struct {
 	limiter       Limiter
+	quick         allower // limiter, when nothing reads the Decision of an admission and it is one
 	after         afterCharger // limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
@@ -80,6 +81,9 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 		panic("retryafter: nil Limiter")
 	}
 	m := &Middleware{limiter: l, c: newConfig(opts)}
+	if m.c.fields == 0 && len(m.c.onDecided) == 0 {
+		m.quick, _ = l.(allower)
+	}
 	if a, ok := l.(afterCharger); ok && a.deferred() {
 		m.after = a
 	}
@@ -89,6 +93,14 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	m.emit.expose = newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
 	m.emit.problem = m.c.problem
 	return m
+}
+
+// An allower is a Limiter that can tell whether a request is admitted at once without filling a
+// Decision, which costs it about as much as the decision: the middleware asks it first when
+// neither its fields nor its decision hooks read the Decision of an admission, and Decide only
+// when it is not. [TokenBucket] is one.
+type allower interface {
+	allow(key string, cost int, now time.Time) bool
 }
 
 // An Outcome is what the middleware did with a request, for the hooks of [WithDecisionHook].
@@ -160,15 +172,19 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.servePreflight(w, r)
 		return
 	}
-	key, ok := m.key(w, r)
-	if !ok {
+	key, err := m.c.key(r)
+	if err != nil {
+		m.fail(w, r, m.c.now(), http.StatusInternalServerError, err)
 		if m.c.failOpen {
 			h.serve(w, r)
 		}
 		return
 	}
-	if !m.decide(w, r, m.c.now(), key) {
-		return
+	// A request of cost 1 that the limiter admits at once needs no Decision (see allower).
+	if now := m.c.now(); m.quick == nil || m.c.cost != nil || !m.quick.allow(key, 1, now) {
+		if !m.decide(w, r, now, key) {
+			return
+		}
 	}
 	if m.after == nil {
 		h.serve(w, r)

@@ -195,6 +195,12 @@ func (b *TokenBucket) policyFor(key string) Policy {
 	if b.policyOf == nil {
 		return b.policy
 	}
+	return b.askPolicy(key)
+}
+
+// askPolicy returns the policy that b's policy function gives key, with b's own for what it
+// leaves out.
+func (b *TokenBucket) askPolicy(key string) Policy {
 	p := b.policyOf(key)
 	if !(p.Limit > 0) {
 		p.Limit = b.policy.Limit
@@ -254,29 +260,65 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 
 // decide is Decide for a cost of 0 or more: the one decision of a single bucket.
 func (b *TokenBucket) decide(key string, cost int, now time.Time) Decision {
-	pol := b.policyFor(key)
-	if pol.Limit == rate.Inf {
+	t, pol, at, lag, full, lim := b.lock(key, now)
+	if t == nil {
 		return Decision{Allowed: true, Limit: pol.Burst, Remaining: pol.Burst, Policy: pol}
 	}
-	t := b.part(key)
-	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
-	at := t.at(now)
-	lim, full := b.bucket(t, key, pol, at, nil)
-	var d Decision
-	if lim == nil {
-		t.mu.Unlock()
+	d := Decision{Policy: pol, Limit: pol.Burst}
+	switch {
+	case lim == nil:
 		// Once a key makes room, the key starts with a full bucket.
-		d = Decision{RetryAfter: full, Limit: pol.Burst, Reset: full, Policy: pol}
-	} else {
+		d.RetryAfter, d.Reset = full, full
+	case lim.AllowN(at, cost):
+		d.Allowed = true
+		quota(&d, pol, lim.TokensAt(at))
+	default:
+		// Not at once: a reservation tells the wait, and within the slack admits.
 		r := lim.ReserveN(at, cost)
 		if d.Allowed, d.RetryAfter = settle(r.DelayFrom(at)); !d.Allowed {
 			r.CancelAt(at)
 		}
 		quota(&d, pol, lim.TokensAt(at))
-		t.mu.Unlock()
 	}
-	d.late(at.Sub(now))
+	t.mu.Unlock()
+	d.late(lag)
 	return d
+}
+
+// allow is the first case of decide, for the middleware when nothing reads the Decision of an
+// admission: it reports whether a request of cost 0 or more from a key b holds is admitted at
+// once, and spends it. When it is not, or the key is new, it spends nothing, and decide tells
+// why (or makes room). A Decision costs about as much again to fill.
+func (b *TokenBucket) allow(key string, cost int, now time.Time) bool {
+	pol := b.policyFor(key)
+	if pol.Limit == rate.Inf {
+		return true
+	}
+	t := b.part(key)
+	t.mu.Lock()
+	at, _ := t.at(now)
+	lim := t.keys[key]
+	if lim != nil && b.policyOf != nil {
+		replan(lim, pol, at)
+	}
+	ok := lim != nil && lim.AllowN(at, cost)
+	t.mu.Unlock()
+	return ok
+}
+
+// lock finds key's policy and, but for an unlimited one (t nil), locks its part t and finds
+// its bucket at the instant at, lag after now, as table.bucket does: nil when there is no room
+// for it, for full.
+func (b *TokenBucket) lock(key string, now time.Time) (t *table, pol Policy, at time.Time, lag, full time.Duration, lim *rate.Limiter) {
+	pol = b.policyFor(key)
+	if pol.Limit == rate.Inf {
+		return nil, pol, now, 0, 0, nil
+	}
+	t = b.part(key)
+	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
+	at, lag = t.at(now)
+	lim, full = b.bucket(t, key, pol, at, nil)
+	return t, pol, at, lag, full, lim
 }
 
 // part returns the part of b that holds key.
@@ -286,14 +328,23 @@ func (b *TokenBucket) part(key string) *table { return &b.parts[b.partOf(key)] }
 func (b *TokenBucket) partOf(key string) uint64 { return maphash.String(b.seed, key) % partCount }
 
 // bucket returns the bucket of key in t, locked, with the policy pol, as table.bucket does.
-func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, keep []*rate.Limiter) (*rate.Limiter, time.Duration) {
-	lim, wait := t.bucket(key, at, pol.Limit, pol.Burst, keep)
-	if lim != nil && b.policyOf != nil && (lim.Limit() != pol.Limit || lim.Burst() != pol.Burst) {
-		// The key's plan changed: its tokens stay, at the new rate, capped at the new burst.
+func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, keep []*rate.Limiter) (lim *rate.Limiter, wait time.Duration) {
+	if lim = t.keys[key]; lim == nil {
+		lim, wait = t.add(key, at, pol.Limit, pol.Burst, keep)
+	}
+	if lim != nil && b.policyOf != nil {
+		replan(lim, pol, at)
+	}
+	return lim, wait
+}
+
+// replan puts lim on the policy pol from at, if it is not on it: its tokens stay, at the new
+// rate, capped at the new burst.
+func replan(lim *rate.Limiter, pol Policy, at time.Time) {
+	if lim.Limit() != pol.Limit || lim.Burst() != pol.Burst {
 		lim.SetLimitAt(at, pol.Limit)
 		lim.SetBurstAt(at, pol.Burst)
 	}
-	return lim, wait
 }
 
 // late lengthens d's waits by lag, the time between the caller's now and the instant d was
@@ -367,7 +418,7 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 	t := b.part(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	at := t.at(now)
+	at, _ := t.at(now)
 	if cost < 0 && t.keys[key] == nil {
 		return nil // a key not held has a full bucket: nothing to give back
 	}

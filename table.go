@@ -101,25 +101,30 @@ func (t *table) init(budget int) {
 }
 
 // at returns the instant a decision of the caller's now is made at, the latest the table has
-// seen, and records it.
+// seen, and how far that is after now; it records it.
 //
 // A clock without monotonic readings (an injected one, or a wall clock that was set back) can
 // step back. Were the table to wait for it to reach the latest instant again, every key would
 // be frozen for the length of the step: so a now more than maxLag behind is taken as the clock's
 // new reading, the buckets count on from it, and what the table knew of when they refill is
 // forgotten. time.Now's readings are monotonic and never step back.
-func (t *table) at(now time.Time) time.Time {
+func (t *table) at(now time.Time) (at time.Time, lag time.Duration) {
 	if !now.Before(t.latest) {
 		t.latest = now
-		return now
+		return now, 0
 	}
-	if t.latest.Sub(now) <= maxLag || now != now.Round(0) {
-		return t.latest
+	return t.behind(now)
+}
+
+// behind is at for a now before the latest instant the table has seen.
+func (t *table) behind(now time.Time) (at time.Time, lag time.Duration) {
+	if lag := t.latest.Sub(now); lag <= maxLag || now != now.Round(0) {
+		return t.latest, lag
 	}
 	t.latest = now
 	t.full = time.Time{}
 	t.due = nil // its instants are the old clock's: made again when next needed
-	return now
+	return now, 0
 }
 
 // maxLag is how far behind the latest instant a table has seen a reading can be and still be
@@ -127,14 +132,11 @@ func (t *table) at(now time.Time) time.Time {
 // the clock.
 const maxLag = time.Second
 
-// bucket returns the bucket of key, which it creates with limit and burst, full, when the table
-// does not hold it. When there is no room for it and none of the keys held has
-// refilled, it returns nil and how long until the first may have. The buckets of keep, which
-// the caller's decision holds (the earlier layers of an All), are not dropped to make room.
-func (t *table) bucket(key string, now time.Time, limit rate.Limit, burst int, keep []*rate.Limiter) (*rate.Limiter, time.Duration) {
-	if lim := t.keys[key]; lim != nil {
-		return lim, 0
-	}
+// add creates the bucket of key, a key the table does not hold, with limit and burst, full.
+// When there is no room for it and none of the keys held has refilled, it returns nil and how
+// long until the first may have. The buckets of keep, which the caller's decision holds (the
+// earlier layers of an All), are not dropped to make room.
+func (t *table) add(key string, now time.Time, limit rate.Limit, burst int, keep []*rate.Limiter) (*rate.Limiter, time.Duration) {
 	if wait := t.makeRoom(len(key), now, keep); wait > 0 {
 		return nil, wait
 	}
