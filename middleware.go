@@ -66,7 +66,7 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 // A Middleware is safe for concurrent use.
 type Middleware struct {
 	limiter       Limiter
-	quick         allower // limiter, when nothing reads the Decision of an admission and it is one
+	quick         allower      // limiter, when nothing reads the Decision of an admission and it is one
 	after         afterCharger // limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
