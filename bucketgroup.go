@@ -148,8 +148,8 @@ func lockInOrder(locked []*table, st []layerState) []*table {
 		for j > 0 && ranks[j-1] > s.rank {
 			j--
 		}
-		if j > 0 && ranks[j-1] == s.rank {
-			continue
+		if j > 0 && locked[j-1] == s.t {
+			continue // a part of an earlier layer
 		}
 		locked = append(locked, nil)
 		copy(locked[j+1:], locked[j:n])
