@@ -42,11 +42,12 @@ func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time)
 	}
 	c := s.newCall(ctx, key, cost, now)
 	health := s.healthOf(&c.ctx, c.keys[0])
-	if err := health.admit(); err != nil {
+	sent, err := health.admit()
+	if err != nil {
 		return s.chargeLocal(ctx, key, cost, now, err)
 	}
 	if err := chargeScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
-		err, down := s.failed(ctx, &c.ctx, health, err)
+		err, down := s.failed(ctx, &c.ctx, health, sent, err)
 		if !down {
 			return err
 		}

@@ -174,7 +174,8 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	c := g.newCall(ctx, key, cost, now)
 	lead := g.layers[0].store
 	health := lead.healthOf(c.ctx, c.keys[0])
-	if err := health.admit(); err != nil {
+	sent, err := health.admit()
+	if err != nil {
 		return g.orLocal(ctx, key, cost, now, err)
 	}
 	res, err := allScript.Run(c.ctx, g.client, c.keys, c.args...).Int64Slice()
@@ -183,13 +184,13 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	if err != nil {
 		cause := err
-		err, down := lead.failed(ctx, c.ctx, health, cause)
+		err, down := lead.failed(ctx, c.ctx, health, sent, cause)
 		if !down {
 			return retryafter.Decision{}, err
 		}
 		for i := 1; i < n; i++ {
 			if h := g.layers[i].store.healthOf(c.ctx, c.keys[i]); h != health {
-				h.failed(cause)
+				h.failed(sent, cause)
 			}
 		}
 		return g.orLocal(ctx, key, cost, now, err)

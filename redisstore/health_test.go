@@ -150,11 +150,11 @@ func TestCancelDoesNotInterrupt(t *testing.T) {
 	})
 }
 
-// TestFailFast checks, on testing/synctest's clock, what a store does once Redis has failed:
-// every decision fails at once with the error that took it down, without asking Redis, except
-// one per probe interval; the first probe after Redis is back brings the store back, so that
-// recovery takes at most one interval. Failures of the caller's own making (its deadline) do
-// not take the store down.
+// TestFailFast checks, on testing/synctest's clock, what a store does once Redis has failed
+// downAfter times in a row: every decision fails at once with the error that took it down,
+// without asking Redis, except one per probe interval; the first probe after Redis is back
+// brings the store back, so that recovery takes at most one interval. Failures of the caller's
+// own making (its deadline) do not count.
 func TestFailFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = time.Second
@@ -165,21 +165,25 @@ func TestFailFast(t *testing.T) {
 			_, err := s.Decide(context.Background(), "k", 1, time.Now())
 			return err
 		}
-		first := decideErr()
-		if !errors.Is(first, ErrUnavailable) || !errors.Is(first, syscall.ECONNREFUSED) || fake.calls.Load() != 1 {
-			t.Fatalf("first failure: %v after %d calls, want an error wrapping ErrUnavailable and the cause", first, fake.calls.Load())
+		var last error
+		for i := range downAfter {
+			last = decideErr()
+			if !errors.Is(last, ErrUnavailable) || !errors.Is(last, syscall.ECONNREFUSED) || fake.calls.Load() != int64(i+1) {
+				t.Fatalf("failure %d: %v after %d calls, want an error wrapping ErrUnavailable and the cause, Redis asked", i, last, fake.calls.Load())
+			}
 		}
-		if want := "redisstore: Redis is unavailable: " + syscall.ECONNREFUSED.Error(); first.Error() != want {
-			t.Fatalf("the error says %q, want %q", first.Error(), want)
+		if want := "redisstore: Redis is unavailable: " + syscall.ECONNREFUSED.Error(); last.Error() != want {
+			t.Fatalf("the error says %q, want %q", last.Error(), want)
 		}
+		calls := fake.calls.Load()
 		// While down: at once, with the same error, no round trip, until the interval is over.
 		for i := range 1000 {
-			if err := decideErr(); err != first {
-				t.Fatalf("decision %d while down: %v, want %v", i, err, first)
+			if err := decideErr(); err != last {
+				t.Fatalf("decision %d while down: %v, want %v", i, err, last)
 			}
 			time.Sleep(interval / 1000)
-			if i == 998 && fake.calls.Load() != 1 {
-				t.Fatalf("%d round trips within the interval, want 1", fake.calls.Load())
+			if i == 998 && fake.calls.Load() != calls {
+				t.Fatalf("%d round trips within the interval, want none", fake.calls.Load()-calls)
 			}
 		}
 		// The interval is over: one probe, concurrent callers still fail at once.
@@ -188,8 +192,8 @@ func TestFailFast(t *testing.T) {
 			wg.Go(func() { decideErr() })
 		}
 		wg.Wait()
-		if n := fake.calls.Load(); n != 2 {
-			t.Fatalf("%d round trips after one interval, want 2 (one probe)", n)
+		if n := fake.calls.Load() - calls; n != 1 {
+			t.Fatalf("%d round trips after one interval, want 1 (one probe)", n)
 		}
 
 		// Redis comes back a third of an interval after the last probe: the decisions fail until
@@ -203,7 +207,7 @@ func TestFailFast(t *testing.T) {
 		if took := time.Since(back); took > interval {
 			t.Fatalf("recovered %v after Redis was back, more than one probe interval", took)
 		}
-		calls := fake.calls.Load()
+		calls = fake.calls.Load()
 		for range 10 {
 			if err := decideErr(); err != nil {
 				t.Fatalf("after recovery: %v", err)
@@ -213,12 +217,14 @@ func TestFailFast(t *testing.T) {
 			t.Fatalf("%d round trips for 10 decisions after recovery", n)
 		}
 
-		// A caller whose own deadline has passed does not take the store down.
+		// Callers whose own deadline has passed do not take the store down, however many.
 		fake.set(frozen)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		defer cancel()
-		if _, err := s.Decide(ctx, "k", 1, time.Now()); err == nil || errors.Is(err, ErrUnavailable) {
-			t.Fatalf("caller's deadline: %v, want an error not wrapping ErrUnavailable", err)
+		for range 2 * downAfter {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			if _, err := s.Decide(ctx, "k", 1, time.Now()); err == nil || errors.Is(err, ErrUnavailable) {
+				t.Fatalf("caller's deadline: %v, want an error not wrapping ErrUnavailable", err)
+			}
+			cancel()
 		}
 		fake.set(admits)
 		if err := decideErr(); err != nil {
@@ -229,23 +235,26 @@ func TestFailFast(t *testing.T) {
 
 // TestDefaults checks, on testing/synctest's clock, the timeout and the probe interval of a
 // Store built without options: against a server that never answers, a decision fails 100 ms
-// later (and at most a step of its deadlines, 6.25 ms, more); then the decisions fail at once
-// for 500 ms from that failure, when one asks Redis again.
+// later (and at most a step of its deadlines, 6.25 ms, more); after downAfter such failures in a
+// row the decisions fail at once for 500 ms from the last, when one asks Redis again.
 func TestDefaults(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := &fakeRedis{answer: frozen}
 		s := New(fake, 1, 10)
 		start := time.Now()
-		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || time.Since(start) != 100*time.Millisecond+6250*time.Microsecond {
-			t.Fatalf("a frozen server: %v after %v, want an error after 100ms and a step of 6.25ms", err, time.Since(start))
+		for range downAfter {
+			start = time.Now()
+			if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || time.Since(start) != 100*time.Millisecond+6250*time.Microsecond {
+				t.Fatalf("a frozen server: %v after %v, want an error after 100ms and a step of 6.25ms", err, time.Since(start))
+			}
 		}
 		fake.set(refusesConnections)
 		time.Sleep(500*time.Millisecond - time.Nanosecond) // from the failure
-		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != 1 {
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != downAfter {
 			t.Fatalf("a nanosecond before the probe interval: %v after %d round trips, want an error at once", err, fake.calls.Load())
 		}
 		time.Sleep(time.Nanosecond)
-		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != 2 {
+		if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || fake.calls.Load() != downAfter+1 {
 			t.Fatalf("at the probe interval: %v after %d round trips, want Redis asked again", err, fake.calls.Load())
 		}
 	})
@@ -291,8 +300,8 @@ func TestDecideAllocations(t *testing.T) {
 
 // TestOutageLatency stops a real redis-server three ways (frozen by SIGSTOP, paused by CLIENT
 // PAUSE, killed and restarted) under a stream of decisions, one every millisecond, and logs
-// how long they took: while Redis is down, only the first decision and one probe per interval
-// wait for the timeout, within a margin; the others fail at once; and once Redis is back, the
+// how long they took: while Redis is down, only the first downAfter decisions (which show it
+// down) and one probe per interval wait for the timeout, within a margin; the others fail at once; and once Redis is back, the
 // store decides again within a probe interval, a margin, and, after a restart, the second that
 // go-redis's pool waits between dials once its dials have failed. Run with -v for the figures.
 func TestOutageLatency(t *testing.T) {
@@ -372,7 +381,7 @@ func TestOutageLatency(t *testing.T) {
 			}
 		}
 		down := lastErr - firstErr
-		t.Logf("%d decisions, %d failed from %v to %v; %d waited (probes and the first), the others failed within %v; slowest %v at %v; back at %v, decided again %v later",
+		t.Logf("%d decisions, %d failed from %v to %v; %d waited (the first few and the probes), the others failed within %v; slowest %v at %v; back at %v, decided again %v later",
 			len(samples), failed, firstErr.Round(time.Millisecond), lastErr.Round(time.Millisecond), slow, worstFast, worst.Round(time.Millisecond), worstAt.Round(time.Millisecond), backAt.Round(time.Millisecond), recovered.Round(time.Millisecond))
 		if failed == 0 {
 			t.Fatal("no decision failed: the outage was not seen")
@@ -380,8 +389,8 @@ func TestOutageLatency(t *testing.T) {
 		if worst > timeout+margin {
 			t.Errorf("a decision took %v, more than the timeout %v and a margin of %v", worst, timeout, margin)
 		}
-		if probes := 2 + int(down/interval); slow > probes {
-			t.Errorf("%d decisions waited in %v of outage, want at most %d: the first and one probe per %v", slow, down, probes, interval)
+		if probes := downAfter + 1 + int(down/interval); slow > probes {
+			t.Errorf("%d decisions waited in %v of outage, want at most %d: the first %d and one probe per %v", slow, down, probes, downAfter, interval)
 		}
 		if recovered < 0 || recovered > interval+extra+margin {
 			t.Errorf("decided again %v after Redis was back, want at most the probe interval %v + %v + a margin of %v", recovered, interval, extra, margin)
@@ -429,10 +438,13 @@ func TestAllTimeout(t *testing.T) {
 		a := New(fake, 1, 10, WithPrefix("{x}a:"), WithTimeout(time.Second), WithProbeInterval(time.Nanosecond))
 		b := New(fake, 1, 10, WithPrefix("{x}b:"), WithTimeout(150*time.Millisecond), WithProbeInterval(time.Nanosecond))
 		all := retryafter.All(a, b)
-		start := time.Now()
-		_, err := all.Decide(context.Background(), "k", 1, start)
-		if took, step := time.Since(start), stepFor(150*time.Millisecond); !errors.Is(err, ErrUnavailable) || took < 150*time.Millisecond || took > 150*time.Millisecond+step {
-			t.Fatalf("err=%v after %v, want an error wrapping ErrUnavailable at b's timeout of 150ms", err, took)
+		var start time.Time
+		for range downAfter {
+			start = time.Now()
+			_, err := all.Decide(context.Background(), "k", 1, start)
+			if took, step := time.Since(start), stepFor(150*time.Millisecond); !errors.Is(err, ErrUnavailable) || took < 150*time.Millisecond || took > 150*time.Millisecond+step {
+				t.Fatalf("err=%v after %v, want an error wrapping ErrUnavailable at b's timeout of 150ms", err, took)
+			}
 		}
 		if a.Down() == nil || b.Down() == nil {
 			t.Fatalf("Down: %v and %v, want both Stores to know", a.Down(), b.Down())
@@ -443,7 +455,7 @@ func TestAllTimeout(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		start = time.Now()
-		_, err = all.Decide(ctx, "k", 1, start)
+		_, err := all.Decide(ctx, "k", 1, start)
 		if took := time.Since(start); err == nil || errors.Is(err, ErrUnavailable) || took < 50*time.Millisecond || took > 50*time.Millisecond+stepFor(150*time.Millisecond) {
 			t.Fatalf("a caller's deadline of 50ms: err=%v after %v, want the caller's own end at 50ms", err, took)
 		}
@@ -454,9 +466,9 @@ func TestAllTimeout(t *testing.T) {
 }
 
 // TestAllFailFast checks, on testing/synctest's clock, that once an All of Stores decided in one
-// script has failed, it fails at once without asking Redis, as do the single decisions of each
-// of its Stores, except one probe per interval; and that the probe that finds Redis back brings
-// every Store back.
+// script has failed downAfter times in a row, it fails at once without asking Redis, as do the
+// single decisions of each of its Stores, except one probe per interval; and that the probe that
+// finds Redis back brings every Store back.
 func TestAllFailFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = time.Second
@@ -464,9 +476,11 @@ func TestAllFailFast(t *testing.T) {
 		a := New(fake, 1, 10, WithPrefix("{x}a:"), WithProbeInterval(interval))
 		b := New(fake, 1, 10, WithPrefix("{x}b:"), WithProbeInterval(interval))
 		all := retryafter.All(a, retryafter.Shared(b, "all"))
-		first, err := all.Decide(context.Background(), "k", 1, time.Now())
-		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || fake.calls.Load() != 1 || first != (retryafter.Decision{}) {
-			t.Fatalf("first failure: %+v, %v after %d calls, want an error wrapping ErrUnavailable and the cause", first, err, fake.calls.Load())
+		for i := range downAfter {
+			first, err := all.Decide(context.Background(), "k", 1, time.Now())
+			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || fake.calls.Load() != int64(i+1) || first != (retryafter.Decision{}) {
+				t.Fatalf("failure %d: %+v, %v after %d calls, want an error wrapping ErrUnavailable and the cause", i, first, err, fake.calls.Load())
+			}
 		}
 		for i := range 100 {
 			if _, err := all.Decide(context.Background(), "k", 1, time.Now()); !errors.Is(err, ErrUnavailable) {
@@ -477,8 +491,8 @@ func TestAllFailFast(t *testing.T) {
 			}
 			time.Sleep(interval / 200)
 		}
-		if n := fake.calls.Load(); n != 1 {
-			t.Fatalf("%d round trips within the interval, want 1", n)
+		if n := fake.calls.Load(); n != downAfter {
+			t.Fatalf("%d round trips within the interval, want %d", n, downAfter)
 		}
 		fake.set(admits)
 		time.Sleep(interval)
@@ -542,7 +556,7 @@ func TestAllAllocations(t *testing.T) {
 // TestClusterHealthPerMaster takes one master of a Redis Cluster away from a Store, as far as
 // the Store can tell (a hook of the cluster client refuses the scripts on the one key the test
 // uses on that master, as a client does when the master does not answer), and checks that the
-// Store knows that master down, and only it: its key fails at once after the first failure,
+// Store knows that master down, and only it: its key fails at once after downAfter failures,
 // the keys of the other masters are decided meanwhile, and Down reports the outage.
 func TestClusterHealthPerMaster(t *testing.T) {
 	c := newClusterClient(t, clusterAddrs(t))
@@ -579,9 +593,11 @@ func TestClusterHealthPerMaster(t *testing.T) {
 		for _, k := range others {
 			decide(t, s, k, 1, time.Time{})
 		}
-		first, err := s.Decide(ctx, victim, 1, time.Time{})
-		if !errors.Is(err, ErrUnavailable) || refused.Load() == 0 {
-			t.Fatalf("the key of the master taken away: %+v, %v", first, err)
+		for range downAfter {
+			first, err := s.Decide(ctx, victim, 1, time.Time{})
+			if !errors.Is(err, ErrUnavailable) || refused.Load() == 0 {
+				t.Fatalf("the key of the master taken away: %+v, %v", first, err)
+			}
 		}
 		n := refused.Load()
 		for range 3 {

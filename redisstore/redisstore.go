@@ -10,12 +10,28 @@
 // the same rate and burst, a refused request costs nothing, and a client that waits the
 // Retry-After it was given is admitted whichever replica it reaches.
 //
-// Each decision waits for Redis at most the store's timeout ([WithTimeout]); once one has
-// failed, the store knows Redis is down and fails the others at once, asking Redis again once
-// per probe interval ([WithProbeInterval]), so that an outage costs requests no waiting and the
-// store decides again within an interval of Redis coming back. Meanwhile the middleware fails
-// closed (503, Retry-After: 1) or open as [retryafter.WithFailOpen] says, unless the store
-// decides locally at each replica's share of the limit ([WithLocalFallback]).
+// Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
+// no answer in time fails, on its own. The store takes Redis for down only from evidence: three
+// failures in a row, each of a round trip sent after the one before had failed (the round trips
+// in flight together when one fails count once). From then on it fails every decision at once,
+// asking Redis again once per probe interval ([WithProbeInterval]), so that an outage costs
+// requests no waiting and the store decides again within an interval of Redis coming back.
+// Failed decisions are answered as the middleware says: closed (503, Retry-After: 1) or open
+// ([retryafter.WithFailOpen]), unless the store decides locally at each replica's share of the
+// limit ([WithLocalFallback]).
+//
+// # CPU starvation
+//
+// A replica whose process gets too little CPU (a busy host, a CPU quota, GOMAXPROCS=1 beside a
+// busy goroutine) reads Redis's replies late. A request whose own round trip, so counted, ran
+// past the timeout fails as above; the requests around it are decided as usual, since one stall
+// fails only the round trips in flight during it, and they count as one failure. Only a replica
+// starved past the timeout three times running, each time on round trips sent after the last
+// failure, takes Redis for down, and then answers its requests as in an outage until a probe
+// succeeds, one probe interval later at most. Redis and the other replicas are not affected: a
+// starved replica counts no request twice and refuses none that Redis would admit; it fails
+// some. A timeout well above the replica's worst stall (and its p99 round trip) keeps that at
+// none.
 //
 // Several limits in one decision ([retryafter.All]: a limit per client and one for the whole
 // service, requests and tokens charged afterwards) are decided in one round trip, by one script
@@ -125,14 +141,15 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithProbeInterval sets how often a Store that knows Redis to be down asks it again. A Store
-// knows Redis is down from the first decision that fails (see [ErrUnavailable]); from then on
-// every decision fails at once, without waiting for Redis, except one per interval, which asks
-// Redis and, if it answers, brings the Store back. So while Redis is down a request costs no
-// wait but that of the one probe per interval, and once Redis is back (and the client can reach
-// it again) the Store decides again within one interval of traffic. The default is
-// [DefaultProbeInterval], 500 ms. On a Redis Cluster (a *redis.ClusterClient), each master is
-// known to be up or down on its own: one that is down fails fast only the keys it holds. It
-// panics if d is not positive.
+// knows Redis is down after three round trips in a row fail (see [ErrUnavailable]), each sent
+// after the one before had failed, so that a late reply, or a stall of the client's own process
+// that makes every reply in flight late, is no outage. From then on every decision fails at
+// once, without waiting for Redis, except one per interval, which asks Redis and, if it answers,
+// brings the Store back. So while Redis is down a request costs no wait but that of the one
+// probe per interval, and once Redis is back (and the client can reach it again) the Store
+// decides again within one interval of traffic. The default is [DefaultProbeInterval], 500 ms.
+// On a Redis Cluster (a *redis.ClusterClient), each master is known to be up or down on its
+// own: one that is down fails fast only the keys it holds. It panics if d is not positive.
 func WithProbeInterval(d time.Duration) Option {
 	if d <= 0 {
 		panic("redisstore: WithProbeInterval not positive")
@@ -280,7 +297,8 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	c := s.newCall(ctx, key, cost, now)
 	health := s.healthOf(&c.ctx, c.keys[0])
-	if err := health.admit(); err != nil {
+	sent, err := health.admit()
+	if err != nil {
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	res, err := decideScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
@@ -288,7 +306,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		err, down := s.failed(ctx, &c.ctx, health, err)
+		err, down := s.failed(ctx, &c.ctx, health, sent, err)
 		if !down {
 			return retryafter.Decision{}, err
 		}
@@ -326,10 +344,10 @@ func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time
 	return c
 }
 
-// failed returns the error of a round trip of the caller's ctx, made in c, that failed with err,
-// and whether it was a failure of Redis, which it then records in health: not when the caller's
-// own deadline ended it.
-func (s *Store) failed(ctx context.Context, c *callCtx, health *health, err error) (error, bool) {
+// failed returns the error of a round trip of the caller's ctx, made in c and sent at sent (from
+// health.admit), that failed with err, and whether it was a failure of Redis, which it then
+// records in health: not when the caller's own deadline ended it.
+func (s *Store) failed(ctx context.Context, c *callCtx, health *health, sent int64, err error) (error, bool) {
 	if ctx.Err() != nil && c.deadline.Equal(deadlineOf(ctx)) {
 		return fmt.Errorf("redisstore: %w", err), false
 	}
@@ -340,7 +358,7 @@ func (s *Store) failed(ctx context.Context, c *callCtx, health *health, err erro
 		// go-redis coalesces the reloads.
 		s.cluster.ReloadState(ctx)
 	}
-	return health.failed(err), true
+	return health.failed(sent, err), true
 }
 
 // deadlineOf returns ctx's deadline, or the zero time if it has none.
