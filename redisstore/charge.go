@@ -40,14 +40,16 @@ func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time)
 	if cost == 0 || s.inf {
 		return nil
 	}
-	c := s.newCall(ctx, key, cost, now)
-	health := s.healthOf(&c.ctx, c.keys[0])
+	c := s.newCall(key, cost, now)
+	rt, cancel := newRoundTrip(ctx, s.timeout)
+	defer cancel()
+	health := s.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
 		return s.chargeLocal(ctx, key, cost, now, err)
 	}
-	if err := chargeScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
-		err, down := s.failed(ctx, &c.ctx, health, sent, err)
+	if err := chargeScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
+		err, down := s.failed(ctx, rt, health, sent, err)
 		if !down {
 			return err
 		}

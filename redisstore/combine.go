@@ -76,8 +76,8 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 			tolerance = st.tolerance
 		}
 		g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, interval: st.args[0], burst: st.args[1], tolerance: tolerance})
-		if g.timeout == nil || st.timeout < g.timeout.timeout {
-			g.timeout = st
+		if g.timeout == 0 || st.timeout < g.timeout {
+			g.timeout = st.timeout
 		}
 		if st.local != nil {
 			locals = append(locals, retryafter.Layer{Limiter: st.local, Key: l.Key, Deferred: l.Deferred})
@@ -129,7 +129,7 @@ type group struct {
 	cluster *redis.ClusterClient  // client, when it is one
 	layers  []layer               // the layers that ask Redis, in order
 	inf     []retryafter.Decision // the Decisions of the layers at rate.Inf
-	timeout *Store                // the Store of the shortest timeout, whose deadlines bound the call
+	timeout time.Duration         // the shortest of the layers' Stores', which bounds the call
 	local   retryafter.Limiter    // the layers' local fallbacks, combined; nil unless all have one
 }
 
@@ -141,23 +141,19 @@ type layer struct {
 	interval, burst, tolerance any
 }
 
-// A groupCall is what the round trip of one group decision needs besides the client's own work:
-// its context, the script's keys and its arguments, all held by one allocation, a smallCall for
-// the usual few layers or a largeCall for up to maxLayers.
+// A groupCall is the script's keys and arguments of one group decision, held by one
+// allocation, a smallCall for the usual few layers or a largeCall for up to maxLayers.
 type groupCall struct {
-	ctx  *callCtx
 	keys []string
 	args []any
 }
 
 type smallCall struct {
-	ctx  callCtx
 	keys [4]string
 	args [1 + 4*4]any
 }
 
 type largeCall struct {
-	ctx  callCtx
 	keys [maxLayers]string
 	args [1 + 4*maxLayers]any
 }
@@ -171,25 +167,27 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if n == 0 {
 		return retryafter.Binding(g.inf...), nil
 	}
-	c := g.newCall(ctx, key, cost, now)
+	c := g.newCall(key, cost, now)
+	rt, cancel := newRoundTrip(ctx, g.timeout)
+	defer cancel()
 	lead := g.layers[0].store
-	health := lead.healthOf(c.ctx, c.keys[0])
+	health := lead.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
 		return g.orLocal(ctx, key, cost, now, err)
 	}
-	res, err := allScript.Run(c.ctx, g.client, c.keys, c.args...).Int64Slice()
+	res, err := allScript.Run(rt.ctx, g.client, c.keys, c.args...).Int64Slice()
 	if err == nil && len(res) != 4*n {
 		err = fmt.Errorf("script answered %d values, want %d", len(res), 4*n)
 	}
 	if err != nil {
 		cause := err
-		err, down := lead.failed(ctx, c.ctx, health, sent, cause)
+		err, down := lead.failed(ctx, rt, health, sent, cause)
 		if !down {
 			return retryafter.Decision{}, err
 		}
 		for i := 1; i < n; i++ {
-			if h := g.layers[i].store.healthOf(c.ctx, c.keys[i]); h != health {
+			if h := g.layers[i].store.healthOf(rt.ctx, c.keys[i]); h != health {
 				h.failed(sent, cause)
 			}
 		}
@@ -200,7 +198,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	for i := range n {
 		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.burst)
 		if i > 0 {
-			g.layers[i].store.healthOf(c.ctx, c.keys[i]).ok()
+			g.layers[i].store.healthOf(rt.ctx, c.keys[i]).ok()
 		}
 	}
 	copy(ds[n:], g.inf)
@@ -225,24 +223,16 @@ func decision(res []int64, burst int) retryafter.Decision {
 	return d
 }
 
-// newCall prepares the round trip of one group decision, with the deadline of the shortest
-// timeout of its Stores, or ctx's own if sooner.
-func (g *group) newCall(ctx context.Context, key string, cost int, now time.Time) groupCall {
+// newCall prepares the script call of one group decision.
+func (g *group) newCall(key string, cost int, now time.Time) groupCall {
 	var c groupCall
 	if n := len(g.layers); n <= 4 {
 		a := new(smallCall)
-		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+		c = groupCall{a.keys[:n], a.args[:1+4*n]}
 	} else {
 		a := new(largeCall)
-		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+		c = groupCall{a.keys[:n], a.args[:1+4*n]}
 	}
-	s := g.timeout
-	c.ctx.parent = ctx
-	c.ctx.deadline = time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(c.ctx.deadline) {
-		c.ctx.deadline = d
-	}
-	c.ctx.done = s.deadlines.doneBy(c.ctx.deadline)
 	c.args[0] = ""
 	if g.caller {
 		c.args[0] = now.UnixMicro()

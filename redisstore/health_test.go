@@ -87,18 +87,12 @@ func frozen(ctx context.Context) *redis.Cmd {
 }
 
 // TestTimeout checks, on testing/synctest's clock, that a decision against a server that never
-// answers returns an error wrapping ErrUnavailable at the store's timeout, at most one step of
-// the shared deadlines later (a sixteenth of the timeout, within [1 ms, 10 ms]), whatever the
+// answers returns an error wrapping ErrUnavailable at the store's timeout, exactly, whatever the
 // caller's context: none, one cancelled while the call waits, one cancelled before it. A
 // caller's deadline sooner than the timeout ends the call at that deadline instead, and is the
 // caller's own end, not Redis's failure.
 func TestTimeout(t *testing.T) {
-	for _, c := range []struct{ timeout, step time.Duration }{
-		{time.Millisecond, time.Millisecond},
-		{150 * time.Millisecond, 9375 * time.Microsecond},
-		{10 * time.Second, 10 * time.Millisecond},
-	} {
-		timeout, step := c.timeout, c.step
+	for _, timeout := range []time.Duration{time.Millisecond, 150 * time.Millisecond, 10 * time.Second} {
 		synctest.Test(t, func(t *testing.T) {
 			fake := &fakeRedis{answer: frozen}
 			s := New(fake, 1, 10, WithTimeout(timeout), WithProbeInterval(time.Nanosecond))
@@ -112,18 +106,18 @@ func TestTimeout(t *testing.T) {
 				time.Sleep(time.Nanosecond) // the next call is a probe
 				return err
 			}
-			if err := within(context.Background(), timeout, timeout+step); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			if err := within(context.Background(), timeout, timeout); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("error %v, want one wrapping ErrUnavailable and the deadline", err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(timeout/2, cancel)
-			within(ctx, timeout, timeout+step)
-			within(ctx, timeout, timeout+step) // cancelled before the call
+			within(ctx, timeout, timeout)
+			within(ctx, timeout, timeout) // cancelled before the call
 
 			// A caller's deadline of a third of the timeout.
 			ctx, cancel = context.WithTimeout(context.Background(), timeout/3)
 			defer cancel()
-			if err := within(ctx, timeout/3, timeout/3+step); errors.Is(err, ErrUnavailable) {
+			if err := within(ctx, timeout/3, timeout/3); errors.Is(err, ErrUnavailable) {
 				t.Fatalf("the caller's deadline reported as Redis's failure: %v", err)
 			}
 		})
@@ -235,8 +229,7 @@ func TestFailFast(t *testing.T) {
 
 // TestDefaults checks, on testing/synctest's clock, the timeout and the probe interval of a
 // Store built without options: against a server that never answers, a decision fails 100 ms
-// later (and at most a step of its deadlines, 6.25 ms, more); after downAfter such failures in a
-// row the decisions fail at once for 500 ms from the last, when one asks Redis again.
+// later; after downAfter such failures in a row the decisions fail at once for 500 ms from the last, when one asks Redis again.
 func TestDefaults(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := &fakeRedis{answer: frozen}
@@ -244,8 +237,8 @@ func TestDefaults(t *testing.T) {
 		start := time.Now()
 		for range downAfter {
 			start = time.Now()
-			if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || time.Since(start) != 100*time.Millisecond+6250*time.Microsecond {
-				t.Fatalf("a frozen server: %v after %v, want an error after 100ms and a step of 6.25ms", err, time.Since(start))
+			if _, err := s.Decide(context.Background(), "k", 1, start); !errors.Is(err, ErrUnavailable) || time.Since(start) != 100*time.Millisecond {
+				t.Fatalf("a frozen server: %v after %v, want an error after 100ms", err, time.Since(start))
 			}
 		}
 		fake.set(refusesConnections)
@@ -285,16 +278,17 @@ func TestMalformedAnswer(t *testing.T) {
 }
 
 // TestDecideAllocations checks the store's own allocations around the round trip, with a client
-// that allocates nothing: at most 2 (one for the call, one for the prefixed key), the deadline's
-// channel and timer being shared by the calls of one step, plus the slice that go-redis's
-// Int64Slice returns, which a bare EVALSHA pays too (BenchmarkBareEvalSha).
+// that allocates nothing: at most 2 (one for the call, one for the prefixed key) and the 5 of
+// context.WithDeadline's timer context, plus the slice that go-redis's Int64Slice returns, which
+// a bare EVALSHA pays too (BenchmarkBareEvalSha). On a path that waits for a round trip they are
+// no goal; the bound keeps them from growing unseen.
 func TestDecideAllocations(t *testing.T) {
 	cmd := admits(context.Background())
 	s := New(&fakeRedis{answer: func(context.Context) *redis.Cmd { return cmd }}, 1, 10)
 	ctx := context.Background()
 	now := time.Now()
-	if n := testing.AllocsPerRun(1000, func() { s.Decide(ctx, "k", 1, now) }); n > 2+1 {
-		t.Fatalf("%v allocations per decision, want at most 2 and go-redis's 1", n)
+	if n := testing.AllocsPerRun(1000, func() { s.Decide(ctx, "k", 1, now) }); n > 2+5+1 {
+		t.Fatalf("%v allocations per decision, want at most 2, the deadline's 5 and go-redis's 1", n)
 	}
 }
 
@@ -429,8 +423,8 @@ func TestOutageLatency(t *testing.T) {
 }
 
 // TestAllTimeout checks, on testing/synctest's clock, that an All of Stores decided in one
-// script waits for a server that never answers the shortest timeout of its Stores, at most one
-// step of the shared deadlines more, and that a caller's deadline sooner than that ends it
+// script waits for a server that never answers the shortest timeout of its Stores, exactly, and
+// that a caller's deadline sooner than that ends it
 // without taking Redis for down.
 func TestAllTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -442,7 +436,7 @@ func TestAllTimeout(t *testing.T) {
 		for range downAfter {
 			start = time.Now()
 			_, err := all.Decide(context.Background(), "k", 1, start)
-			if took, step := time.Since(start), stepFor(150*time.Millisecond); !errors.Is(err, ErrUnavailable) || took < 150*time.Millisecond || took > 150*time.Millisecond+step {
+			if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took != 150*time.Millisecond {
 				t.Fatalf("err=%v after %v, want an error wrapping ErrUnavailable at b's timeout of 150ms", err, took)
 			}
 		}
@@ -456,7 +450,7 @@ func TestAllTimeout(t *testing.T) {
 		defer cancel()
 		start = time.Now()
 		_, err := all.Decide(ctx, "k", 1, start)
-		if took := time.Since(start); err == nil || errors.Is(err, ErrUnavailable) || took < 50*time.Millisecond || took > 50*time.Millisecond+stepFor(150*time.Millisecond) {
+		if took := time.Since(start); err == nil || errors.Is(err, ErrUnavailable) || took != 50*time.Millisecond {
 			t.Fatalf("a caller's deadline of 50ms: err=%v after %v, want the caller's own end at 50ms", err, took)
 		}
 		if a.Down() != nil || b.Down() != nil {
@@ -515,8 +509,8 @@ func TestAllFailFast(t *testing.T) {
 }
 
 // TestAllAllocations checks an All of two Stores' own allocations around its one round trip,
-// with a client that allocates nothing: one for the call, one per prefixed key, plus go-redis's
-// slice of the answer; and that the call of an All of four layers, the most a small one holds,
+// with a client that allocates nothing: one for the call, one per prefixed key, the 5 of the
+// deadline's context, plus go-redis's slice of the answer; and that the call of an All of four layers, the most a small one holds,
 // is not one sized for sixteen.
 func TestAllAllocations(t *testing.T) {
 	cmd := redis.NewCmdResult([]any{int64(1), int64(0), int64(9), int64(1000), int64(1), int64(0), int64(9), int64(1000)}, nil)
@@ -524,8 +518,8 @@ func TestAllAllocations(t *testing.T) {
 	all := retryafter.All(New(fake, 1, 10, WithPrefix("{x}a:")), retryafter.Shared(New(fake, 1, 10, WithPrefix("{x}b:")), "all"))
 	ctx := context.Background()
 	now := time.Now()
-	if n := testing.AllocsPerRun(1000, func() { all.Decide(ctx, "k", 1, now) }); n > 3+1 {
-		t.Fatalf("%v allocations per decision, want at most 3 and go-redis's 1", n)
+	if n := testing.AllocsPerRun(1000, func() { all.Decide(ctx, "k", 1, now) }); n > 3+5+1 {
+		t.Fatalf("%v allocations per decision, want at most 3, the deadline's 5 and go-redis's 1", n)
 	}
 
 	answer4 := redis.NewCmdResult(slices.Repeat([]any{int64(1), int64(0), int64(9), int64(1000)}, 4), nil)

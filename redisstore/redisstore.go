@@ -97,8 +97,8 @@ const DefaultProbeInterval = 500 * time.Millisecond
 // seen (its bucket is full), so an idle client costs Redis nothing; a decision touches only
 // that one key, so a Store works on Redis Cluster too.
 //
-// A Store is safe for concurrent use and needs no closing: it holds no goroutine (the timers of
-// its deadlines end with them); the client it was given stays the caller's.
+// A Store is safe for concurrent use and needs no closing: it holds no goroutine; the client it
+// was given stays the caller's.
 type Store struct {
 	client    redis.Scripter
 	interval  int64  // nanoseconds per token
@@ -111,7 +111,6 @@ type Store struct {
 	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
 	oneServer bool // client runs every script on one server, whatever its keys (see Combine)
 	tolerance any  // with caller: how far back instants may arrive before a repair, ns (state.lua)
-	deadlines deadlines
 	health    *health
 	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
 	nodes     sync.Map                // *redis.Client of a master → *health
@@ -229,7 +228,6 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		}
 		o(s)
 	}
-	s.deadlines.step = stepFor(s.timeout)
 	s.health = newHealth(s.probe)
 	s.cluster, _ = client.(*redis.ClusterClient)
 	if s.replicas > 0 && !s.inf {
@@ -295,18 +293,20 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if s.inf {
 		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst}, nil
 	}
-	c := s.newCall(ctx, key, cost, now)
-	health := s.healthOf(&c.ctx, c.keys[0])
+	c := s.newCall(key, cost, now)
+	rt, cancel := newRoundTrip(ctx, s.timeout)
+	defer cancel()
+	health := s.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
 		return s.orLocal(ctx, key, cost, now, err)
 	}
-	res, err := decideScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
+	res, err := decideScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
 	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		err, down := s.failed(ctx, &c.ctx, health, sent, err)
+		err, down := s.failed(ctx, rt, health, sent, err)
 		if !down {
 			return retryafter.Decision{}, err
 		}
@@ -316,25 +316,16 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	return decision(res, s.burst), nil
 }
 
-// A call is what one round trip needs besides the client's own work, in one allocation: its
-// context, its key and the script's arguments.
+// A call is the key and the script's arguments of one round trip, in one allocation.
 type call struct {
-	ctx   callCtx
 	keys  [1]string
 	args  [5]any
 	nargs int
 }
 
-// newCall prepares the round trip of one decision, with its deadline: the store's timeout from
-// now, or ctx's own deadline if sooner.
-func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time) *call {
+// newCall prepares the script call of one decision.
+func (s *Store) newCall(key string, cost int, now time.Time) *call {
 	c := &call{nargs: 3}
-	c.ctx.parent = ctx
-	c.ctx.deadline = time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(c.ctx.deadline) {
-		c.ctx.deadline = d
-	}
-	c.ctx.done = s.deadlines.doneBy(c.ctx.deadline)
 	c.keys[0] = s.prefix + key
 	c.args[0], c.args[1], c.args[2] = s.args[0], s.args[1], cost
 	if s.caller {
@@ -344,11 +335,32 @@ func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time
 	return c
 }
 
-// failed returns the error of a round trip of the caller's ctx, made in c and sent at sent (from
+// A roundTrip is the context of one round trip: the caller's values, and a deadline, the
+// store's timeout from now or the caller's own if sooner, which the caller's cancellation does
+// not shorten (see [Store.Decide]).
+type roundTrip struct {
+	ctx      context.Context
+	deadline time.Time
+	own      bool // the deadline is the caller's
+}
+
+// newRoundTrip returns the round trip of a call of the caller's ctx with the store's timeout,
+// and the function that releases its timer.
+func newRoundTrip(ctx context.Context, timeout time.Duration) (roundTrip, context.CancelFunc) {
+	rt := roundTrip{deadline: time.Now().Add(timeout)}
+	if d, ok := ctx.Deadline(); ok && d.Before(rt.deadline) {
+		rt.deadline, rt.own = d, true
+	}
+	var cancel context.CancelFunc
+	rt.ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), rt.deadline)
+	return rt, cancel
+}
+
+// failed returns the error of a round trip rt of the caller's ctx, sent at sent (from
 // health.admit), that failed with err, and whether it was a failure of Redis, which it then
 // records in health: not when the caller's own deadline ended it.
-func (s *Store) failed(ctx context.Context, c *callCtx, health *health, sent int64, err error) (error, bool) {
-	if ctx.Err() != nil && c.deadline.Equal(deadlineOf(ctx)) {
+func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
+	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
 		return fmt.Errorf("redisstore: %w", err), false
 	}
 	if s.cluster != nil {
@@ -359,10 +371,4 @@ func (s *Store) failed(ctx context.Context, c *callCtx, health *health, sent int
 		s.cluster.ReloadState(ctx)
 	}
 	return health.failed(sent, err), true
-}
-
-// deadlineOf returns ctx's deadline, or the zero time if it has none.
-func deadlineOf(ctx context.Context) time.Time {
-	d, _ := ctx.Deadline()
-	return d
 }
