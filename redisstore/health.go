@@ -28,7 +28,8 @@ const downAfter = 3
 // health is what a Store knows of Redis: up until downAfter round trips in a row have failed,
 // each sent after the failure before it was known, then down until one succeeds. Failures of
 // round trips that were in flight together (a stall of the client's process fails them all at
-// once) are one piece of evidence, not several. While it is down, one decision per interval is
+// once) are one piece of evidence, not several, and a failure seen long after its deadline (see
+// starved) is none. While it is down, one decision per interval is
 // let through to Redis, a probe, and the others fail at once with the error that took it down,
 // prebuilt, so that failing costs nothing. Its clock is time.Now, monotonic, whatever instants
 // the callers of Decide pass.
@@ -90,6 +91,14 @@ func (h *health) failed(sent int64, err error) error {
 		h.down.Store(e)
 	}
 	return e
+}
+
+// reprobe lets the next decision probe Redis at once, while it is down: the last probe told
+// nothing.
+func (h *health) reprobe() {
+	if h.down.Load() != nil {
+		h.next.Store(0)
+	}
 }
 
 // ok records that a round trip succeeded: Redis is up, and the failures before are forgotten.

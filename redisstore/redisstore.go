@@ -24,14 +24,15 @@
 //
 // A replica whose process gets too little CPU (a busy host, a CPU quota, GOMAXPROCS=1 beside a
 // busy goroutine) reads Redis's replies late. A request whose own round trip, so counted, ran
-// past the timeout fails as above; the requests around it are decided as usual, since one stall
-// fails only the round trips in flight during it, and they count as one failure. Only a replica
-// starved past the timeout three times running, each time on round trips sent after the last
-// failure, takes Redis for down, and then answers its requests as in an outage until a probe
-// succeeds, one probe interval later at most. Redis and the other replicas are not affected: a
-// starved replica counts no request twice and refuses none that Redis would admit; it fails
-// some. A timeout well above the replica's worst stall (and its p99 round trip) keeps that at
-// none.
+// past the timeout fails as above; the requests around it are decided as usual. One stall fails
+// only the round trips in flight during it, and they count as one failure; a failure that the
+// process sees more than a tenth of the timeout after its deadline (it did not run in time to
+// read the answer) counts for nothing. So a starved replica takes Redis for down only when three
+// round trips in a row time out on time, one after the other, and then answers its requests as
+// in an outage until a probe succeeds, one probe interval later at most. Redis and the other
+// replicas are not affected: a starved replica refuses no request that Redis would admit; it
+// fails some (BENCHMARKS.md has the figures). A timeout well above the replica's worst stall
+// keeps that at none.
 //
 // Several limits in one decision ([retryafter.All]: a limit per client and one for the whole
 // service, requests and tokens charged afterwards) are decided in one round trip, by one script
@@ -356,12 +357,25 @@ func newRoundTrip(ctx context.Context, timeout time.Duration) (roundTrip, contex
 	return rt, cancel
 }
 
+// starved returns how long after the deadline of a round trip of the store's timeout its failure
+// may be seen before it is taken to show a process starved of CPU rather than a Redis down.
+func starved(timeout time.Duration) time.Duration {
+	return max(timeout/10, time.Millisecond)
+}
+
 // failed returns the error of a round trip rt of the caller's ctx, sent at sent (from
 // health.admit), that failed with err, and whether it was a failure of Redis, which it then
 // records in health: not when the caller's own deadline ended it.
 func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
 	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
 		return fmt.Errorf("redisstore: %w", err), false
+	}
+	if late := time.Since(rt.deadline); late > starved(s.timeout) {
+		// The failure was seen long after the deadline: this process did not run in time to
+		// read the answer, and that says nothing of Redis. A probe so failed is asked again by
+		// the next decision.
+		health.reprobe()
+		return &unavailableError{cause: err}, true
 	}
 	if s.cluster != nil {
 		// go-redis reloads the slot map only on a MOVED reply or once a minute, and a master

@@ -119,3 +119,48 @@ func (l *lateKeys) EvalSha(ctx context.Context, sha string, keys []string, args 
 	}
 	return l.fakeRedis.EvalSha(ctx, sha, keys, args...)
 }
+
+// TestStarvedFailuresAreNoEvidence checks, on testing/synctest's clock, that failures seen long
+// after their deadline (the process did not run in time to read the answer, as under CPU
+// starvation) do not take Redis for down, however many in a row; failures seen on time do; and
+// while down, a probe whose failure is seen late is followed by another at once.
+func TestStarvedFailuresAreNoEvidence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		readLate := func(ctx context.Context) *redis.Cmd {
+			// The answer is read a third of the timeout after the deadline.
+			time.Sleep(timeout + timeout/3)
+			return redis.NewCmdResult(nil, context.DeadlineExceeded)
+		}
+		fake := &fakeRedis{answer: readLate}
+		s := New(fake, 1, 10, WithTimeout(timeout))
+		for i := range 3 * downAfter {
+			if _, err := s.Decide(context.Background(), "k", 1, time.Now()); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("late answer %d: %v, want an error wrapping ErrUnavailable", i, err)
+			}
+			if err := s.Down(); err != nil {
+				t.Fatalf("after %d answers read late: down: %v", i+1, err)
+			}
+		}
+		fake.set(frozen)
+		for range downAfter {
+			s.Decide(context.Background(), "k", 1, time.Now())
+		}
+		if s.Down() == nil {
+			t.Fatalf("after %d timeouts seen on time: up, want down", downAfter)
+		}
+		// A probe whose failure is seen late told nothing: the next decision probes again.
+		fake.set(readLate)
+		time.Sleep(DefaultProbeInterval)
+		calls := fake.calls.Load()
+		s.Decide(context.Background(), "k", 1, time.Now())
+		s.Decide(context.Background(), "k", 1, time.Now())
+		if n := fake.calls.Load() - calls; n != 2 {
+			t.Fatalf("%d round trips for a probe read late and the decision after it, want 2", n)
+		}
+		fake.set(admits)
+		if d, err := s.Decide(context.Background(), "k", 1, time.Now()); err != nil || !d.Allowed || s.Down() != nil {
+			t.Fatalf("after a probe read late, Redis answering: %+v, %v, down %v", d, err, s.Down())
+		}
+	})
+}
