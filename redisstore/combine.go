@@ -30,7 +30,7 @@ const maxLayers = 16
 // key at one instant of Redis's clock and, if any layer cannot admit it then, writes nothing.
 // So a refusal spends nothing in any layer, its RetryAfter is the largest of the layers' waits,
 // exact to the microsecond, and the Decision is that of the layer that binds
-// ([retryafter.Binding]). Layers may have different rates, bursts and prefixes, share a key
+// ([retryafter.Binding]), its Policy that layer's Store's rate and burst. Layers may have different rates, bursts and prefixes, share a key
 // ([retryafter.Shared]) or be charged afterwards ([retryafter.ChargedAfter], at cost 0 in the
 // script; [Store.Charge] charges them later).
 //
@@ -65,7 +65,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 			return nil, false
 		}
 		if st.inf {
-			g.inf = append(g.inf, retryafter.Decision{Allowed: true, Limit: st.burst, Remaining: st.burst})
+			g.inf = append(g.inf, retryafter.Decision{Allowed: true, Limit: st.burst, Remaining: st.burst, Policy: st.policy})
 			continue
 		}
 		if tag, ok := hashTag(st.prefix); ok {
@@ -81,6 +81,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 		}
 		if st.local != nil {
 			locals = append(locals, retryafter.Layer{Limiter: st.local, Key: l.Key, Deferred: l.Deferred})
+			g.localPols = append(g.localPols, st.localPol)
 		}
 	}
 	// Keys of one layer are in one slot whatever their prefix; those of several, only when
@@ -131,6 +132,8 @@ type group struct {
 	inf     []retryafter.Decision // the Decisions of the layers at rate.Inf
 	timeout time.Duration         // the shortest of the layers' Stores', which bounds the call
 	local   retryafter.Limiter    // the layers' local fallbacks, combined; nil unless all have one
+	// localPols are the policies of the layers' local fallbacks, in order.
+	localPols []retryafter.Policy
 }
 
 // A layer is one layer of a group that asks Redis, with its script arguments boxed once.
@@ -196,7 +199,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	health.ok()
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
-		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.burst)
+		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.policy)
 		if i > 0 {
 			g.layers[i].store.healthOf(rt.ctx, c.keys[i]).ok()
 		}
@@ -205,11 +208,13 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	return retryafter.Binding(ds[:n+len(g.inf)]...), nil
 }
 
-// decision returns the Decision of one layer from the four integers the scripts answer for it.
-func decision(res []int64, burst int) retryafter.Decision {
+// decision returns the Decision of one layer of policy p from the four integers the scripts
+// answer for it.
+func decision(res []int64, p retryafter.Policy) retryafter.Decision {
 	d := retryafter.Decision{
+		Policy:    p,
 		Allowed:   res[0] == 1,
-		Limit:     burst,
+		Limit:     p.Burst,
 		Remaining: int(res[2]),
 		Reset:     time.Duration(res[3]) * time.Microsecond,
 	}
@@ -260,11 +265,29 @@ func (g *group) orLocal(ctx context.Context, key string, cost int, now time.Time
 		return retryafter.Decision{}, err
 	}
 	d, err := g.local.Decide(ctx, key, cost, now)
-	if err != nil || len(g.inf) == 0 {
+	if err != nil {
 		return d, err
+	}
+	if d.Policy == (retryafter.Policy{}) {
+		d.Policy = g.localPolicy(d.Limit)
+	}
+	if len(g.inf) == 0 {
+		return d, nil
 	}
 	var ds [maxLayers]retryafter.Decision
 	ds[0] = d
 	copy(ds[1:], g.inf)
 	return retryafter.Binding(ds[:1+len(g.inf)]...), nil
+}
+
+// localPolicy returns the policy of the local layer that bound a combined local decision whose
+// Limit is limit, for as long as the in-memory buckets do not name their policy themselves: the
+// first layer of that burst.
+func (g *group) localPolicy(limit int) retryafter.Policy {
+	for _, p := range g.localPols {
+		if p.Burst == limit {
+			return p
+		}
+	}
+	return retryafter.Policy{}
 }

@@ -123,6 +123,10 @@ func allAgainstModel(t *testing.T, client redis.UniversalClient, seeds int, pref
 			if err != nil {
 				t.Fatal(err)
 			}
+			if got.Policy.Burst != got.Limit || got.Policy.Limit <= 0 {
+				t.Fatalf("seed %d, %s cost %d at %v: %+v names no policy of its Limit", seed, key, cost, now.Sub(t0), got)
+			}
+			got.Policy = retryafter.Policy{} // the model's Decisions have none; TestAllPolicy checks it
 			if got != want {
 				t.Fatalf("seed %d, %s cost %d at %v: %+v, the model says %+v", seed, key, cost, now.Sub(t0), got, want)
 			}

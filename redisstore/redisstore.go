@@ -105,7 +105,8 @@ type Store struct {
 	interval  int64  // nanoseconds per token
 	args      [2]any // interval and burst, boxed once rather than on every call
 	burst     int
-	inf       bool // rate.Inf: admit everything without asking Redis
+	policy    retryafter.Policy // the rate and burst, for every Decision
+	inf       bool              // rate.Inf: admit everything without asking Redis
 	prefix    string
 	timeout   time.Duration
 	probe     time.Duration
@@ -117,6 +118,7 @@ type Store struct {
 	nodes     sync.Map                // *redis.Client of a master → *health
 	replicas  int                     // WithLocalFallback's, 0 without it
 	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
+	localPol  retryafter.Policy       // local's rate and burst
 }
 
 // An Option configures [New].
@@ -206,7 +208,8 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	if !(limit > 0) {
 		panic("redisstore: rate limit not positive")
 	}
-	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval}
+	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval,
+		policy: retryafter.Policy{Limit: limit, Burst: burst}}
 	_, s.oneServer = client.(*redis.Client)
 	if limit == rate.Inf {
 		s.inf = true
@@ -232,7 +235,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	s.health = newHealth(s.probe)
 	s.cluster, _ = client.(*redis.ClusterClient)
 	if s.replicas > 0 && !s.inf {
-		s.local = newLocal(limit, burst, s.replicas)
+		s.local, s.localPol = newLocal(limit, burst, s.replicas)
 	}
 	return s
 }
@@ -261,7 +264,8 @@ func honoursDeadlines(client redis.Scripter) bool {
 // reports how long until it will. RetryAfter is exact to the microsecond, Redis's resolution: a
 // request of the same cost that reaches Redis that much later is admitted, unless other
 // requests spent the key's tokens meanwhile, and one a microsecond earlier would not be. It is
-// rate.InfDuration for a cost above the burst. Limit, Remaining and Reset are always filled.
+// rate.InfDuration for a cost above the burst. Limit, Remaining and Reset are always filled, and
+// Policy is the store's rate and burst, with no name.
 //
 // A cost of 0 spends nothing and writes nothing to Redis: it reports the key's quota, and is
 // admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
@@ -292,7 +296,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
 	}
 	if s.inf {
-		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst}, nil
+		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst, Policy: s.policy}, nil
 	}
 	c := s.newCall(key, cost, now)
 	rt, cancel := newRoundTrip(ctx, s.timeout)
@@ -314,7 +318,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
-	return decision(res, s.burst), nil
+	return decision(res, s.policy), nil
 }
 
 // A call is the key and the script's arguments of one round trip, in one allocation.
