@@ -210,7 +210,7 @@ func TestLocalFallbackRealOutage(t *testing.T) {
 		margin  = time.Second // scheduling on a loaded machine
 	)
 	srv := startServer(t)
-	s := New(newClient(t, srv.addr()), rate.Every(time.Hour), 4, WithPrefix(testPrefix(t)),
+	s := New(newClient(t, srv.Addr()), rate.Every(time.Hour), 4, WithPrefix(testPrefix(t)),
 		WithTimeout(timeout), WithProbeInterval(probe), WithLocalFallback(2))
 	ctx := context.Background()
 	for range 4 {
@@ -218,7 +218,7 @@ func TestLocalFallbackRealOutage(t *testing.T) {
 			t.Fatalf("Redis up: %+v, %v", d, err)
 		}
 	}
-	srv.stop(syscall.SIGKILL)
+	srv.Stop(syscall.SIGKILL)
 	now := time.Now()
 	for i := range 3 {
 		start := time.Now()
@@ -233,7 +233,7 @@ func TestLocalFallbackRealOutage(t *testing.T) {
 	if err := s.Down(); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Down() while Redis is down: %v", err)
 	}
-	srv.start()
+	srv.Restart()
 	back := time.Now()
 	for {
 		d, err := s.Decide(ctx, "k", 1, time.Now())

@@ -311,8 +311,8 @@ func TestOutageLatency(t *testing.T) {
 		margin   = time.Second // scheduling on a loaded machine
 	)
 	srv := startServer(t)
-	store := New(newClient(t, srv.addr()), 1e6, 1e6, WithPrefix(testPrefix(t)), WithTimeout(timeout), WithProbeInterval(interval))
-	admin := newClient(t, srv.addr())
+	store := New(newClient(t, srv.Addr()), 1e6, 1e6, WithPrefix(testPrefix(t)), WithTimeout(timeout), WithProbeInterval(interval))
+	admin := newClient(t, srv.Addr())
 
 	type sample struct {
 		at, took time.Duration // since the outage began
@@ -392,9 +392,9 @@ func TestOutageLatency(t *testing.T) {
 	}
 
 	t.Run("frozen", func(t *testing.T) {
-		samples, backAt := run(t, func() { srv.signal(syscall.SIGSTOP) }, func() time.Time {
+		samples, backAt := run(t, func() { srv.Signal(syscall.SIGSTOP) }, func() time.Time {
 			time.Sleep(outage)
-			srv.signal(syscall.SIGCONT)
+			srv.Signal(syscall.SIGCONT)
 			return time.Now()
 		})
 		check(t, samples, backAt, 0)
@@ -413,9 +413,9 @@ func TestOutageLatency(t *testing.T) {
 		check(t, samples, backAt, 0)
 	})
 	t.Run("killed", func(t *testing.T) {
-		samples, backAt := run(t, func() { srv.stop(syscall.SIGKILL) }, func() time.Time {
+		samples, backAt := run(t, func() { srv.Stop(syscall.SIGKILL) }, func() time.Time {
 			time.Sleep(outage)
-			srv.start()
+			srv.Restart()
 			return time.Now()
 		})
 		check(t, samples, backAt, time.Second)

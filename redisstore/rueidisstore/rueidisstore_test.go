@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,51 +17,19 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/testkit/redistest"
 	"github.com/retryafter/retryafter/redisstore"
 )
 
-// unavailable skips the test, or fails it in CI, because what it needs is missing.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg + " (CI=true: a Redis is required)")
-	}
-	t.Skip(msg)
-}
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
 // startServer starts a redis-server of the test's own on a free loopback port, stopped when the
-// test ends, and returns it and its address.
-func startServer(t *testing.T) (*exec.Cmd, string) {
+// test ends, and returns it and its address; it skips the test (fails it under CI=true) when
+// redis-server is not installed.
+func startServer(t *testing.T) (*redistest.Server, string) {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		unavailable(t, "redis-server is not installed: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--logfile", "")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return cmd, addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s does not answer: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	srv := redistest.Start(t)
+	return srv, srv.Addr()
 }
 
 // newClient returns a rueidis client of addrs, closed when the test ends.
@@ -142,21 +108,21 @@ func TestTimeout(t *testing.T) {
 	if _, err := s.Decide(ctx, "k", 1, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	srv.Process.Signal(syscall.SIGSTOP)
+	srv.Signal(syscall.SIGSTOP)
 	for i := range 3 { // the store takes Redis for down after three failures in a row
 		start := time.Now()
 		_, err := s.Decide(ctx, "k", 1, time.Time{})
 		if took := time.Since(start); !errors.Is(err, redisstore.ErrUnavailable) || took < timeout || took > timeout+margin {
-			srv.Process.Signal(syscall.SIGCONT)
+			srv.Signal(syscall.SIGCONT)
 			t.Fatalf("frozen, decision %d: %v after %v, want ErrUnavailable after the %v timeout, within %v of it", i, err, took, timeout, margin)
 		}
 	}
 	start := time.Now()
 	if _, err := s.Decide(ctx, "k", 1, time.Time{}); !errors.Is(err, redisstore.ErrUnavailable) || time.Since(start) > timeout/2 {
-		srv.Process.Signal(syscall.SIGCONT)
+		srv.Signal(syscall.SIGCONT)
 		t.Fatalf("while down: %v after %v, want ErrUnavailable at once", err, time.Since(start))
 	}
-	srv.Process.Signal(syscall.SIGCONT)
+	srv.Signal(syscall.SIGCONT)
 	back := time.Now()
 	for {
 		if _, err := s.Decide(ctx, "k", 1, time.Time{}); err == nil {
@@ -169,14 +135,11 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-// TestCluster runs 256 concurrent requests for each of 12 keys, over the three masters of the
-// Redis Cluster that .ci/run starts (REDIS_CLUSTER_ADDRS): each key admits exactly its burst.
+// TestCluster runs 256 concurrent requests for each of 12 keys, over the three masters of a
+// Redis Cluster (REDIS_CLUSTER_ADDRS, as .ci/run starts one, or one the tests start): each key
+// admits exactly its burst.
 func TestCluster(t *testing.T) {
-	env := os.Getenv("REDIS_CLUSTER_ADDRS")
-	if env == "" {
-		unavailable(t, "REDIS_CLUSTER_ADDRS names no Redis Cluster (.ci/run starts one)")
-	}
-	s := New(newClient(t, strings.Split(env, ",")...), rate.Every(time.Hour), 50,
+	s := New(newClient(t, redistest.ClusterAddrs(t)...), rate.Every(time.Hour), 50,
 		redisstore.WithPrefix(fmt.Sprintf("rueidisstore-test:%d:", time.Now().UnixNano())), redisstore.WithTimeout(10*time.Second))
 	for k := range 12 {
 		if n := decideAll(t, s, fmt.Sprint("client-", k), 256); n != 50 {
@@ -275,4 +238,33 @@ func evalshaCalls(t *testing.T, client rueidis.Client) int64 {
 		}
 	}
 	return 0
+}
+
+// TestPolicy checks that the decisions of a Store over rueidis name its rate and burst, alone
+// and, for the layer that binds, in an All of Stores decided in one script.
+func TestPolicy(t *testing.T) {
+	_, addr := startServer(t)
+	client := newClient(t, addr)
+	ctx := context.Background()
+	opts := func(name string) []redisstore.Option {
+		return []redisstore.Option{redisstore.WithPrefix("{rl}:" + name), redisstore.WithTimeout(10 * time.Second)}
+	}
+	perKey := New(client, rate.Every(time.Hour), 2, opts("key:")...)
+	shared := New(client, rate.Every(time.Minute), 3, opts("all:")...)
+	pk := retryafter.Policy{Limit: rate.Every(time.Hour), Burst: 2}
+	sh := retryafter.Policy{Limit: rate.Every(time.Minute), Burst: 3}
+	if d, err := perKey.Decide(ctx, "solo", 1, time.Time{}); err != nil || d.Policy != pk {
+		t.Fatalf("alone: %+v, %v, want Policy %+v", d, err, pk)
+	}
+	all := retryafter.All(perKey, retryafter.Shared(shared, "all"))
+	for i, want := range []struct {
+		key     string
+		allowed bool
+		policy  retryafter.Policy
+	}{{"a", true, pk}, {"a", true, pk}, {"a", false, pk}, {"b", true, sh}} {
+		d, err := all.Decide(ctx, want.key, 1, time.Time{})
+		if err != nil || d.Allowed != want.allowed || d.Policy != want.policy {
+			t.Fatalf("decision %d (%s): %+v, %v, want allowed %v with Policy %+v", i, want.key, d, err, want.allowed, want.policy)
+		}
+	}
 }
