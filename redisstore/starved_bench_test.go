@@ -18,15 +18,16 @@ import (
 // middleware to a Store on the healthy Redis at REDIS_ADDR, with the store's default timeout
 // and probe interval, from a process starved of CPU: STARVE_HOGS goroutines (2 by default) spin
 // beside the 16 that send the requests, each one every 10 ms at most (a steady 1,600/s, so that
-// a store that fails fast does not end the run sooner), so that with GOMAXPROCS=1 a goroutine waits up to a
-// scheduler slice (10 ms) per spinning one before it runs, and reads Redis's replies late. It
+// a store that fails fast does not end the run sooner), so that with GOMAXPROCS=1 a goroutine
+// waits up to a scheduler slice (10 ms) per spinning one before it runs, and reads Redis's
+// replies late. It
 // reports, per b.N requests, how many were answered 503 ("503s"), how many of those had their
 // own wait past the timeout ("503s-late", which may fail) and how many did not ("503s-early",
 // refused although their own round trip was not late: what the down state costs), and how many
 // requests waited past the timeout ("late"). "store" is one Store; "all-charged" an All of a
 // limit per key and tokens charged afterwards, which costs a request two round trips.
 //
-//	GOMAXPROCS=1 REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench StarvedClient -benchtime 5000x .
+//	GOMAXPROCS=1 STARVE_HOGS=2 REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench StarvedClient -benchtime 5000x .
 func BenchmarkStarvedClient(b *testing.B) {
 	hogs := 2
 	if v, err := strconv.Atoi(os.Getenv("STARVE_HOGS")); err == nil {
