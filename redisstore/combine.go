@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -75,6 +76,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 		if g.caller {
 			tolerance = st.tolerance
 		}
+		g.crossKeys = g.crossKeys || l.Key != nil
 		g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, interval: st.args[0], burst: st.args[1], tolerance: tolerance})
 		if g.timeout == 0 || st.timeout < g.timeout {
 			g.timeout = st.timeout
@@ -94,6 +96,12 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 			if tag != tags[0] {
 				return nil, false
 			}
+		}
+	}
+	if len(g.layers) > 0 {
+		g.refusals = newRefusals(g.layers[0].store.refusalBudget)
+		if g.refusals != nil {
+			g.refusals.group = true
 		}
 	}
 	if len(g.layers) > 0 && len(locals) == len(g.layers) {
@@ -134,6 +142,13 @@ type group struct {
 	local   retryafter.Limiter    // the layers' local fallbacks, combined; nil unless all have one
 	// localPols are the policies of the layers' local fallbacks, in order.
 	localPols []retryafter.Policy
+	// refusals remembers the group's refusals by the request's key, with the first layer's
+	// Store's budget; nil without.
+	refusals *refusals
+	// crossKeys says whether a layer maps the request's key to another (Shared), so that the
+	// requests of one key spend another's quota; spent counts the group's admissions then.
+	crossKeys bool
+	spent     atomic.Uint64
 }
 
 // A layer is one layer of a group that asks Redis, with its script arguments boxed once.
@@ -170,10 +185,17 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if n == 0 {
 		return retryafter.Binding(g.inf...), nil
 	}
+	lead := g.layers[0].store
+	at := lead.instant(now)
+	refunds := g.refundCount()
+	if g.refusals != nil {
+		if d, ok := g.refusals.answer(key, cost, at, refunds); ok {
+			return d, nil
+		}
+	}
 	c := g.newCall(key, cost, now)
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
-	lead := g.layers[0].store
 	health := lead.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
@@ -205,7 +227,64 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 		}
 	}
 	copy(ds[n:], g.inf)
-	return retryafter.Binding(ds[:n+len(g.inf)]...), nil
+	d := retryafter.Binding(ds[:n+len(g.inf)]...)
+	if d.Allowed && cost > 0 {
+		g.admitted(key, c.keys, cost, at, res)
+	}
+	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
+		// The layer that binds, as Binding picks it: the first refused with the longest wait.
+		// Every refused layer's wait shortens with time as long as its key's bucket is not full
+		// (d > 0, as read): until the first of them is, the layer that binds stays the same and
+		// the group's wait shortens with time, exactly; after, Redis is asked.
+		b := -1
+		valid := at + int64(d.RetryAfter)
+		for i := range n {
+			if !ds[i].Allowed {
+				valid = min(valid, at+res[4*i+3])
+				if b < 0 || ds[i].RetryAfter > ds[b].RetryAfter {
+					b = i
+				}
+			}
+		}
+		if st := g.layers[b].store; valid > at {
+			g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
+				interval: st.interval, horizon: st.interval * int64(st.burst), burst: st.burst, dec: d, refunds: refunds})
+		}
+	}
+	return d, nil
+}
+
+// refundCount returns a count that changes whenever a layer's Store gives quota back, is charged
+// or admits a request outside the group: any of them may make a refusal the group remembers tell
+// too short a wait, or a wrong one.
+func (g *group) refundCount() uint64 {
+	n := g.spent.Load()
+	for i := range g.layers {
+		n += g.layers[i].store.changes.Load()
+	}
+	return n
+}
+
+// admitted records that the group admitted a request of cost for key at at, whose script
+// answered res: the group forgets its refusal of key, and each layer's Store that remembers a
+// refusal of the layer's key learns the key's new state.
+func (g *group) admitted(key string, keys []string, cost int, at int64, res []int64) {
+	if g.refusals != nil {
+		g.refusals.forget(key)
+		if g.crossKeys {
+			g.spent.Add(1)
+		}
+	}
+	for i := range g.layers {
+		l := &g.layers[i]
+		st := l.store
+		if st.refusals == nil || l.deferred {
+			continue
+		}
+		k := strings.TrimPrefix(keys[i], st.prefix)
+		st.refusals.refresh(k, refusal{learned: at, d: res[4*i+3], interval: st.interval, horizon: st.interval * int64(st.burst),
+			burst: st.burst, dec: retryafter.Decision{Limit: st.burst, Policy: st.policy}})
+	}
 }
 
 // decision returns the Decision of one layer of policy p from the four integers the scripts
@@ -216,7 +295,7 @@ func decision(res []int64, p retryafter.Policy) retryafter.Decision {
 		Allowed:   res[0] == 1,
 		Limit:     p.Burst,
 		Remaining: int(res[2]),
-		Reset:     time.Duration(res[3]) * time.Microsecond,
+		Reset:     time.Duration((res[3]+999)/1000) * time.Microsecond, // d, ns, rounded up to µs
 	}
 	if !d.Allowed {
 		if res[1] < 0 {

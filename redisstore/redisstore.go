@@ -8,7 +8,10 @@
 // and computes the exact wait inside Redis, so replicas whose clocks disagree still agree on
 // every answer. The bucket is the one of golang.org/x/time/rate, kept in integer nanoseconds:
 // the same rate and burst, a refused request costs nothing, and a client that waits the
-// Retry-After it was given is admitted whichever replica it reaches.
+// Retry-After it was given is admitted whichever replica it reaches. A Store remembers the
+// refusals Redis gave it, for as long as they hold, and refuses the requests they cover itself,
+// with the exact rest of the wait and no round trip ([WithRefusalMemory]), so that a flood of
+// refused requests costs Redis little.
 //
 // Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
 // no answer in time fails, on its own. The store takes Redis for down only from evidence: three
@@ -54,6 +57,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -119,6 +123,12 @@ type Store struct {
 	replicas  int                     // WithLocalFallback's, 0 without it
 	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
 	localPol  retryafter.Policy       // local's rate and burst
+
+	refusalBudget int           // WithRefusalMemory's bytes
+	refusals      *refusals     // the refusals remembered; nil without
+	refunds       atomic.Uint64 // how many Charges have given quota back (see refunded)
+	changes       atomic.Uint64 // refunds, charges and admissions outside groups (see group)
+	epoch         time.Time     // origin of the instants of refusals on the local clock
 }
 
 // An Option configures [New].
@@ -209,7 +219,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		panic("redisstore: rate limit not positive")
 	}
 	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval,
-		policy: retryafter.Policy{Limit: limit, Burst: burst}}
+		policy: retryafter.Policy{Limit: limit, Burst: burst}, refusalBudget: DefaultRefusalMemory, epoch: time.Now()}
 	_, s.oneServer = client.(*redis.Client)
 	if limit == rate.Inf {
 		s.inf = true
@@ -233,6 +243,9 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		o(s)
 	}
 	s.health = newHealth(s.probe)
+	if !s.inf {
+		s.refusals = newRefusals(s.refusalBudget)
+	}
 	s.cluster, _ = client.(*redis.ClusterClient)
 	if s.replicas > 0 && !s.inf {
 		s.local, s.localPol = newLocal(limit, burst, s.replicas)
@@ -298,6 +311,13 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if s.inf {
 		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst, Policy: s.policy}, nil
 	}
+	at := s.instant(now)
+	if s.refusals != nil {
+		if d, ok := s.refusals.answer(key, cost, at, 0); ok {
+			return d, nil
+		}
+	}
+	refunds := s.refunds.Load()
 	c := s.newCall(key, cost, now)
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
@@ -318,7 +338,18 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
-	return decision(res, s.policy), nil
+	d := decision(res, s.policy)
+	if s.refusals != nil {
+		e := refusal{cost: cost, learned: at, d: res[3], interval: s.interval, horizon: s.interval * int64(s.burst), burst: s.burst, dec: d}
+		switch {
+		case d.Allowed && cost > 0:
+			s.changes.Add(1)
+			s.refusals.refresh(key, e) // the request spent what the refusal remembered did not
+		case !d.Allowed && d.RetryAfter < rate.InfDuration && s.refunds.Load() == refunds:
+			s.refusals.remember(key, e)
+		}
+	}
+	return d, nil
 }
 
 // A call is the key and the script's arguments of one round trip, in one allocation.
