@@ -28,7 +28,7 @@ const downAfter = 3
 // health is what a Store knows of Redis: up until downAfter round trips in a row have failed,
 // each sent after the failure before it was known, then down until one succeeds. Failures of
 // round trips that were in flight together (a stall of the client's process fails them all at
-// once) are one piece of evidence, not several, and a failure seen long after its deadline (see
+// once) are one piece of evidence, not several, and a timeout seen long after its deadline (see
 // starved) is none. While it is down, one decision per interval is
 // let through to Redis, a probe, and the others fail at once with the error that took it down,
 // prebuilt, so that failing costs nothing. Its clock is time.Now, monotonic, whatever instants

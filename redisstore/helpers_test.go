@@ -22,12 +22,6 @@ var t0 = testkit.T0
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
-// unavailable skips the test, or fails it in CI, because what it needs is missing.
-func unavailable(t testing.TB, format string, args ...any) {
-	t.Helper()
-	redistest.Unavailable(t, format, args...)
-}
-
 // sharedAddr returns the address of the Redis the tests share: REDIS_ADDR, or one that the
 // test binary starts (see package redistest).
 func sharedAddr(t testing.TB) string {

@@ -28,7 +28,7 @@
 // A replica whose process gets too little CPU (a busy host, a CPU quota, GOMAXPROCS=1 beside a
 // busy goroutine) reads Redis's replies late. A request whose own round trip, so counted, ran
 // past the timeout fails as above; the requests around it are decided as usual. One stall fails
-// only the round trips in flight during it, and they count as one failure; a failure that the
+// only the round trips in flight during it, and they count as one failure; a timeout that the
 // process sees more than a tenth of the timeout after its deadline (it did not run in time to
 // read the answer) counts for nothing. So a starved replica takes Redis for down only when three
 // round trips in a row time out on time, one after the other, and then answers its requests as
@@ -54,8 +54,10 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -398,6 +400,13 @@ func starved(timeout time.Duration) time.Duration {
 	return max(timeout/10, time.Millisecond)
 }
 
+// isTimeout reports whether err is a round trip's deadline passing, as the context or the
+// connection reports it.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 // failed returns the error of a round trip rt of the caller's ctx, sent at sent (from
 // health.admit), that failed with err, and whether it was a failure of Redis, which it then
 // records in health: not when the caller's own deadline ended it.
@@ -405,10 +414,10 @@ func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent i
 	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
 		return fmt.Errorf("redisstore: %w", err), false
 	}
-	if late := time.Since(rt.deadline); late > starved(s.timeout) {
-		// The failure was seen long after the deadline: this process did not run in time to
+	if late := time.Since(rt.deadline); late > starved(s.timeout) && isTimeout(err) {
+		// The timeout was seen long after the deadline: this process did not run in time to
 		// read the answer, and that says nothing of Redis. A probe so failed is asked again by
-		// the next decision.
+		// the next decision. Other errors (a refused connection) count however late.
 		health.reprobe()
 		return &unavailableError{cause: err}, true
 	}
