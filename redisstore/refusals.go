@@ -12,7 +12,7 @@ import (
 )
 
 // DefaultRefusalMemory is the most memory, in bytes, that a [Store] spends remembering refusals
-// when no [WithRefusalMemory] is given: 1 MiB, some 7,000 keys of 20 bytes.
+// when no [WithRefusalMemory] is given: 1 MiB, some 5,000 keys of 20 bytes.
 const DefaultRefusalMemory = 1 << 20
 
 // WithRefusalMemory sets the most memory, in bytes, that a Store spends remembering the
@@ -44,7 +44,7 @@ const DefaultRefusalMemory = 1 << 20
 //     that lacks the last writes, or Redis's clock stepping forward.
 //
 // The memory is bounded by bytes as the in-memory table's is: each refusal takes its key's
-// length and about 160 bytes; past the budget, refusals whose instant is over go first, then
+// length and about 180 bytes; past the budget, refusals whose instant is over go first, then
 // others at random, which then only cost a round trip again. It panics if bytes is negative.
 func WithRefusalMemory(bytes int) Option {
 	if bytes < 0 {
@@ -56,9 +56,9 @@ func WithRefusalMemory(bytes int) Option {
 // refusalShards is how many independently locked parts a refusals divides its keys into.
 const refusalShards = 16
 
-// refusalBytes is what one remembered refusal costs besides its key: the map's slot and the
-// entry.
-const refusalBytes = 160
+// refusalBytes is what one remembered refusal costs besides its key's bytes: the entry (144
+// bytes on a 64-bit platform), the key's header and the map's slot.
+const refusalBytes = 176
 
 // refusals remembers, per key, that a request of cost at least c is refused until an instant.
 type refusals struct {
