@@ -229,7 +229,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	copy(ds[n:], g.inf)
 	d := retryafter.Binding(ds[:n+len(g.inf)]...)
 	if d.Allowed && cost > 0 {
-		g.admitted(key, c.keys, cost, at, res)
+		g.admitted(key, c.keys, at, res, g.refundCount() == refunds)
 	}
 	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
 		// The layer that binds, as Binding picks it: the first refused with the longest wait.
@@ -265,10 +265,11 @@ func (g *group) refundCount() uint64 {
 	return n
 }
 
-// admitted records that the group admitted a request of cost for key at at, whose script
-// answered res: the group forgets its refusal of key, and each layer's Store that remembers a
-// refusal of the layer's key learns the key's new state.
-func (g *group) admitted(key string, keys []string, cost int, at int64, res []int64) {
+// admitted records that the group admitted a request for key at at, whose script answered res:
+// the group forgets its refusal of key, and each layer's Store that remembers a refusal of the
+// layer's key learns the key's new state, or forgets it unless fresh (no layer's Store gave
+// quota back, was charged or admitted meanwhile, which the answer may predate).
+func (g *group) admitted(key string, keys []string, at int64, res []int64, fresh bool) {
 	if g.refusals != nil {
 		g.refusals.forget(key)
 		if g.crossKeys {
@@ -282,6 +283,10 @@ func (g *group) admitted(key string, keys []string, cost int, at int64, res []in
 			continue
 		}
 		k := strings.TrimPrefix(keys[i], st.prefix)
+		if !fresh {
+			st.refusals.forget(k)
+			continue
+		}
 		st.refusals.refresh(k, refusal{learned: at, d: res[4*i+3], interval: st.interval, horizon: st.interval * int64(st.burst),
 			burst: st.burst, dec: retryafter.Decision{Limit: st.burst, Policy: st.policy}})
 	}

@@ -343,11 +343,14 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	d := decision(res, s.policy)
 	if s.refusals != nil {
 		e := refusal{cost: cost, learned: at, d: res[3], interval: s.interval, horizon: s.interval * int64(s.burst), burst: s.burst, dec: d}
-		switch {
-		case d.Allowed && cost > 0:
+		switch fresh := s.refunds.Load() == refunds; {
+		case d.Allowed && cost > 0 && fresh:
 			s.changes.Add(1)
 			s.refusals.refresh(key, e) // the request spent what the refusal remembered did not
-		case !d.Allowed && d.RetryAfter < rate.InfDuration && s.refunds.Load() == refunds:
+		case d.Allowed && cost > 0:
+			s.changes.Add(1)
+			s.refusals.forget(key) // its answer may be from before a refund
+		case !d.Allowed && d.RetryAfter < rate.InfDuration && fresh:
 			s.refusals.remember(key, e)
 		}
 	}

@@ -28,7 +28,7 @@ const DefaultRefusalMemory = 1 << 20
 // only make Redis refuse longer: a remembered refusal never refuses a request that Redis would
 // admit, and the first request at its instant goes to Redis, which tells the rest. Timing the
 // wait from the send, not from Redis's reading, makes a remembered wait shorter than Redis's
-// by at most the one-way trip.
+// by at most the one-way trip. Remembered refusals are answered while Redis is down too.
 //
 // What can make a remembered refusal refuse what Redis would admit, until its instant at the
 // latest, never longer than the wait Redis gave:
