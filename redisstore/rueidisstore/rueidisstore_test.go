@@ -96,8 +96,8 @@ func TestDecide(t *testing.T) {
 }
 
 // TestTimeout freezes the server (SIGSTOP): a decision fails with redisstore.ErrUnavailable
-// within the store's timeout and a margin, three times, and the next ones at once, the store
-// knowing Redis is down; once the server runs again the store decides again within a probe interval.
+// within the store's timeout and a margin, three times (a few more on a loaded machine), and the
+// next ones at once, the store knowing Redis is down; once the server runs again the store decides again within a probe interval.
 func TestTimeout(t *testing.T) {
 	const (
 		timeout = 150 * time.Millisecond
@@ -111,18 +111,23 @@ func TestTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Signal(syscall.SIGSTOP)
-	for i := range 3 { // the store takes Redis for down after three failures in a row
+	// The store takes Redis for down after three timeouts in a row, seen on time: on a loaded
+	// machine one seen late counts for nothing, so a few more may wait.
+	for i := 0; ; i++ {
 		start := time.Now()
 		_, err := s.Decide(ctx, "k", 1, time.Time{})
-		if took := time.Since(start); !errors.Is(err, redisstore.ErrUnavailable) || took < timeout || took > timeout+margin {
+		took := time.Since(start)
+		if !errors.Is(err, redisstore.ErrUnavailable) || took > timeout+margin || i < 3 && took < timeout {
 			srv.Signal(syscall.SIGCONT)
 			t.Fatalf("frozen, decision %d: %v after %v, want ErrUnavailable after the %v timeout, within %v of it", i, err, took, timeout, margin)
 		}
-	}
-	start := time.Now()
-	if _, err := s.Decide(ctx, "k", 1, time.Time{}); !errors.Is(err, redisstore.ErrUnavailable) || time.Since(start) > timeout/2 {
-		srv.Signal(syscall.SIGCONT)
-		t.Fatalf("while down: %v after %v, want ErrUnavailable at once", err, time.Since(start))
+		if took < timeout/2 {
+			break // at once: the store knows Redis is down
+		}
+		if i == 10 {
+			srv.Signal(syscall.SIGCONT)
+			t.Fatalf("frozen: %d decisions waited for the timeout, want the store to know Redis is down after 3", i+1)
+		}
 	}
 	srv.Signal(syscall.SIGCONT)
 	back := time.Now()
