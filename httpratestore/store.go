@@ -106,6 +106,7 @@ const maxWindow = time.Duration(1 << 60)
 type Store struct {
 	limit   int
 	window  time.Duration
+	policy  retryafter.Policy // limit per window, as a rate and a burst
 	counter httprate.LimitCounter
 	seed    maphash.Seed
 	// curr is the start of the latest window Decide has counted in. It changes only with
@@ -155,6 +156,7 @@ func New(requestLimit int, windowLength time.Duration, counter httprate.LimitCou
 	return &Store{
 		limit:   requestLimit,
 		window:  windowLength,
+		policy:  retryafter.Policy{Limit: rate.Limit(float64(requestLimit) / windowLength.Seconds()), Burst: requestLimit},
 		counter: counter,
 		seed:    maphash.MakeSeed(),
 	}
@@ -171,7 +173,8 @@ func New(requestLimit int, windowLength time.Duration, counter httprate.LimitCou
 // Limit is the request limit, Remaining the largest cost that
 // would be admitted at now after this request (a request of cost n ≥ 1 is admitted exactly
 // when n ≤ Remaining), and Reset the wait until Remaining is back to Limit if nothing more is
-// counted.
+// counted. Policy is the request limit per window: a Burst of requestLimit and a Limit of
+// requestLimit / windowLength per second, so that its window, Burst / Limit, is windowLength.
 //
 // An error from the counter is returned as is, with a zero Decision; the request has then not
 // been counted. ctx is not used: [httprate.LimitCounter] takes none, so a shared counter
@@ -452,6 +455,7 @@ func (s *Store) wait(prev, curr, cost int, elapsed time.Duration) time.Duration 
 // current window, for a caller whose clock reading is lag before that instant.
 func (s *Store) fill(d *retryafter.Decision, prev, curr int, elapsed, lag time.Duration) {
 	d.Limit = s.limit
+	d.Policy = s.policy
 	d.Remaining = max(0, s.limit-s.estimate(prev, curr, elapsed))
 	if d.Remaining < s.limit {
 		d.Reset = late(s.wait(prev, curr, s.limit, elapsed), lag)

@@ -9,7 +9,7 @@
 --                before the clock is taken to have stepped back (0 but with the caller's clock).
 --
 -- Returns four integers per layer, as decide.lua does for one: {fits (1 or 0), wait in
--- microseconds until it fits (-1: never; 0 when it fits), remaining tokens, microseconds until
+-- microseconds until it fits (-1: never; 0 when it fits), remaining tokens, nanoseconds until
 -- the bucket is full}. The request is admitted iff every layer fits; remaining and the time
 -- until full are after the request when it is admitted, and as they were otherwise.
 --
@@ -80,6 +80,6 @@ for i = 1, n do
 		remaining = divfloor(h - di, interval)
 	end
 	out[4 * i - 1] = remaining
-	out[4 * i] = divceil(di, 1000)
+	out[4 * i] = di
 end
 return out

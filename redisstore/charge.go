@@ -35,18 +35,30 @@ var _ retryafter.Charger = (*Store)(nil)
 // wrapping [ErrUnavailable] when Redis does not answer within the timeout, and at once while the
 // store knows Redis to be down, unless the store has a local fallback ([WithLocalFallback]),
 // whose bucket is then charged instead. A charge whose answer was lost to the timeout may still
-// have been made.
+// have been made. A charge that gives quota back makes the Store forget the refusal of key it
+// remembers (see [WithRefusalMemory]).
 func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time) error {
 	if cost == 0 || s.inf {
 		return nil
 	}
-	c := s.newCall(ctx, key, cost, now)
-	health := s.healthOf(&c.ctx, c.keys[0])
-	if err := health.admit(); err != nil {
+	if cost < 0 {
+		// Before, so that no refusal in flight is remembered; after, for one remembered while
+		// the refund was.
+		s.refunded(key)
+		defer s.refunded(key)
+	} else {
+		defer s.charged(key)
+	}
+	c := s.newCall(key, cost, now)
+	rt, cancel := newRoundTrip(ctx, s.timeout)
+	defer cancel()
+	health := s.healthOf(rt.ctx, c.keys[0])
+	sent, err := health.admit()
+	if err != nil {
 		return s.chargeLocal(ctx, key, cost, now, err)
 	}
-	if err := chargeScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
-		err, down := s.failed(ctx, &c.ctx, health, err)
+	if err := chargeScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
+		err, down := s.failed(ctx, rt, health, sent, err)
 		if !down {
 			return err
 		}

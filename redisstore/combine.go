@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,7 +31,7 @@ const maxLayers = 16
 // key at one instant of Redis's clock and, if any layer cannot admit it then, writes nothing.
 // So a refusal spends nothing in any layer, its RetryAfter is the largest of the layers' waits,
 // exact to the microsecond, and the Decision is that of the layer that binds
-// ([retryafter.Binding]). Layers may have different rates, bursts and prefixes, share a key
+// ([retryafter.Binding]), its Policy that layer's Store's rate and burst. Layers may have different rates, bursts and prefixes, share a key
 // ([retryafter.Shared]) or be charged afterwards ([retryafter.ChargedAfter], at cost 0 in the
 // script; [Store.Charge] charges them later).
 //
@@ -65,7 +66,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 			return nil, false
 		}
 		if st.inf {
-			g.inf = append(g.inf, retryafter.Decision{Allowed: true, Limit: st.burst, Remaining: st.burst})
+			g.inf = append(g.inf, retryafter.Decision{Allowed: true, Limit: st.burst, Remaining: st.burst, Policy: st.policy})
 			continue
 		}
 		if tag, ok := hashTag(st.prefix); ok {
@@ -75,12 +76,14 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 		if g.caller {
 			tolerance = st.tolerance
 		}
+		g.crossKeys = g.crossKeys || l.Key != nil
 		g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, interval: st.args[0], burst: st.args[1], tolerance: tolerance})
-		if g.timeout == nil || st.timeout < g.timeout.timeout {
-			g.timeout = st
+		if g.timeout == 0 || st.timeout < g.timeout {
+			g.timeout = st.timeout
 		}
 		if st.local != nil {
 			locals = append(locals, retryafter.Layer{Limiter: st.local, Key: l.Key, Deferred: l.Deferred})
+			g.localPols = append(g.localPols, st.localPol)
 		}
 	}
 	// Keys of one layer are in one slot whatever their prefix; those of several, only when
@@ -93,6 +96,12 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 			if tag != tags[0] {
 				return nil, false
 			}
+		}
+	}
+	if len(g.layers) > 0 {
+		g.refusals = newRefusals(g.layers[0].store.refusalBudget)
+		if g.refusals != nil {
+			g.refusals.group = true
 		}
 	}
 	if len(g.layers) > 0 && len(locals) == len(g.layers) {
@@ -129,8 +138,17 @@ type group struct {
 	cluster *redis.ClusterClient  // client, when it is one
 	layers  []layer               // the layers that ask Redis, in order
 	inf     []retryafter.Decision // the Decisions of the layers at rate.Inf
-	timeout *Store                // the Store of the shortest timeout, whose deadlines bound the call
+	timeout time.Duration         // the shortest of the layers' Stores', which bounds the call
 	local   retryafter.Limiter    // the layers' local fallbacks, combined; nil unless all have one
+	// localPols are the policies of the layers' local fallbacks, in order.
+	localPols []retryafter.Policy
+	// refusals remembers the group's refusals by the request's key, with the first layer's
+	// Store's budget; nil without.
+	refusals *refusals
+	// crossKeys says whether a layer maps the request's key to another (Shared), so that the
+	// requests of one key spend another's quota; spent counts the group's admissions then.
+	crossKeys bool
+	spent     atomic.Uint64
 }
 
 // A layer is one layer of a group that asks Redis, with its script arguments boxed once.
@@ -141,23 +159,19 @@ type layer struct {
 	interval, burst, tolerance any
 }
 
-// A groupCall is what the round trip of one group decision needs besides the client's own work:
-// its context, the script's keys and its arguments, all held by one allocation, a smallCall for
-// the usual few layers or a largeCall for up to maxLayers.
+// A groupCall is the script's keys and arguments of one group decision, held by one
+// allocation, a smallCall for the usual few layers or a largeCall for up to maxLayers.
 type groupCall struct {
-	ctx  *callCtx
 	keys []string
 	args []any
 }
 
 type smallCall struct {
-	ctx  callCtx
 	keys [4]string
 	args [1 + 4*4]any
 }
 
 type largeCall struct {
-	ctx  callCtx
 	keys [maxLayers]string
 	args [1 + 4*maxLayers]any
 }
@@ -171,25 +185,35 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if n == 0 {
 		return retryafter.Binding(g.inf...), nil
 	}
-	c := g.newCall(ctx, key, cost, now)
 	lead := g.layers[0].store
-	health := lead.healthOf(c.ctx, c.keys[0])
-	if err := health.admit(); err != nil {
+	at := lead.instant(now)
+	refunds := g.refundCount()
+	if g.refusals != nil {
+		if d, ok := g.refusals.answer(key, cost, at, refunds); ok {
+			return d, nil
+		}
+	}
+	c := g.newCall(key, cost, now)
+	rt, cancel := newRoundTrip(ctx, g.timeout)
+	defer cancel()
+	health := lead.healthOf(rt.ctx, c.keys[0])
+	sent, err := health.admit()
+	if err != nil {
 		return g.orLocal(ctx, key, cost, now, err)
 	}
-	res, err := allScript.Run(c.ctx, g.client, c.keys, c.args...).Int64Slice()
+	res, err := allScript.Run(rt.ctx, g.client, c.keys, c.args...).Int64Slice()
 	if err == nil && len(res) != 4*n {
 		err = fmt.Errorf("script answered %d values, want %d", len(res), 4*n)
 	}
 	if err != nil {
 		cause := err
-		err, down := lead.failed(ctx, c.ctx, health, cause)
+		err, down := lead.failed(ctx, rt, health, sent, cause)
 		if !down {
 			return retryafter.Decision{}, err
 		}
 		for i := 1; i < n; i++ {
-			if h := g.layers[i].store.healthOf(c.ctx, c.keys[i]); h != health {
-				h.failed(cause)
+			if h := g.layers[i].store.healthOf(rt.ctx, c.keys[i]); h != health {
+				h.failed(sent, cause)
 			}
 		}
 		return g.orLocal(ctx, key, cost, now, err)
@@ -197,22 +221,86 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	health.ok()
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
-		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.burst)
+		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.policy)
 		if i > 0 {
-			g.layers[i].store.healthOf(c.ctx, c.keys[i]).ok()
+			g.layers[i].store.healthOf(rt.ctx, c.keys[i]).ok()
 		}
 	}
 	copy(ds[n:], g.inf)
-	return retryafter.Binding(ds[:n+len(g.inf)]...), nil
+	d := retryafter.Binding(ds[:n+len(g.inf)]...)
+	if d.Allowed && cost > 0 {
+		g.admitted(key, c.keys, at, res, g.refundCount() == refunds)
+	}
+	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
+		// The layer that binds, as Binding picks it: the first refused with the longest wait.
+		// Every refused layer's wait shortens with time as long as its key's bucket is not full
+		// (d > 0, as read): until the first of them is, the layer that binds stays the same and
+		// the group's wait shortens with time, exactly; after, Redis is asked.
+		b := -1
+		valid := at + int64(d.RetryAfter)
+		for i := range n {
+			if !ds[i].Allowed {
+				valid = min(valid, at+res[4*i+3])
+				if b < 0 || ds[i].RetryAfter > ds[b].RetryAfter {
+					b = i
+				}
+			}
+		}
+		if st := g.layers[b].store; valid > at {
+			g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
+				interval: st.interval, horizon: st.interval * int64(st.burst), burst: st.burst, dec: d, refunds: refunds})
+		}
+	}
+	return d, nil
 }
 
-// decision returns the Decision of one layer from the four integers the scripts answer for it.
-func decision(res []int64, burst int) retryafter.Decision {
+// refundCount returns a count that changes whenever a layer's Store gives quota back, is charged
+// or admits a request outside the group: any of them may make a refusal the group remembers tell
+// too short a wait, or a wrong one.
+func (g *group) refundCount() uint64 {
+	n := g.spent.Load()
+	for i := range g.layers {
+		n += g.layers[i].store.changes.Load()
+	}
+	return n
+}
+
+// admitted records that the group admitted a request for key at at, whose script answered res:
+// the group forgets its refusal of key, and each layer's Store that remembers a refusal of the
+// layer's key learns the key's new state, or forgets it unless fresh (no layer's Store gave
+// quota back, was charged or admitted meanwhile, which the answer may predate).
+func (g *group) admitted(key string, keys []string, at int64, res []int64, fresh bool) {
+	if g.refusals != nil {
+		g.refusals.forget(key)
+		if g.crossKeys {
+			g.spent.Add(1)
+		}
+	}
+	for i := range g.layers {
+		l := &g.layers[i]
+		st := l.store
+		if st.refusals == nil || l.deferred {
+			continue
+		}
+		k := strings.TrimPrefix(keys[i], st.prefix)
+		if !fresh {
+			st.refusals.forget(k)
+			continue
+		}
+		st.refusals.refresh(k, refusal{learned: at, d: res[4*i+3], interval: st.interval, horizon: st.interval * int64(st.burst),
+			burst: st.burst, dec: retryafter.Decision{Limit: st.burst, Policy: st.policy}})
+	}
+}
+
+// decision returns the Decision of one layer of policy p from the four integers the scripts
+// answer for it.
+func decision(res []int64, p retryafter.Policy) retryafter.Decision {
 	d := retryafter.Decision{
+		Policy:    p,
 		Allowed:   res[0] == 1,
-		Limit:     burst,
+		Limit:     p.Burst,
 		Remaining: int(res[2]),
-		Reset:     time.Duration(res[3]) * time.Microsecond,
+		Reset:     time.Duration((res[3]+999)/1000) * time.Microsecond, // d, ns, rounded up to µs
 	}
 	if !d.Allowed {
 		if res[1] < 0 {
@@ -224,24 +312,16 @@ func decision(res []int64, burst int) retryafter.Decision {
 	return d
 }
 
-// newCall prepares the round trip of one group decision, with the deadline of the shortest
-// timeout of its Stores, or ctx's own if sooner.
-func (g *group) newCall(ctx context.Context, key string, cost int, now time.Time) groupCall {
+// newCall prepares the script call of one group decision.
+func (g *group) newCall(key string, cost int, now time.Time) groupCall {
 	var c groupCall
 	if n := len(g.layers); n <= 4 {
 		a := new(smallCall)
-		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+		c = groupCall{a.keys[:n], a.args[:1+4*n]}
 	} else {
 		a := new(largeCall)
-		c = groupCall{&a.ctx, a.keys[:n], a.args[:1+4*n]}
+		c = groupCall{a.keys[:n], a.args[:1+4*n]}
 	}
-	s := g.timeout
-	c.ctx.parent = ctx
-	c.ctx.deadline = time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(c.ctx.deadline) {
-		c.ctx.deadline = d
-	}
-	c.ctx.done = s.deadlines.doneBy(c.ctx.deadline)
 	c.args[0] = ""
 	if g.caller {
 		c.args[0] = now.UnixMicro()
@@ -269,11 +349,29 @@ func (g *group) orLocal(ctx context.Context, key string, cost int, now time.Time
 		return retryafter.Decision{}, err
 	}
 	d, err := g.local.Decide(ctx, key, cost, now)
-	if err != nil || len(g.inf) == 0 {
+	if err != nil {
 		return d, err
+	}
+	if d.Policy == (retryafter.Policy{}) {
+		d.Policy = g.localPolicy(d.Limit)
+	}
+	if len(g.inf) == 0 {
+		return d, nil
 	}
 	var ds [maxLayers]retryafter.Decision
 	ds[0] = d
 	copy(ds[1:], g.inf)
 	return retryafter.Binding(ds[:1+len(g.inf)]...), nil
+}
+
+// localPolicy returns the policy of the local layer that bound a combined local decision whose
+// Limit is limit, for as long as the in-memory buckets do not name their policy themselves: the
+// first layer of that burst.
+func (g *group) localPolicy(limit int) retryafter.Policy {
+	for _, p := range g.localPols {
+		if p.Burst == limit {
+			return p
+		}
+	}
+	return retryafter.Policy{}
 }

@@ -9,7 +9,9 @@
 --          taken to have stepped back (0 if absent).
 --
 -- Returns {allowed (1 or 0), wait in microseconds (-1: never; 0 when allowed),
---          remaining tokens after the request, microseconds until the bucket is full}.
+--          remaining tokens after the request, d: nanoseconds until the bucket is full}. The
+--          store rounds d up to Reset's microseconds, and keeps it whole to answer a refusal it
+--          remembers as this script would later.
 
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
@@ -44,4 +46,4 @@ local remaining = 0
 if d < horizon then
 	remaining = divfloor(horizon - d, interval)
 end
-return {allowed, wait, remaining, divceil(d, 1000)}
+return {allowed, wait, remaining, d}

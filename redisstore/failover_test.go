@@ -38,13 +38,13 @@ func TestFailover(t *testing.T) {
 		margin  = time.Second // scheduling on a loaded machine
 	)
 	c := startCluster(t)
-	addrs := c.addrs()
+	addrs := c.Addrs()
 	prefix := testPrefix(t)
 	masters := mastersOf(t, newClusterClient(t, addrs), fleetKeys(prefix))
 	victimAddr := masters[0]
 	var victim *server
-	for _, n := range c.nodes {
-		if n.addr() == victimAddr {
+	for _, n := range c.Nodes {
+		if n.Addr() == victimAddr {
 			victim = n
 		}
 	}
@@ -87,7 +87,7 @@ func TestFailover(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	killedAt.Store(int64(time.Since(start)))
-	victim.stop(syscall.SIGKILL)
+	victim.Stop(syscall.SIGKILL)
 	// Wait (at most 20 s) until every key of the killed master has been admitted after the kill.
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -22,7 +22,8 @@ import (
 // Redis would have admitted, since the local buckets do not know what the key spent in Redis
 // before the outage. A key whose requests reach fewer replicas gets less. Without the
 // option, Decide returns the error and the middleware fails as [retryafter.WithFailOpen] says.
-// Decisions made locally report the local bucket's Limit, Remaining and Reset; they are no
+// Decisions made locally report the local bucket's Limit, Remaining, Reset and Policy (the
+// share's rate and burst); they are no
 // error, so the middleware's error hook does not see the outage: [Store.Down] does.
 //
 // It panics if replicas is below 1.
@@ -33,9 +34,11 @@ func WithLocalFallback(replicas int) Option {
 	return func(s *Store) { s.replicas = replicas }
 }
 
-// newLocal returns the in-memory limiter of [WithLocalFallback] for a store of limit and burst.
-func newLocal(limit rate.Limit, burst, replicas int) *retryafter.TokenBucket {
-	return retryafter.NewTokenBucket(limit/rate.Limit(replicas), max(1, burst/replicas))
+// newLocal returns the in-memory limiter of [WithLocalFallback] for a store of limit and burst,
+// and its policy.
+func newLocal(limit rate.Limit, burst, replicas int) (*retryafter.TokenBucket, retryafter.Policy) {
+	p := retryafter.Policy{Limit: limit / rate.Limit(replicas), Burst: max(1, burst/replicas)}
+	return retryafter.NewTokenBucket(p.Limit, p.Burst), p
 }
 
 // orLocal returns err, or the local decision when the store has a local fallback.
@@ -43,7 +46,11 @@ func (s *Store) orLocal(ctx context.Context, key string, cost int, now time.Time
 	if s.local == nil {
 		return retryafter.Decision{}, err
 	}
-	return s.local.Decide(ctx, key, cost, now)
+	d, err := s.local.Decide(ctx, key, cost, now)
+	if err == nil && d.Policy == (retryafter.Policy{}) {
+		d.Policy = s.localPol
+	}
+	return d, err
 }
 
 // Down returns, while the store knows Redis to be down, the error that showed it (wrapping

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,50 +21,96 @@ func (e *unavailableError) Error() string {
 }
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
 
-// health is what a Store knows of Redis: up until a round trip fails, then down until one
-// succeeds. While it is down, one decision per interval is let through to Redis, a probe, and the
-// others fail at once with the error that took it down, prebuilt, so that failing costs nothing.
-// Its clock is time.Now, monotonic, whatever instants the callers of Decide pass.
+// downAfter is how many failures in a row, each of a round trip sent after the one before had
+// failed, show Redis to be down (see [WithProbeInterval]).
+const downAfter = 3
+
+// health is what a Store knows of Redis: up until downAfter round trips in a row have failed,
+// each sent after the failure before it was known, then down until one succeeds. Failures of
+// round trips that were in flight together (a stall of the client's process fails them all at
+// once) are one piece of evidence, not several, and a timeout seen long after its deadline (see
+// starved) is none. While it is down, one decision per interval is
+// let through to Redis, a probe, and the others fail at once with the error that took it down,
+// prebuilt, so that failing costs nothing. Its clock is time.Now, monotonic, whatever instants
+// the callers of Decide pass.
 type health struct {
 	interval time.Duration
-	epoch    time.Time                        // origin of next
+	epoch    time.Time                        // origin of next, seen and the instants of calls
 	down     atomic.Pointer[unavailableError] // nil while up
 	next     atomic.Int64                     // ns since epoch at which the next probe may start
+	failing  atomic.Bool                      // failures > 0: the fast path of ok
+
+	mu       sync.Mutex
+	failures int   // failures in a row, those in flight together counted once
+	seen     int64 // ns since epoch at which the last one counted was known
 }
 
 func newHealth(interval time.Duration) *health {
 	return &health{interval: interval, epoch: time.Now()}
 }
 
+// since returns the instant of h's clock, in nanoseconds since its epoch.
+func (h *health) since() int64 { return int64(time.Since(h.epoch)) }
+
 // admit reports whether a decision may go to Redis: always while it is up, and while it is
 // down only as the probe of the current interval. Otherwise it returns the error to fail with.
-func (h *health) admit() error {
+// sent is the instant of the round trip, for failed.
+func (h *health) admit() (sent int64, err error) {
+	now := h.since()
 	down := h.down.Load()
 	if down == nil {
-		return nil
+		return now, nil
 	}
-	now := int64(time.Since(h.epoch))
 	next := h.next.Load()
 	if now >= next && h.next.CompareAndSwap(next, now+int64(h.interval)) {
-		return nil // the probe
+		return now, nil // the probe
 	}
-	return down
+	return now, down
 }
 
-// failed records that a round trip failed with err, and returns the error to report.
-func (h *health) failed(err error) error {
+// failed records that a round trip sent at sent (from admit) failed with err, and returns the
+// error to report. The failure counts towards the down state only if the round trip was sent
+// after the last failure counted was known; it takes the store down once downAfter have.
+func (h *health) failed(sent int64, err error) error {
 	e := &unavailableError{cause: err}
-	if h.down.Swap(e) == nil {
-		h.next.Store(int64(time.Since(h.epoch) + h.interval))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down.Load() != nil {
+		h.down.Store(e) // a failed probe, or a round trip that was in flight: still down
+		return e
+	}
+	if h.failures > 0 && sent < h.seen {
+		return e // in flight when the last failure was known: the same evidence
+	}
+	now := h.since()
+	h.failures++
+	h.seen = now
+	h.failing.Store(true)
+	if h.failures >= downAfter {
+		h.next.Store(now + int64(h.interval))
+		h.down.Store(e)
 	}
 	return e
 }
 
-// ok records that a round trip succeeded.
-func (h *health) ok() {
-	if down := h.down.Load(); down != nil {
-		h.down.CompareAndSwap(down, nil) // not a failure recorded since
+// reprobe lets the next decision probe Redis at once, while it is down: the last probe told
+// nothing.
+func (h *health) reprobe() {
+	if h.down.Load() != nil {
+		h.next.Store(0)
 	}
+}
+
+// ok records that a round trip succeeded: Redis is up, and the failures before are forgotten.
+func (h *health) ok() {
+	if !h.failing.Load() && h.down.Load() == nil {
+		return
+	}
+	h.mu.Lock()
+	h.failures = 0
+	h.failing.Store(false)
+	h.down.Store(nil)
+	h.mu.Unlock()
 }
 
 // healthOf returns the health of the Redis that holds key: the store's own, or on a cluster that

@@ -1,16 +1,16 @@
 package redisstore
 
 import (
+	// The tests start programs, through redistest: .ci/run reads this import to keep them out
+	// of a 32-bit emulator, which crashes when Go's runtime forks.
+	_ "os/exec"
+
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,40 +18,19 @@ import (
 
 	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/internal/testkit"
+	"github.com/retryafter/retryafter/internal/testkit/redistest"
 )
 
 // t0 is the instant the injected clocks start at.
 var t0 = testkit.T0
 
-// inCI reports whether a missing Redis is a failure rather than a reason to skip.
-func inCI() bool { return os.Getenv("CI") == "true" }
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
-// unavailable skips the test, or fails it in CI, because what it needs is missing.
-func unavailable(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if inCI() {
-		t.Fatal(msg + " (CI=true: a Redis is required)")
-	}
-	t.Skip(msg)
-}
-
-// sharedAddr returns the address of the Redis the tests share: REDIS_ADDR, by default
-// 127.0.0.1:6379. It skips the test when none answers there (fails it in CI).
+// sharedAddr returns the address of the Redis the tests share: REDIS_ADDR, or one that the
+// test binary starts (see package redistest).
 func sharedAddr(t testing.TB) string {
 	t.Helper()
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		unavailable(t, "no Redis answers at %s (set REDIS_ADDR to a test server): %v", addr, err)
-	}
-	return addr
+	return redistest.Addr(t)
 }
 
 // newClient returns a client of the Redis at addr that honours context deadlines, closed when
@@ -156,80 +135,14 @@ func testPrefix(t testing.TB) string {
 	return fmt.Sprintf("retryafter-test:%s:%d.%d:", t.Name(), time.Now().UnixNano(), prefixes.Add(1))
 }
 
-// A server is a redis-server process of the test's own, on a loopback port that stays the same
-// across restarts.
-type server struct {
-	t    testing.TB
-	bin  string
-	port int
-	args []string // more arguments of redis-server (cluster mode)
-	cmd  *exec.Cmd
-}
+// A server is a redis-server process of the test's own.
+type server = redistest.Server
 
 // startServer starts a redis-server of the test's own on a free loopback port, and stops it
 // when the test ends. It skips the test (fails it in CI) when the binary is missing.
 func startServer(t testing.TB) *server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		unavailable(t, "redis-server is not installed: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &server{t: t, bin: bin, port: port}
-	s.start()
-	t.Cleanup(func() { s.stop(syscall.SIGKILL) })
-	return s
-}
-
-func (s *server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
-
-// start runs the server and waits, at most 20 s (a loaded machine is slow to start one), until
-// it answers PING.
-func (s *server) start() {
-	s.t.Helper()
-	s.cmd = exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--logfile", ""}, s.args...)...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on port %d does not answer: %v", s.port, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// stop sends sig to the server and waits for it to exit.
-func (s *server) stop(sig syscall.Signal) {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Signal(sig)
-	s.cmd.Wait()
-	s.cmd = nil
-}
-
-// signal sends sig (SIGSTOP, SIGCONT) to the running server without waiting.
-func (s *server) signal(sig syscall.Signal) {
-	s.t.Helper()
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatal(err)
-	}
+	return redistest.Start(t)
 }
 
 // get sends GET / from remote through h.

@@ -8,14 +8,34 @@
 // and computes the exact wait inside Redis, so replicas whose clocks disagree still agree on
 // every answer. The bucket is the one of golang.org/x/time/rate, kept in integer nanoseconds:
 // the same rate and burst, a refused request costs nothing, and a client that waits the
-// Retry-After it was given is admitted whichever replica it reaches.
+// Retry-After it was given is admitted whichever replica it reaches. A Store remembers the
+// refusals Redis gave it, for as long as they hold, and refuses the requests they cover itself,
+// with the exact rest of the wait and no round trip ([WithRefusalMemory]), so that a flood of
+// refused requests costs Redis little.
 //
-// Each decision waits for Redis at most the store's timeout ([WithTimeout]); once one has
-// failed, the store knows Redis is down and fails the others at once, asking Redis again once
-// per probe interval ([WithProbeInterval]), so that an outage costs requests no waiting and the
-// store decides again within an interval of Redis coming back. Meanwhile the middleware fails
-// closed (503, Retry-After: 1) or open as [retryafter.WithFailOpen] says, unless the store
-// decides locally at each replica's share of the limit ([WithLocalFallback]).
+// Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
+// no answer in time fails, on its own. The store takes Redis for down only from evidence: three
+// failures in a row, each of a round trip sent after the one before had failed (the round trips
+// in flight together when one fails count once). From then on it fails every decision at once,
+// asking Redis again once per probe interval ([WithProbeInterval]), so that an outage costs
+// requests no waiting and the store decides again within an interval of Redis coming back.
+// Failed decisions are answered as the middleware says: closed (503, Retry-After: 1) or open
+// ([retryafter.WithFailOpen]), unless the store decides locally at each replica's share of the
+// limit ([WithLocalFallback]).
+//
+// # CPU starvation
+//
+// A replica whose process gets too little CPU (a busy host, a CPU quota, GOMAXPROCS=1 beside a
+// busy goroutine) reads Redis's replies late. A request whose own round trip, so counted, ran
+// past the timeout fails as above; the requests around it are decided as usual. One stall fails
+// only the round trips in flight during it, and they count as one failure; a timeout that the
+// process sees more than a tenth of the timeout after its deadline (it did not run in time to
+// read the answer) counts for nothing. So a starved replica takes Redis for down only when three
+// round trips in a row time out on time, one after the other, and then answers its requests as
+// in an outage until a probe succeeds, one probe interval later at most. Redis and the other
+// replicas are not affected: a starved replica refuses no request that Redis would admit; it
+// fails some (BENCHMARKS.md has the figures). A timeout well above the replica's worst stall
+// keeps that at none.
 //
 // Several limits in one decision ([retryafter.All]: a limit per client and one for the whole
 // service, requests and tokens charged afterwards) are decided in one round trip, by one script
@@ -34,9 +54,12 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,26 +104,33 @@ const DefaultProbeInterval = 500 * time.Millisecond
 // seen (its bucket is full), so an idle client costs Redis nothing; a decision touches only
 // that one key, so a Store works on Redis Cluster too.
 //
-// A Store is safe for concurrent use and needs no closing: it holds no goroutine (the timers of
-// its deadlines end with them); the client it was given stays the caller's.
+// A Store is safe for concurrent use and needs no closing: it holds no goroutine; the client it
+// was given stays the caller's.
 type Store struct {
 	client    redis.Scripter
 	interval  int64  // nanoseconds per token
 	args      [2]any // interval and burst, boxed once rather than on every call
 	burst     int
-	inf       bool // rate.Inf: admit everything without asking Redis
+	policy    retryafter.Policy // the rate and burst, for every Decision
+	inf       bool              // rate.Inf: admit everything without asking Redis
 	prefix    string
 	timeout   time.Duration
 	probe     time.Duration
 	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
 	oneServer bool // client runs every script on one server, whatever its keys (see Combine)
 	tolerance any  // with caller: how far back instants may arrive before a repair, ns (state.lua)
-	deadlines deadlines
 	health    *health
 	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
 	nodes     sync.Map                // *redis.Client of a master → *health
 	replicas  int                     // WithLocalFallback's, 0 without it
 	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
+	localPol  retryafter.Policy       // local's rate and burst
+
+	refusalBudget int           // WithRefusalMemory's bytes
+	refusals      *refusals     // the refusals remembered; nil without
+	refunds       atomic.Uint64 // how many Charges have given quota back (see refunded)
+	changes       atomic.Uint64 // refunds, charges and admissions outside groups (see group)
+	epoch         time.Time     // origin of the instants of refusals on the local clock
 }
 
 // An Option configures [New].
@@ -125,14 +155,15 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithProbeInterval sets how often a Store that knows Redis to be down asks it again. A Store
-// knows Redis is down from the first decision that fails (see [ErrUnavailable]); from then on
-// every decision fails at once, without waiting for Redis, except one per interval, which asks
-// Redis and, if it answers, brings the Store back. So while Redis is down a request costs no
-// wait but that of the one probe per interval, and once Redis is back (and the client can reach
-// it again) the Store decides again within one interval of traffic. The default is
-// [DefaultProbeInterval], 500 ms. On a Redis Cluster (a *redis.ClusterClient), each master is
-// known to be up or down on its own: one that is down fails fast only the keys it holds. It
-// panics if d is not positive.
+// knows Redis is down after three round trips in a row fail (see [ErrUnavailable]), each sent
+// after the one before had failed, so that a late reply, or a stall of the client's own process
+// that makes every reply in flight late, is no outage. From then on every decision fails at
+// once, without waiting for Redis, except one per interval, which asks Redis and, if it answers,
+// brings the Store back. So while Redis is down a request costs no wait but that of the one
+// probe per interval, and once Redis is back (and the client can reach it again) the Store
+// decides again within one interval of traffic. The default is [DefaultProbeInterval], 500 ms.
+// On a Redis Cluster (a *redis.ClusterClient), each master is known to be up or down on its
+// own: one that is down fails fast only the keys it holds. It panics if d is not positive.
 func WithProbeInterval(d time.Duration) Option {
 	if d <= 0 {
 		panic("redisstore: WithProbeInterval not positive")
@@ -189,7 +220,8 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	if !(limit > 0) {
 		panic("redisstore: rate limit not positive")
 	}
-	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval}
+	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval,
+		policy: retryafter.Policy{Limit: limit, Burst: burst}, refusalBudget: DefaultRefusalMemory, epoch: time.Now()}
 	_, s.oneServer = client.(*redis.Client)
 	if limit == rate.Inf {
 		s.inf = true
@@ -212,11 +244,13 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		}
 		o(s)
 	}
-	s.deadlines.step = stepFor(s.timeout)
 	s.health = newHealth(s.probe)
+	if !s.inf {
+		s.refusals = newRefusals(s.refusalBudget)
+	}
 	s.cluster, _ = client.(*redis.ClusterClient)
 	if s.replicas > 0 && !s.inf {
-		s.local = newLocal(limit, burst, s.replicas)
+		s.local, s.localPol = newLocal(limit, burst, s.replicas)
 	}
 	return s
 }
@@ -245,7 +279,8 @@ func honoursDeadlines(client redis.Scripter) bool {
 // reports how long until it will. RetryAfter is exact to the microsecond, Redis's resolution: a
 // request of the same cost that reaches Redis that much later is admitted, unless other
 // requests spent the key's tokens meanwhile, and one a microsecond earlier would not be. It is
-// rate.InfDuration for a cost above the burst. Limit, Remaining and Reset are always filled.
+// rate.InfDuration for a cost above the burst. Limit, Remaining and Reset are always filled, and
+// Policy is the store's rate and burst, with no name.
 //
 // A cost of 0 spends nothing and writes nothing to Redis: it reports the key's quota, and is
 // admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
@@ -276,47 +311,62 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
 	}
 	if s.inf {
-		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst}, nil
+		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst, Policy: s.policy}, nil
 	}
-	c := s.newCall(ctx, key, cost, now)
-	health := s.healthOf(&c.ctx, c.keys[0])
-	if err := health.admit(); err != nil {
+	at := s.instant(now)
+	if s.refusals != nil {
+		if d, ok := s.refusals.answer(key, cost, at, 0); ok {
+			return d, nil
+		}
+	}
+	refunds := s.refunds.Load()
+	c := s.newCall(key, cost, now)
+	rt, cancel := newRoundTrip(ctx, s.timeout)
+	defer cancel()
+	health := s.healthOf(rt.ctx, c.keys[0])
+	sent, err := health.admit()
+	if err != nil {
 		return s.orLocal(ctx, key, cost, now, err)
 	}
-	res, err := decideScript.Run(&c.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
+	res, err := decideScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
 	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		err, down := s.failed(ctx, &c.ctx, health, err)
+		err, down := s.failed(ctx, rt, health, sent, err)
 		if !down {
 			return retryafter.Decision{}, err
 		}
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
-	return decision(res, s.burst), nil
+	d := decision(res, s.policy)
+	if s.refusals != nil {
+		e := refusal{cost: cost, learned: at, d: res[3], interval: s.interval, horizon: s.interval * int64(s.burst), burst: s.burst, dec: d}
+		switch fresh := s.refunds.Load() == refunds; {
+		case d.Allowed && cost > 0 && fresh:
+			s.changes.Add(1)
+			s.refusals.refresh(key, e) // the request spent what the refusal remembered did not
+		case d.Allowed && cost > 0:
+			s.changes.Add(1)
+			s.refusals.forget(key) // its answer may be from before a refund
+		case !d.Allowed && d.RetryAfter < rate.InfDuration && fresh:
+			s.refusals.remember(key, e)
+		}
+	}
+	return d, nil
 }
 
-// A call is what one round trip needs besides the client's own work, in one allocation: its
-// context, its key and the script's arguments.
+// A call is the key and the script's arguments of one round trip, in one allocation.
 type call struct {
-	ctx   callCtx
 	keys  [1]string
 	args  [5]any
 	nargs int
 }
 
-// newCall prepares the round trip of one decision, with its deadline: the store's timeout from
-// now, or ctx's own deadline if sooner.
-func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time) *call {
+// newCall prepares the script call of one decision.
+func (s *Store) newCall(key string, cost int, now time.Time) *call {
 	c := &call{nargs: 3}
-	c.ctx.parent = ctx
-	c.ctx.deadline = time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(c.ctx.deadline) {
-		c.ctx.deadline = d
-	}
-	c.ctx.done = s.deadlines.doneBy(c.ctx.deadline)
 	c.keys[0] = s.prefix + key
 	c.args[0], c.args[1], c.args[2] = s.args[0], s.args[1], cost
 	if s.caller {
@@ -326,12 +376,53 @@ func (s *Store) newCall(ctx context.Context, key string, cost int, now time.Time
 	return c
 }
 
-// failed returns the error of a round trip of the caller's ctx, made in c, that failed with err,
-// and whether it was a failure of Redis, which it then records in health: not when the caller's
-// own deadline ended it.
-func (s *Store) failed(ctx context.Context, c *callCtx, health *health, err error) (error, bool) {
-	if ctx.Err() != nil && c.deadline.Equal(deadlineOf(ctx)) {
+// A roundTrip is the context of one round trip: the caller's values, and a deadline, the
+// store's timeout from now or the caller's own if sooner, which the caller's cancellation does
+// not shorten (see [Store.Decide]).
+type roundTrip struct {
+	ctx      context.Context
+	deadline time.Time
+	own      bool // the deadline is the caller's
+}
+
+// newRoundTrip returns the round trip of a call of the caller's ctx with the store's timeout,
+// and the function that releases its timer.
+func newRoundTrip(ctx context.Context, timeout time.Duration) (roundTrip, context.CancelFunc) {
+	rt := roundTrip{deadline: time.Now().Add(timeout)}
+	if d, ok := ctx.Deadline(); ok && d.Before(rt.deadline) {
+		rt.deadline, rt.own = d, true
+	}
+	var cancel context.CancelFunc
+	rt.ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), rt.deadline)
+	return rt, cancel
+}
+
+// starved returns how long after the deadline of a round trip of the store's timeout its failure
+// may be seen before it is taken to show a process starved of CPU rather than a Redis down.
+func starved(timeout time.Duration) time.Duration {
+	return max(timeout/10, time.Millisecond)
+}
+
+// isTimeout reports whether err is a round trip's deadline passing, as the context or the
+// connection reports it.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// failed returns the error of a round trip rt of the caller's ctx, sent at sent (from
+// health.admit), that failed with err, and whether it was a failure of Redis, which it then
+// records in health: not when the caller's own deadline ended it.
+func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
+	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
 		return fmt.Errorf("redisstore: %w", err), false
+	}
+	if late := time.Since(rt.deadline); late > starved(s.timeout) && isTimeout(err) {
+		// The timeout was seen long after the deadline: this process did not run in time to
+		// read the answer, and that says nothing of Redis. A probe so failed is asked again by
+		// the next decision. Other errors (a refused connection) count however late.
+		health.reprobe()
+		return &unavailableError{cause: err}, true
 	}
 	if s.cluster != nil {
 		// go-redis reloads the slot map only on a MOVED reply or once a minute, and a master
@@ -340,11 +431,5 @@ func (s *Store) failed(ctx context.Context, c *callCtx, health *health, err erro
 		// go-redis coalesces the reloads.
 		s.cluster.ReloadState(ctx)
 	}
-	return health.failed(err), true
-}
-
-// deadlineOf returns ctx's deadline, or the zero time if it has none.
-func deadlineOf(ctx context.Context) time.Time {
-	d, _ := ctx.Deadline()
-	return d
+	return health.failed(sent, err), true
 }

@@ -588,7 +588,7 @@ func TestIntervalRounded(t *testing.T) {
 // left behind; and the store works again once the server is back.
 func TestOutage(t *testing.T) {
 	srv := startServer(t)
-	client := newClient(t, srv.addr())
+	client := newClient(t, srv.Addr())
 	const timeout = 150 * time.Millisecond
 	// margin is how late past the timeout a call may return: scheduling on a loaded machine,
 	// far below the 3 s of go-redis's ReadTimeout, which bounds a call that the timeout does not.
@@ -655,21 +655,21 @@ func TestOutage(t *testing.T) {
 
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
-			srv.stop(sig)
+			srv.Stop(sig)
 			down(t)
-			srv.start()
+			srv.Restart()
 			up(t)
 		})
 	}
 	t.Run("frozen", func(t *testing.T) {
-		srv.signal(syscall.SIGSTOP)
+		srv.Signal(syscall.SIGSTOP)
 		start := time.Now()
 		_, err := store.Decide(context.Background(), "k", 1, t0)
 		if took := time.Since(start); err == nil || took < timeout || took > timeout+margin {
 			t.Fatalf("frozen Redis: err=%v after %v, want an error after the %v timeout, within %v of it", err, took, timeout, margin)
 		}
 		down(t)
-		srv.signal(syscall.SIGCONT)
+		srv.Signal(syscall.SIGCONT)
 		up(t)
 	})
 

@@ -1,0 +1,260 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+)
+
+// DefaultRefusalMemory is the most memory, in bytes, that a [Store] spends remembering refusals
+// when no [WithRefusalMemory] is given: 1 MiB, some 5,000 keys of 20 bytes.
+const DefaultRefusalMemory = 1 << 20
+
+// WithRefusalMemory sets the most memory, in bytes, that a Store spends remembering the
+// refusals Redis gave it, so that it answers the requests they cover itself, without asking
+// Redis; 0 turns that off. The default is [DefaultRefusalMemory], 1 MiB.
+//
+// When Redis refuses a request of cost c on a key, with the wait w, the Store remembers that the
+// key refuses every request of cost c or more until w after the instant the request was sent
+// (on the local monotonic clock, or at the caller's instants with an injected clock), and
+// answers those requests itself until then: refused, with the exact rest of the wait, and the
+// Remaining and Reset that Redis would give if nothing else had spent the key's quota. The
+// requests of other replicas can only spend the key's quota, never give it back, so they can
+// only make Redis refuse longer: a remembered refusal never refuses a request that Redis would
+// admit, and the first request at its instant goes to Redis, which tells the rest. Timing the
+// wait from the send, not from Redis's reading, makes a remembered wait shorter than Redis's
+// by at most the one-way trip. Remembered refusals are answered while Redis is down too.
+//
+// What can make a remembered refusal refuse what Redis would admit, until its instant at the
+// latest, never longer than the wait Redis gave:
+//
+//   - A [Store.Charge] that gives quota back (a negative cost, as [retryafter.All] does to undo
+//     what a layer spent): the Store forgets its refusals of that key when it does so itself,
+//     and a refusal that was in flight meanwhile is not remembered; one given back by another
+//     Store (another replica, another Store on the same prefix) is not seen until the instant.
+//   - A change of the policy on the key's prefix: a Store remembers only the refusals of its own
+//     rate and burst, so a replica started with a new policy begins with none, but the replicas
+//     still on the old one keep theirs.
+//   - The key changed in Redis by other means: deleted by hand, lost in a failover to a replica
+//     that lacks the last writes, or Redis's clock stepping forward.
+//
+// The memory is bounded by bytes as the in-memory table's is: each refusal takes its key's
+// length and about 180 bytes; past the budget, refusals whose instant is over go first, then
+// others at random, which then only cost a round trip again. It panics if bytes is negative.
+func WithRefusalMemory(bytes int) Option {
+	if bytes < 0 {
+		panic("redisstore: WithRefusalMemory below 0")
+	}
+	return func(s *Store) { s.refusalBudget = bytes }
+}
+
+// refusalShards is how many independently locked parts a refusals divides its keys into.
+const refusalShards = 16
+
+// refusalBytes is what one remembered refusal costs besides its key's bytes: the entry (144
+// bytes on a 64-bit platform), the key's header and the map's slot.
+const refusalBytes = 176
+
+// refusals remembers, per key, that a request of cost at least c is refused until an instant.
+type refusals struct {
+	budget int // per shard, bytes
+	// group says whether the refusals are a group's: keyed by the request's key rather than a
+	// Store's own, each covers only the cost it refused (the layer that binds may change with the
+	// cost), and a refund in any layer's Store invalidates them all (answer takes the count).
+	group  bool
+	seed   maphash.Seed
+	shards [refusalShards]refusalShard
+}
+
+type refusalShard struct {
+	mu    sync.Mutex
+	n     atomic.Int32 // len(m), read without the lock
+	m     map[string]refusal
+	bytes int
+}
+
+// A refusal is what a Store remembers of one refusal of a key: that the key's bucket was to be
+// full no sooner than d after the instant learned, which the requests of other replicas can only
+// put off. A request of cost n at a later instant at is then refused if the bucket lacks n tokens
+// even so: d - (at - learned) + n*interval > horizon, with the wait the excess, to Redis's
+// microsecond.
+type refusal struct {
+	cost     int   // the refused cost (a group's refusal covers only it)
+	learned  int64 // the instant the request was sent (see Store.instant)
+	until    int64 // the instant from which the refused request would be admitted
+	valid    int64 // a group's: the instant until which it covers the refused cost
+	d        int64 // nanoseconds the key's bucket was to be full in, at learned
+	interval int64 // of the layer that refused
+	horizon  int64
+	burst    int
+	dec      retryafter.Decision // what Redis answered
+	refunds  uint64              // the count of refunds when the request was sent (group only)
+}
+
+// expires returns the instant after which e covers no request: its bucket is full then, and
+// for a group the refused request is admitted.
+func (e *refusal) expires() int64 {
+	if e.valid > 0 {
+		return e.valid
+	}
+	return e.learned + e.d
+}
+
+// newRefusals returns a memory of refusals of at most budget bytes, or nil for none.
+func newRefusals(budget int) *refusals {
+	if budget <= 0 {
+		return nil
+	}
+	r := &refusals{budget: max(budget/refusalShards, 1), seed: maphash.MakeSeed()}
+	for i := range r.shards {
+		r.shards[i].m = map[string]refusal{}
+	}
+	return r
+}
+
+func (r *refusals) shard(key string) *refusalShard {
+	return &r.shards[maphash.String(r.seed, key)%refusalShards]
+}
+
+// answer returns, if a refusal of key covers a request of cost at the instant at, the Decision
+// Redis would give it then if nothing else had spent the key's quota. refunds is the count of
+// refunds now, for a whole memory.
+func (r *refusals) answer(key string, cost int, at int64, refunds uint64) (retryafter.Decision, bool) {
+	sh := r.shard(key)
+	if sh.n.Load() == 0 {
+		return retryafter.Decision{}, false
+	}
+	sh.mu.Lock()
+	e, ok := sh.m[key]
+	if ok && (at >= e.expires() || r.group && e.refunds != refunds) {
+		sh.remove(key, e)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || at < e.learned {
+		return retryafter.Decision{}, false
+	}
+	d := e.dec
+	d.Allowed = false
+	left := max(e.d-(at-e.learned), 0)
+	switch {
+	case r.group:
+		if cost != e.cost || at >= e.valid {
+			return retryafter.Decision{}, false
+		}
+		d.RetryAfter = time.Duration(e.until - at)
+	case cost > e.burst:
+		d.RetryAfter = rate.InfDuration
+	default:
+		over := left - e.horizon + int64(cost)*e.interval
+		if over <= 0 {
+			return retryafter.Decision{}, false
+		}
+		d.RetryAfter = time.Duration((over+999)/1000) * time.Microsecond
+	}
+	d.Remaining = 0
+	if left < e.horizon {
+		d.Remaining = int((e.horizon - left) / e.interval)
+	}
+	d.Reset = time.Duration((left+999)/1000) * time.Microsecond
+	return d, true
+}
+
+// remember records e as key's refusal, in place of any before.
+func (r *refusals) remember(key string, e refusal) {
+	sh := r.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[key]; ok {
+		sh.remove(key, old)
+	}
+	size := len(key) + refusalBytes
+	if sh.bytes+size > r.budget {
+		for k, old := range sh.m { // expired ones first
+			if old.expires() <= e.learned {
+				sh.remove(k, old)
+			}
+		}
+		for k, old := range sh.m { // then at random, as Go's maps range
+			if sh.bytes+size <= r.budget {
+				break
+			}
+			sh.remove(k, old)
+		}
+		if sh.bytes+size > r.budget {
+			return // a key longer than the budget
+		}
+	}
+	sh.m[key] = e
+	sh.bytes += size
+	sh.n.Store(int32(len(sh.m)))
+}
+
+// refresh replaces key's refusal, if it has one, by e: an answer of Redis's for it since.
+func (r *refusals) refresh(key string, e refusal) {
+	if r.shard(key).n.Load() == 0 {
+		return
+	}
+	sh := r.shard(key)
+	sh.mu.Lock()
+	old, ok := sh.m[key]
+	if ok {
+		e.dec.Policy = old.dec.Policy
+		sh.m[key] = e
+	}
+	sh.mu.Unlock()
+}
+
+// forget drops key's refusal.
+func (r *refusals) forget(key string) {
+	sh := r.shard(key)
+	if sh.n.Load() == 0 {
+		return
+	}
+	sh.mu.Lock()
+	if e, ok := sh.m[key]; ok {
+		sh.remove(key, e)
+	}
+	sh.mu.Unlock()
+}
+
+// remove deletes key, whose entry is e, with sh locked.
+func (sh *refusalShard) remove(key string, _ refusal) {
+	delete(sh.m, key)
+	sh.bytes -= len(key) + refusalBytes
+	sh.n.Store(int32(len(sh.m)))
+}
+
+// instant returns the instant a request sent now is timed from, for the memory of refusals: on
+// the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
+// the caller's now truncated to the microsecond, the instant the script decides at.
+func (s *Store) instant(now time.Time) int64 {
+	if s.caller {
+		return now.UnixMicro() * 1000
+	}
+	return int64(time.Since(s.epoch))
+}
+
+// refunded records that key may have been given quota back: its remembered refusal is forgotten,
+// and no refusal of a round trip in flight meanwhile is remembered.
+func (s *Store) refunded(key string) {
+	s.refunds.Add(1)
+	s.changes.Add(1)
+	if s.refusals != nil {
+		s.refusals.forget(key)
+	}
+}
+
+// charged records that key was charged, so that its remembered refusal, and those of the groups
+// of the Store, would tell too short a wait.
+func (s *Store) charged(key string) {
+	s.changes.Add(1)
+	if s.refusals != nil {
+		s.refusals.forget(key)
+	}
+}

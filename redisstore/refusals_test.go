@@ -1,0 +1,148 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+)
+
+// TestRefusalMemory checks, on a real Redis and an injected clock, that a Store answers the
+// requests that a refusal it remembers covers without a round trip, exactly as Redis does: a
+// twin Store on the same keys that remembers nothing asks Redis every time, and every Decision of
+// the two is the same, for random instants within the wait and random costs (above the burst
+// too). The wait over, Redis is asked and admits; a Charge that gives quota back makes the Store
+// forget the refusal, and the next request is admitted; a peek of a key not in debt goes to Redis.
+func TestRefusalMemory(t *testing.T) {
+	addr := sharedAddr(t)
+	client, twinClient := newClient(t, addr), newClient(t, addr)
+	rounds := countRoundTrips(client)
+	prefix := testPrefix(t)
+	const every, burst = time.Second, 3
+	s := New(client, rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock())
+	twin := New(twinClient, rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithRefusalMemory(0))
+	rng := rand.New(rand.NewPCG(7, 8))
+	for k := range 5 {
+		key := fmt.Sprint("k", k)
+		start := t0.Add(time.Duration(k) * time.Hour)
+		if d := decide(t, s, key, burst, start); !d.Allowed {
+			t.Fatalf("the burst: %+v", d)
+		}
+		before := rounds.Load()
+		first := decide(t, s, key, 1, start)
+		if first.Allowed || rounds.Load()-before != 1 {
+			t.Fatalf("the first refusal: %+v after %d round trips", first, rounds.Load()-before)
+		}
+		local := 0
+		for range 200 {
+			now := start.Add(time.Duration(rng.Int64N(int64(every))) / time.Microsecond * time.Microsecond)
+			cost := 1 + rng.IntN(burst+1)
+			before := rounds.Load()
+			got := decide(t, s, key, cost, now)
+			if rounds.Load() == before {
+				local++
+			}
+			if want := decide(t, twin, key, cost, now); got != want {
+				t.Fatalf("%s cost %d at +%v: %+v, Redis says %+v", key, cost, now.Sub(start), got, want)
+			}
+		}
+		if local != 200 {
+			t.Fatalf("%s: %d of 200 refusals within the wait answered without Redis, want all", key, local)
+		}
+		if d := decide(t, s, key, 1, start.Add(every)); !d.Allowed {
+			t.Fatalf("%s at the end of the wait: %+v, want admitted", key, d)
+		}
+		// Learn a refusal again, then give a token back: the refusal is forgotten.
+		if d := decide(t, s, key, 1, start.Add(every)); d.Allowed {
+			t.Fatalf("%s, the next request: %+v, want refused", key, d)
+		}
+		charge(t, s, key, -1, start.Add(every))
+		if d := decide(t, s, key, 1, start.Add(every)); !d.Allowed {
+			t.Fatalf("%s after a token given back: %+v, want admitted", key, d)
+		}
+		before = rounds.Load()
+		if d := decide(t, s, key, 0, start.Add(every)); !d.Allowed || rounds.Load()-before != 1 {
+			t.Fatalf("%s, a peek: %+v after %d round trips, want admitted by Redis", key, d, rounds.Load()-before)
+		}
+	}
+}
+
+// TestAllRefusalMemory checks, on a real Redis and an injected clock, that an All of Stores
+// decided in one script answers the refusals it remembers without a round trip, exactly as an
+// All of twin Stores that remember nothing, deciding the same requests on keys of their own: refused by the per-key limit, then by the shared one.
+// An admission of another key, which spends the shared limit, makes the group forget.
+func TestAllRefusalMemory(t *testing.T) {
+	addr := sharedAddr(t)
+	client, twinClient := newClient(t, addr), newClient(t, addr)
+	rounds := countRoundTrips(client)
+	newAll := func(c redis.Scripter, opts ...Option) retryafter.Limiter {
+		prefix := testPrefix(t) // the twin's keys are its own: it decides the same requests
+		o := append([]Option{WithTimeout(testTimeout), withInjectedClock()}, opts...)
+		perKey := New(c, rate.Every(time.Second), 2, append([]Option{WithPrefix(prefix + "key:")}, o...)...)
+		shared := New(c, rate.Every(time.Minute), 3, append([]Option{WithPrefix(prefix + "all:")}, o...)...)
+		return retryafter.All(perKey, retryafter.Shared(shared, "all"))
+	}
+	all, twin := newAll(client), newAll(twinClient, WithRefusalMemory(0))
+	check := func(key string, now time.Time, wantLocal bool) retryafter.Decision {
+		t.Helper()
+		before := rounds.Load()
+		got, err := all.Decide(context.Background(), key, 1, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if local := rounds.Load() == before; local != wantLocal {
+			t.Fatalf("%s at +%v: answered locally %v, want %v", key, now.Sub(t0), local, wantLocal)
+		}
+		want, err := twin.Decide(context.Background(), key, 1, now)
+		if err != nil || got != want {
+			t.Fatalf("%s at +%v: %+v, Redis says %+v, %v", key, now.Sub(t0), got, want, err)
+		}
+		return got
+	}
+	check("a", t0, false)
+	check("a", t0, false)
+	check("a", t0, false) // refused by the per-key limit: remembered
+	for i := range 10 {
+		check("a", t0.Add(time.Duration(i)*50*time.Millisecond), true)
+	}
+	check("b", t0.Add(500*time.Millisecond), false) // the shared limit's last token
+	check("c", t0.Add(500*time.Millisecond), false) // refused by the shared limit: remembered
+	for i := range 10 {
+		check("c", t0.Add(500*time.Millisecond+time.Duration(i)*time.Second), true)
+	}
+	check("a", t0.Add(600*time.Millisecond), false) // forgotten: b spent the shared limit
+}
+
+// TestRefusalMemoryBound checks that the memory of refusals holds to its budget, whatever the
+// keys (short, long, longer than the budget), dropping the expired first, and keeps answering.
+func TestRefusalMemoryBound(t *testing.T) {
+	for _, budget := range []int{1, 4096, 1 << 16} {
+		r := newRefusals(budget)
+		rng := rand.New(rand.NewPCG(9, uint64(budget)))
+		for i := range 5000 {
+			key := fmt.Sprint(i, ":", string(make([]byte, rng.IntN(300))))
+			r.remember(key, refusal{cost: 1, learned: int64(i), d: int64(1 + rng.IntN(10000)), interval: 1, horizon: 10, burst: 10})
+			var bytes, n int
+			for j := range r.shards {
+				sh := &r.shards[j]
+				bytes += sh.bytes
+				n += len(sh.m)
+				if sh.bytes > r.budget || int(sh.n.Load()) != len(sh.m) {
+					t.Fatalf("budget %d: a shard holds %d bytes of %d, n %d for %d", budget, sh.bytes, r.budget, sh.n.Load(), len(sh.m))
+				}
+			}
+			if bytes > max(budget, refusalShards) {
+				t.Fatalf("budget %d: %d bytes held", budget, bytes)
+			}
+		}
+	}
+	if newRefusals(0) != nil {
+		t.Fatal("a budget of 0 remembers")
+	}
+}
