@@ -190,6 +190,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	refunds := g.refundCount()
 	if g.refusals != nil {
 		if d, ok := g.refusals.answer(key, cost, at, refunds); ok {
+			lead.localAnswers.Add(1)
 			return d, nil
 		}
 	}

@@ -70,3 +70,7 @@ func (s *Store) Down() error {
 	})
 	return err
 }
+
+// FallingBack reports whether the store decides in memory because Redis is down: with
+// [WithLocalFallback], while [Store.Down] reports an error. For metrics and health checks.
+func (s *Store) FallingBack() bool { return s.local != nil && s.Down() != nil }

@@ -235,8 +235,8 @@ func TestLocalFallbackRealOutage(t *testing.T) {
 	for i := 0; s.Down() == nil && i < 10; i++ {
 		s.Decide(ctx, "other", 0, now)
 	}
-	if err := s.Down(); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Down() while Redis is down: %v", err)
+	if err := s.Down(); !errors.Is(err, ErrUnavailable) || !s.FallingBack() {
+		t.Fatalf("Down() while Redis is down: %v, FallingBack %v", err, s.FallingBack())
 	}
 	srv.Restart()
 	back := time.Now()
@@ -257,6 +257,9 @@ func TestLocalFallbackRealOutage(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("Redis decided again %v after it was back", time.Since(back))
+	if s.FallingBack() {
+		t.Fatal("FallingBack with Redis back")
+	}
 	if err := s.Down(); err != nil {
 		t.Fatalf("Down() after recovery: %v", err)
 	}

@@ -197,3 +197,9 @@ func agrees(got, want retryafter.Decision) bool {
 	return got.Allowed == want.Allowed && got.Remaining == want.Remaining &&
 		(got.RetryAfter-want.RetryAfter).Abs() <= 2*time.Microsecond && (got.Reset-want.Reset).Abs() <= 2*time.Microsecond
 }
+
+// quota returns d's exported fields but its layers, to compare a Decision of several layers
+// with one of one.
+func quota(d retryafter.Decision) retryafter.Decision {
+	return retryafter.Decision{Allowed: d.Allowed, RetryAfter: d.RetryAfter, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, Policy: d.Policy}
+}

@@ -131,6 +131,7 @@ type Store struct {
 	refunds       atomic.Uint64 // how many Charges have given quota back (see refunded)
 	changes       atomic.Uint64 // refunds, charges and admissions outside groups (see group)
 	epoch         time.Time     // origin of the instants of refusals on the local clock
+	localAnswers  atomic.Uint64 // the requests a remembered refusal answered (see LocalAnswers)
 }
 
 // An Option configures [New].
@@ -316,6 +317,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	at := s.instant(now)
 	if s.refusals != nil {
 		if d, ok := s.refusals.answer(key, cost, at, 0); ok {
+			s.localAnswers.Add(1)
 			return d, nil
 		}
 	}

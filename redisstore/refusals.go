@@ -230,6 +230,11 @@ func (sh *refusalShard) remove(key string, _ refusal) {
 	sh.n.Store(int32(len(sh.m)))
 }
 
+// LocalAnswers returns how many requests the store has answered from a refusal it remembered,
+// without asking Redis (see [WithRefusalMemory]), its combined decisions (as the first layer)
+// included: a counter, for metrics.
+func (s *Store) LocalAnswers() uint64 { return s.localAnswers.Load() }
+
 // instant returns the instant a request sent now is timed from, for the memory of refusals: on
 // the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
 // the caller's now truncated to the microsecond, the instant the script decides at.

@@ -86,14 +86,15 @@ func newHandler(c config) (http.Handler, func(context.Context) error, error) {
 }
 
 // newConfig returns the limiter of 1 request per second per client, bursts of 3: in memory, or
-// in the Redis at redisAddr when it is not empty.
-func newConfig(redisAddr string) config {
+// in the Redis at redisAddr, with opts, when it is not empty.
+func newConfig(redisAddr string, opts ...redisstore.Option) config {
 	limit, burst := rate.Every(time.Second), 3
 	if redisAddr == "" {
 		return config{limiter: retryafter.NewTokenBucket(limit, burst), name: "memory"}
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
-	return config{limiter: redisstore.New(rdb, limit, burst, redisstore.WithPrefix("metrics-example:")), name: "redis"}
+	opts = append([]redisstore.Option{redisstore.WithPrefix("metrics-example:")}, opts...)
+	return config{limiter: redisstore.New(rdb, limit, burst, opts...), name: "redis"}
 }
 
 func main() {

@@ -24,7 +24,11 @@ import (
 )
 
 // redisstore.Store reports its down state as package otelmetrics reads it.
-var _ otelmetrics.DownReporter = (*redisstore.Store)(nil)
+var (
+	_ otelmetrics.DownReporter       = (*redisstore.Store)(nil)
+	_ otelmetrics.LocalAnswerCounter = (*redisstore.Store)(nil)
+	_ otelmetrics.FallbackReporter   = (*redisstore.Store)(nil)
+)
 
 // start serves the example's handler made of c on a loopback port and returns its address.
 func start(t *testing.T, c config) string {
@@ -181,6 +185,11 @@ func TestScrapeRedis(t *testing.T) {
 	addr, stop := startRedis(t, bin)
 	c := newConfig(addr)
 	base := start(t, c)
+	// A refusal the store remembers is answered while Redis is down too (429): the requests
+	// after the outage below go to a second store that remembers none, so that they need Redis.
+	forgetful := newConfig(addr, redisstore.WithRefusalMemory(0))
+	forgetful.name = "redis2"
+	base2 := start(t, forgetful)
 	for _, p := range demoPaths {
 		get(t, base, p)
 	}
@@ -193,19 +202,29 @@ func TestScrapeRedis(t *testing.T) {
 	wantValue(t, fams, 5, "retryafter_limiter_duration_seconds", redisName)
 	// The optional states, once the store reports them.
 	if _, ok := c.limiter.(otelmetrics.LocalAnswerCounter); ok {
-		wantValue(t, fams, 0, "retryafter_limiter_local_answers_total", redisName)
+		// Refusals after the first of a key are answered from its memory, without Redis.
+		refused, _ := value(fams, "retryafter_decisions_total", map[string]string{"retryafter_outcome": "refused"})
+		if local, found := value(fams, "retryafter_limiter_local_answers_total", redisName); !found || local > refused {
+			t.Fatalf("local answers %v (found %v), refusals %v", local, found, refused)
+		}
 	}
 	if _, ok := c.limiter.(otelmetrics.FallbackReporter); ok {
 		wantValue(t, fams, 0, "retryafter_limiter_local_fallback", redisName)
 	}
 
 	stop()
-	if got := get(t, base, "/items/9"); got != http.StatusServiceUnavailable {
-		t.Fatalf("with Redis down: %d, want 503", got)
+	if got := get(t, base, "/items/9"); got != http.StatusTooManyRequests {
+		t.Fatalf("with Redis down, a remembered refusal: %d, want 429", got)
 	}
-	fams = scrape(t, base)
-	wantValue(t, fams, 1, "retryafter_limiter_down", redisName)
-	wantValue(t, fams, 1, "retryafter_decisions_total", map[string]string{"http_route": "/items/{id}", "retryafter_outcome": "failed_closed"})
+	// Three failures in a row are the evidence that takes Redis for down.
+	for range 3 {
+		if got := get(t, base2, "/items/9"); got != http.StatusServiceUnavailable {
+			t.Fatalf("with Redis down: %d, want 503", got)
+		}
+	}
+	fams = scrape(t, base2)
+	wantValue(t, fams, 1, "retryafter_limiter_down", map[string]string{"retryafter_limiter_name": "redis2"})
+	wantValue(t, fams, 3, "retryafter_decisions_total", map[string]string{"http_route": "/items/{id}", "retryafter_outcome": "failed_closed"})
 	noClient(t, fams)
 }
 
