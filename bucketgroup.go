@@ -124,12 +124,12 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	d.Allowed = admitted
 	d.late(lag)
 	if len(st) > 1 {
-		ds := make([]Decision, len(st))
+		ds := newLayers(len(st))
 		for i := range st {
 			st[i].d.late(lag)
-			ds[i] = st[i].d
+			(*ds)[i] = st[i].d
 		}
-		d.layers = &ds
+		d.layers = ds
 	}
 	return d, nil
 }

@@ -299,16 +299,36 @@ func withLayers(d Decision, ds []Decision) Decision {
 		d.layers = nil
 		return d
 	}
-	all := make([]Decision, 0, n)
+	all := newLayers(n)
+	i := 0
 	for _, e := range ds {
 		if l := e.Layers(); l != nil {
-			all = append(all, l...)
+			i += copy((*all)[i:], l)
 		} else {
-			all = append(all, e)
+			(*all)[i] = e
+			i++
 		}
 	}
-	d.layers = &all
+	d.layers = all
 	return d
+}
+
+// layerList is the list of a Decision's layers with room for two, the usual All, so that the
+// list and its Decisions are one allocation.
+type layerList struct {
+	ds  []Decision
+	two [2]Decision
+}
+
+// newLayers returns a list of n Decisions for Decision.layers.
+func newLayers(n int) *[]Decision {
+	l := new(layerList)
+	if n <= len(l.two) {
+		l.ds = l.two[:n]
+	} else {
+		l.ds = make([]Decision, n)
+	}
+	return &l.ds
 }
 
 // tighter merges the Decision of one more layer (or group) into d: refused if either is, and
