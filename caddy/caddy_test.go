@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	os.Setenv("XDG_DATA_HOME", dir+"/data")
 	os.Setenv("XDG_CONFIG_HOME", dir+"/config")
 	adminPort, sitePort = freePort(), freePort()
+	// Caddy restarts its admin endpoint with each load; caddytest posts each load on the default
+	// transport, which could otherwise send it on a kept-alive connection to the one before.
+	http.DefaultTransport.(*http.Transport).DisableKeepAlives = true
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -350,7 +353,10 @@ http://127.0.0.1:SITE {
 // the error's text when it is one.
 func postLoad(t *testing.T, config, contentType string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), contentType, strings.NewReader(config))
+	// A new connection each time: Caddy restarts its admin endpoint with each load, refused
+	// ones included, and a kept-alive connection to the one before would answer EOF.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := client.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), contentType, strings.NewReader(config))
 	if err != nil {
 		t.Fatal(err)
 	}
