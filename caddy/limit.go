@@ -49,7 +49,7 @@ type Limit struct {
 	// request whose key comes out empty, or that names an unknown placeholder, is answered 500
 	// and logged. If empty, the default is the client address that Caddy found (after its
 	// trusted_proxies), keyed as [retryafter.ClientIP] keys it: an IPv4 client by its address,
-	// an IPv6 client by its /64.
+	// an IPv6 client by its /64 (where {client_ip} in a Key is the whole address).
 	Key string `json:"key,omitempty"`
 
 	// RateLimitFields, if not nil, sends the RateLimit and RateLimit-Policy fields on every
