@@ -1,6 +1,7 @@
 package retryaftercaddy
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -283,12 +284,19 @@ func (h *Limit) warnLeftmost(r *http.Request) {
 	})
 }
 
-// logError logs an error of the key function or the limiter, which the client never sees.
+// logError logs an error of the key function or the limiter, which the client never sees, and
+// the root package's report of CORS headers set after the limiter.
 func (h *Limit) logError(r *http.Request, err error) {
-	if h.logger != nil {
-		h.logger.Error("retry_after_limit: request not counted", zap.Error(err),
-			zap.String("uri", r.RequestURI))
+	if h.logger == nil {
+		return
 	}
+	if errors.Is(err, retryafter.ErrCORSMountOrder) {
+		h.logger.Warn("retry_after_limit: a handler after it (reverse_proxy's upstream, say) set Access-Control-Allow-Origin, "+
+			"so its 429s and 503s go without it and browsers hide them from the page: set the CORS headers with the header directive, which runs before it",
+			zap.String("uri", r.RequestURI), zap.String("origin", r.Header.Get("Origin")))
+		return
+	}
+	h.logger.Error("retry_after_limit: request not counted", zap.Error(err), zap.String("uri", r.RequestURI))
 }
 
 // UnmarshalCaddyfile reads the retry_after_limit directive:

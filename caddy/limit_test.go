@@ -409,3 +409,27 @@ func TestLimitCaddyfile(t *testing.T) {
 		}
 	}
 }
+
+// A CORS header set after the limiter, as an upstream behind reverse_proxy may set it, is
+// reported once as a warning that says where to set it, not as a request that was not counted.
+func TestLimitReportsCORSSetAfterIt(t *testing.T) {
+	h := &Limit{Rate: "1/s", Burst: 100}
+	provision(t, h)
+	core, logs := observer.New(zap.DebugLevel)
+	h.logger = zap.New(core)
+	for range 3 {
+		r := caddyRequest("192.0.2.1:1", new(caddyhttp.Server))
+		r.Header.Set("Origin", "https://app.example")
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := logs.All()
+	if len(all) != 1 || all[0].Level != zap.WarnLevel || !strings.Contains(all[0].Message, "header directive") {
+		t.Fatalf("logged %v, want one warning naming the header directive", all)
+	}
+}
