@@ -464,3 +464,28 @@ func TestDirectivesNeedNoOrder(t *testing.T) {
 		t.Fatalf("handlers in the order %v, want %v\n%s", order, want, adapted)
 	}
 }
+
+// CORS headers set with the header directive, which runs before retry_after_limit, reach its
+// 429, and the limiter exposes Retry-After and Date to the page.
+func TestLimitRefusalReadableByAPage(t *testing.T) {
+	tc := loadCaddy(t, expand(globalOptions+`
+http://127.0.0.1:SITE {
+	header Access-Control-Allow-Origin "https://app.example"
+	retry_after_limit {
+		rate  1/h
+		burst 1
+	}
+	respond "hello"
+}
+`, ""), "caddyfile")
+	get(t, tc, "/", "Origin", "https://app.example")
+	resp, _ := get(t, tc, "/", "Origin", "https://app.example")
+	wantRefusal(t, resp, http.StatusTooManyRequests, time.Hour)
+	if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "https://app.example" {
+		t.Errorf("Access-Control-Allow-Origin %q on the 429", got)
+	}
+	exposed := strings.ToLower(strings.Join(resp.Header.Values("Access-Control-Expose-Headers"), ","))
+	if !strings.Contains(exposed, "retry-after") || !strings.Contains(exposed, "date") {
+		t.Errorf("Access-Control-Expose-Headers %q: want Retry-After and Date", exposed)
+	}
+}
