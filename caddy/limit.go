@@ -103,8 +103,8 @@ func (Limit) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// maxRateCount is the largest N of a rate "N/s": beyond it a bucket of float64 tokens loses
-// the precision an exact Retry-After needs.
+// maxRateCount is the largest N of a rate "N/s": far above what one Caddy serves, it turns a
+// slip of the keyboard into an error rather than a limit that never refuses.
 const maxRateCount = 1_000_000_000
 
 // Provision checks the configuration and builds the limiter and the maintenance switch. It
