@@ -121,7 +121,7 @@ func wantRefusal(t *testing.T, resp *http.Response, status int, most time.Durati
 		t.Fatalf("status %d, want %d", resp.StatusCode, status)
 	}
 	date, err := http.ParseTime(resp.Header.Get("Date"))
-	if err != nil || date.Sub(time.Now()).Abs() > time.Minute {
+	if err != nil || time.Until(date).Abs() > time.Minute {
 		t.Fatalf("Date %q: want an HTTP-date of now", resp.Header.Get("Date"))
 	}
 	wait, ok := retryafter.ParseRetryAfter(resp.Header, date)

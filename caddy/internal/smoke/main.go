@@ -5,7 +5,7 @@
 //	smoke upstream -addr-file F       serve an httprate upstream on 127.0.0.1, its address in F
 //	smoke repaired UPSTREAM GATEWAY   check that the gateway repairs the upstream's Retry-After: 0
 //
-// The upstream is go-chi/httprate limiting each client to 1 request per 500 ms, which answers
+// The upstream is go-chi/httprate limiting all its clients to 1 request per 500 ms, which answers
 // 429 with Retry-After: 0, the window's length truncated to whole seconds. It stops by itself
 // after -for, or on SIGINT or SIGTERM.
 //
@@ -87,7 +87,9 @@ func upstream(args []string) error {
 	if err != nil {
 		return err
 	}
-	h := httprate.LimitByIP(1, 500*time.Millisecond)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// One counter for every request: the step is the upstream's only client, directly and
+	// through Caddy alike.
+	h := httprate.LimitBy(1, 500*time.Millisecond, httprate.Key("*"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	}))
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
