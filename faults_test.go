@@ -15,7 +15,7 @@ import (
 // total saturates, so the key goes into its deepest debt and its next request is refused. The
 // total once wrapped to a negative number, which charged nothing: the next request went free.
 func TestChargeSaturates(t *testing.T) {
-	for _, charges := range [][]int{{math.MaxInt, math.MaxInt}, {math.MaxInt}, {math.MaxInt - 1, 2}, {1 << 40}} {
+	for _, charges := range [][]int{{math.MaxInt, math.MaxInt}, {math.MaxInt}, {math.MaxInt - 1, 2}, {math.MaxInt / 3 * 2}} {
 		b := NewTokenBucket(rate.Every(time.Second), 100)
 		h := LimitWith(ChargedAfter(b), WithClock(func() time.Time { return t0 }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for _, c := range charges {
