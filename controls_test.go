@@ -226,3 +226,24 @@ func BenchmarkPolicyFunc(b *testing.B) {
 		})
 	}
 }
+
+// TestPolicyFuncOneDimension changes only a plan's rate, then only its burst: each change alone
+// applies from the next decision.
+func TestPolicyFuncOneDimension(t *testing.T) {
+	var plan atomic.Pointer[Policy]
+	plan.Store(&Policy{Limit: 1, Burst: 4})
+	b := NewTokenBucket(1, 1, WithPolicyFunc(func(string) Policy { return *plan.Load() }))
+	decide(t, b, "k", 4, t0) // empty
+	plan.Store(&Policy{Limit: 10, Burst: 4})
+	decide(t, b, "k", 0, t0.Add(100*time.Millisecond)) // found: 0.1 token, at 1/s until now
+	if d := decide(t, b, "k", 1, t0.Add(200*time.Millisecond)); !d.Allowed {
+		t.Fatalf("the rate alone raised to 10/s, a tenth of a second on: %+v, want admitted (1.1 tokens)", d)
+	}
+	plan.Store(&Policy{Limit: 10, Burst: 2})
+	if d := decide(t, b, "k", 0, t0.Add(time.Hour)); d.Remaining != 2 || d.Limit != 2 {
+		t.Fatalf("the burst alone lowered to 2, an hour on: %+v, want 2 left of 2", d)
+	}
+	if d := decide(t, b, "k", 3, t0.Add(time.Hour)); d.Allowed || d.RetryAfter != rate.InfDuration {
+		t.Fatalf("a cost of 3 above the lowered burst: %+v, want never", d)
+	}
+}
