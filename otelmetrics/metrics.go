@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // ScopeName is the name of the instrumentation scope of the meter that [New] takes from its
@@ -158,24 +159,11 @@ func (m *Metrics) decided(r *http.Request, o retryafter.Outcome, d retryafter.De
 	switch o {
 	case retryafter.Refused:
 		if d.RetryAfter > 0 && d.RetryAfter < rate.InfDuration { // else no Retry-After is sent
-			m.retryAfter.Record(ctx, delaySeconds(d.RetryAfter), a.retryAfter...)
+			m.retryAfter.Record(ctx, header.DelaySeconds(d.RetryAfter), a.retryAfter...) // as the middleware rounds it
 		}
 	case retryafter.Admitted:
 		if d.Limit > 0 && float64(d.Remaining) < m.near*float64(d.Limit) {
 			m.nearLimit.Add(ctx, 1, a.quota...)
 		}
 	}
-}
-
-// delaySeconds returns wait as the middleware sends it in Retry-After: rounded up to whole
-// seconds, at least 1.
-func delaySeconds(wait time.Duration) int64 {
-	if wait <= 0 {
-		return 1
-	}
-	s := int64(wait / time.Second)
-	if wait%time.Second != 0 {
-		s++
-	}
-	return s
 }
