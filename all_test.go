@@ -1000,3 +1000,31 @@ func TestAllKeepsItsBucketsAtTheBound(t *testing.T) {
 	}
 	checkPart(t, &b.parts[0])
 }
+
+// TestCombineLayers checks what a TokenBucket combines: up to the 16 layers All decides, and a
+// Decision that lists its layers only when there are several.
+func TestCombineLayers(t *testing.T) {
+	b := NewTokenBucket(1, 10)
+	layers := make([]Layer, 17)
+	for i := range layers {
+		layers[i] = Layer{Limiter: b}
+	}
+	if _, ok := b.Combine(layers[:16]); !ok {
+		t.Fatal("16 layers not combined")
+	}
+	if _, ok := b.Combine(layers); ok {
+		t.Fatal("17 layers combined")
+	}
+	one, _ := b.Combine(layers[:1])
+	if d, _ := one.Decide(context.Background(), "k", 1, t0); !d.Allowed || d.Layers() != nil {
+		t.Fatalf("one layer: %+v, layers %v, want admitted with no list", d, d.Layers())
+	}
+	two, _ := b.Combine(layers[:2])
+	if d, _ := two.Decide(context.Background(), "k", 1, t0); !d.Allowed || len(d.Layers()) != 2 {
+		t.Fatalf("two layers: %+v, want admitted, listing both", d)
+	}
+	five, _ := b.Combine(layers[:5])
+	if d, _ := five.Decide(context.Background(), "k", 1, t0); !d.Allowed || len(d.Layers()) != 5 || d.Remaining != 2 {
+		t.Fatalf("five layers of one bucket: %+v, want admitted, listing five, 2 left of 10", d)
+	}
+}

@@ -404,3 +404,40 @@ func TestTableShrinks(t *testing.T) {
 		t.Fatalf("after dropping %d short keys for %d long ones: peak %d (was %d)", peak, len(long), p.peak, peak)
 	}
 }
+
+// TestKeyBytesCoverAllocation checks that what a table counts for a key's copy covers what the
+// allocator hands out for it, and by no more than a quarter and a size class: the bound holds in
+// bytes, and a key is not counted twice its size.
+func TestKeyBytesCoverAllocation(t *testing.T) {
+	sizes := []int{1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 100, 255, 256, 257, 300, 1000, 1024, 1025, 3000, 4096, 5000, 8192, 10000, 32 << 10, 32<<10 + 1, 33_000, 40_000, 100_000}
+	for _, n := range sizes {
+		// append rounds a slice's capacity up to the allocator's size class, as it allocates.
+		got := uint64(cap(append([]byte(nil), make([]byte, n)...)))
+		if kb := uint64(keyBytes(n)); kb < got || kb > got+got/4+16 {
+			t.Errorf("a key of %d bytes: counted %d, allocated %d", n, kb, got)
+		}
+	}
+	if keyBytes(0) != 0 {
+		t.Errorf("an empty key counted %d bytes", keyBytes(0))
+	}
+}
+
+
+// TestTableExactFit fills a part's budget exactly with one key: it is held, and one byte less
+// of budget refuses it for ever.
+func TestTableExactFit(t *testing.T) {
+	for _, n := range []int{10, 300, 40_000} {
+		key := strings.Repeat("k", n)
+		var tb table
+		tb.init(entryBytes(n) + slotBytes + dueBytes)
+		if lim, wait := tb.add(key, t0, 1, 1, nil); lim == nil {
+			t.Fatalf("a key of %d bytes in a budget it fills exactly: refused for %v", n, wait)
+		}
+		checkPart(t, &tb)
+		tb = table{}
+		tb.init(entryBytes(n) + slotBytes + dueBytes - 1)
+		if lim, wait := tb.add(key, t0, 1, 1, nil); lim != nil || wait != rate.InfDuration {
+			t.Fatalf("a key of %d bytes in a budget a byte short: %v, %v; want refused for ever", n, lim, wait)
+		}
+	}
+}
