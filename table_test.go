@@ -422,7 +422,6 @@ func TestKeyBytesCoverAllocation(t *testing.T) {
 	}
 }
 
-
 // TestTableExactFit fills a part's budget exactly with one key: it is held, and one byte less
 // of budget refuses it for ever.
 func TestTableExactFit(t *testing.T) {
