@@ -731,6 +731,7 @@ func TestClientIPFrom(t *testing.T) {
 		{"unknown stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=unknown"}, "10.0.0.1"},
 		{"obfuscated stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=_hidden"}, "10.0.0.1"},
 		{"an element without for", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, proto=https"}, "10.0.0.1"},
+		{"an empty pair before for", fwd, "10.0.0.1:1", []string{"Forwarded", ";for=203.0.113.7"}, "203.0.113.7"},
 		{"X-Forwarded-For is not read", fwd, "10.0.0.1:1", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.1"},
 		{"untrusted peer", fwd, "192.0.2.1:1", []string{"Forwarded", "for=203.0.113.7"}, "192.0.2.1"},
 		{"a CDN's field", cdn, "10.0.0.1:1", []string{"CF-Connecting-IP", "203.0.113.7"}, "203.0.113.7"},
