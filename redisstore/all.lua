@@ -4,9 +4,13 @@
 --
 -- KEYS[i]        the key of layer i; several layers may name the same key.
 -- ARGV[1]        the instant to decide at, in Unix microseconds, or "" for TIME (tests only).
--- ARGV[4i-2..4i+1] layer i's T (nanoseconds per token), burst, cost (>= 0; 0 for a layer
---                charged afterwards) and how far back, in nanoseconds, the instant may lie
---                before the clock is taken to have stepped back (0 but with the caller's clock).
+-- ARGV[6i-4..6i+1] layer i's T (nanoseconds per token), burst, cost (>= 0; 0 for a layer
+--                charged afterwards), how far back, in nanoseconds, the instant may lie
+--                before the clock is taken to have stepped back (0 but with the caller's clock),
+--                and the T and burst of its Store's own policy when the Store has a policy
+--                per key, "" otherwise (see decide.lua). A T of 0 is a layer without limit
+--                (a key's policy at rate.Inf): it fits, with its burst remaining, and its key
+--                is neither read nor written.
 --
 -- Returns four integers per layer, as decide.lua does for one: {fits (1 or 0), wait in
 -- microseconds until it fits (-1: never; 0 when it fits), remaining tokens, nanoseconds until
@@ -24,29 +28,34 @@ local d0 = {}      -- key -> d as read (repaired if need be)
 local d = {}       -- key -> d with the reservations of the layers so far
 local repaired = {} -- key -> whether the state was repaired and must be written
 local horizon = {} -- key -> horizon of the last layer that names it, for the write
+local tags = {}    -- key -> the policy tag of that layer
 local out = {}
 local admitted = true
 for i = 1, n do
 	local key = KEYS[i]
-	local a = 4 * i - 2
+	local a = 6 * i - 4
 	local interval = tonumber(ARGV[a])
 	local burst = tonumber(ARGV[a + 1])
 	local cost = tonumber(ARGV[a + 2])
 	local h = burst * interval
-	if d[key] == nil then
-		d0[key], repaired[key] = read(key, now, h, tonumber(ARGV[a + 3]))
-		d[key] = d0[key]
-	end
-	horizon[key] = h
-	local wait = -1
-	if cost <= burst then
-		local over = (d[key] - h) + cost * interval
-		if over <= 0 then
-			wait = 0
-		else
-			wait = divceil(over, 1000)
+	local wait = 0
+	if interval ~= 0 then
+		if d[key] == nil then
+			d0[key], repaired[key] = read(key, now, interval, burst, tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5])
+			d[key] = d0[key]
 		end
-		d[key] = math.min(d[key] + cost * interval, maxd)
+		horizon[key] = h
+		tags[key] = tag(ARGV[a], ARGV[a + 1], ARGV[a + 4])
+		wait = -1
+		if cost <= burst then
+			local over = (d[key] - h) + cost * interval
+			if over <= 0 then
+				wait = 0
+			else
+				wait = divceil(over, 1000)
+			end
+			d[key] = math.min(d[key] + cost * interval, maxd)
+		end
 	end
 	if wait ~= 0 then
 		admitted = false
@@ -65,18 +74,20 @@ for i = 1, n do
 			d[key] = d0[key]
 		end
 		if d[key] ~= d0[key] or repaired[key] then
-			write(key, now, d[key], h)
+			write(key, now, d[key], h, tags[key])
 		end
 	end
 end
 
 for i = 1, n do
-	local a = 4 * i - 2
+	local a = 6 * i - 4
 	local interval = tonumber(ARGV[a])
 	local h = tonumber(ARGV[a + 1]) * interval
 	local di = d[KEYS[i]]
 	local remaining = 0
-	if di < h then
+	if interval == 0 then
+		remaining, di = tonumber(ARGV[a + 1]), 0
+	elseif di < h then
 		remaining = divfloor(h - di, interval)
 	end
 	out[4 * i - 1] = remaining

@@ -33,13 +33,17 @@ var _ retryafter.Charger = (*Store)(nil)
 // a layer spent on a request that a layer of another store then refused. A cost of 0 does
 // nothing, as does any cost at rate.Inf. Charge returns what Decide would about Redis: an error
 // wrapping [ErrUnavailable] when Redis does not answer within the timeout, and at once while the
-// store knows Redis to be down, unless the store has a local fallback ([WithLocalFallback]),
+// store knows Redis to be down (and one wrapping [ErrPolicy] for a policy it cannot keep), unless the store has a local fallback ([WithLocalFallback]),
 // whose bucket is then charged instead. A charge whose answer was lost to the timeout may still
 // have been made. A charge that gives quota back makes the Store forget the refusal of key it
 // remembers (see [WithRefusalMemory]).
 func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time) error {
-	if cost == 0 || s.inf {
+	if cost == 0 {
 		return nil
+	}
+	pl, err := s.planOf(key)
+	if err != nil || pl.unlimited() {
+		return err
 	}
 	if cost < 0 {
 		// Before, so that no refusal in flight is remembered; after, for one remembered while
@@ -49,7 +53,7 @@ func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time)
 	} else {
 		defer s.charged(key)
 	}
-	c := s.newCall(key, cost, now)
+	c := s.newCall(key, cost, now, &pl)
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
 	health := s.healthOf(rt.ctx, c.keys[0])

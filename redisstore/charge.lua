@@ -6,20 +6,23 @@
 -- ARGV[1]  T, the emission interval: nanoseconds per token (an integer >= 1).
 -- ARGV[2]  burst, the bucket's size in tokens (an integer >= 1).
 -- ARGV[3]  cost, the tokens to spend (> 0) or give back (< 0).
--- ARGV[4]  optional: the instant to charge at, in Unix microseconds, instead of TIME (tests only).
+-- ARGV[4]  optional: the instant to charge at, in Unix microseconds, instead of TIME (tests
+--          only); "" for TIME.
 -- ARGV[5]  optional: how far back, in nanoseconds, that instant may lie before the clock is
 --          taken to have stepped back (0 if absent).
+-- ARGV[6]  optional, with ARGV[7]: the T and burst of the Store's own policy (see decide.lua).
 --
 -- Returns the microseconds until the bucket is full, the key's Reset: in debt, more than a
 -- refill of the burst.
 
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
-local horizon = tonumber(ARGV[2]) * interval
+local burst = tonumber(ARGV[2])
+local horizon = burst * interval
 local cost = tonumber(ARGV[3])
 local now = clock(ARGV[4])
 
-local d, changed = read(key, now, horizon, tonumber(ARGV[5] or 0))
+local d, changed = read(key, now, interval, burst, tonumber(ARGV[5] or 0), ARGV[6], ARGV[7])
 local before = d
 if cost > 0 then
 	-- Past maxd the sum may be rounded, but only upwards of maxd, where it is capped.
@@ -33,6 +36,6 @@ elseif cost < 0 then
 	end
 end
 if changed or d ~= before then
-	write(key, now, d, horizon)
+	write(key, now, d, horizon, tag(ARGV[1], ARGV[2], ARGV[6]))
 end
 return divceil(d, 1000)

@@ -169,8 +169,8 @@ func TestChargeCap(t *testing.T) {
 	}{{rate.Every(100 * time.Millisecond), 5}, {rate.Every(time.Hour), 1250}, {1e9, 1}} {
 		t.Run(fmt.Sprintf("%v/%d", c.limit, c.burst), func(t *testing.T) {
 			s := New(client, c.limit, c.burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock(), withStepTolerance(0))
-			horizon := time.Duration(s.interval) * time.Duration(c.burst)
-			for _, cost := range []int{math.MaxInt, int(pow53), int(9e15/s.interval) + 1} {
+			horizon := time.Duration(s.own.interval) * time.Duration(c.burst)
+			for _, cost := range []int{math.MaxInt, int(pow53), int(9e15/s.own.interval) + 1} {
 				charge(t, s, "k", cost, t0)
 				if d := decide(t, s, "k", 0, t0); d.Allowed || d.Reset != 9e15/1e3*time.Microsecond || d.RetryAfter != (9e15-horizon+999)/1e3*time.Microsecond {
 					t.Fatalf("charged %d: %+v, want Reset 9e15 ns and RetryAfter 9e15 ns less a refill of %v", cost, d, horizon)

@@ -65,8 +65,8 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 		if !ok || !sameClient(st.client, s.client) || st.caller != s.caller {
 			return nil, false
 		}
-		if st.inf {
-			g.inf = append(g.inf, retryafter.Decision{Allowed: true, Limit: st.burst, Remaining: st.burst, Policy: st.policy})
+		if st.own.unlimited() && st.policyOf == nil {
+			g.inf = append(g.inf, st.own.unlimitedDecision())
 			continue
 		}
 		if tag, ok := hashTag(st.prefix); ok {
@@ -77,7 +77,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 			tolerance = st.tolerance
 		}
 		g.crossKeys = g.crossKeys || l.Key != nil
-		g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, interval: st.args[0], burst: st.args[1], tolerance: tolerance})
+		g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, tolerance: tolerance})
 		if g.timeout == 0 || st.timeout < g.timeout {
 			g.timeout = st.timeout
 		}
@@ -151,29 +151,33 @@ type group struct {
 	spent     atomic.Uint64
 }
 
-// A layer is one layer of a group that asks Redis, with its script arguments boxed once.
+// A layer is one layer of a group that asks Redis.
 type layer struct {
-	store                      *Store
-	key                        func(string) string
-	deferred                   bool
-	interval, burst, tolerance any
+	store     *Store
+	key       func(string) string
+	deferred  bool
+	tolerance any // boxed once
 }
 
-// A groupCall is the script's keys and arguments of one group decision, held by one
-// allocation, a smallCall for the usual few layers or a largeCall for up to maxLayers.
+// A groupCall is the script's keys and arguments of one group decision and the plan of each
+// layer, held by one allocation, a smallCall for the usual few layers or a largeCall for up to
+// maxLayers.
 type groupCall struct {
-	keys []string
-	args []any
+	keys  []string
+	args  []any
+	plans []plan
 }
 
 type smallCall struct {
-	keys [4]string
-	args [1 + 4*4]any
+	keys  [4]string
+	args  [1 + 6*4]any
+	plans [4]plan
 }
 
 type largeCall struct {
-	keys [maxLayers]string
-	args [1 + 4*maxLayers]any
+	keys  [maxLayers]string
+	args  [1 + 6*maxLayers]any
+	plans [maxLayers]plan
 }
 
 // Decide implements [retryafter.Limiter] as [Store.Combine] describes.
@@ -186,15 +190,22 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return retryafter.Binding(g.inf...), nil
 	}
 	lead := g.layers[0].store
+	c, err := g.newCall(key, cost, now)
+	if err != nil {
+		return retryafter.Decision{}, err
+	}
 	at := lead.instant(now)
 	refunds := g.refundCount()
+	var sig uint64
+	for i := range c.plans {
+		sig = c.plans[i].mix(sig)
+	}
 	if g.refusals != nil {
-		if d, ok := g.refusals.answer(key, cost, at, refunds); ok {
+		if d, ok := g.refusals.answer(key, cost, at, refunds, sig); ok {
 			lead.localAnswers.Add(1)
 			return d, nil
 		}
 	}
-	c := g.newCall(key, cost, now)
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
 	health := lead.healthOf(rt.ctx, c.keys[0])
@@ -222,7 +233,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	health.ok()
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
-		ds[i] = decision(res[4*i:4*i+4], g.layers[i].store.policy)
+		ds[i] = decision(res[4*i:4*i+4], c.plans[i].policy)
 		if i > 0 {
 			g.layers[i].store.healthOf(rt.ctx, c.keys[i]).ok()
 		}
@@ -230,7 +241,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	copy(ds[n:], g.inf)
 	d := retryafter.Binding(ds[:n+len(g.inf)]...)
 	if d.Allowed && cost > 0 {
-		g.admitted(key, c.keys, at, res, g.refundCount() == refunds)
+		g.admitted(key, c, at, res, g.refundCount() == refunds)
 	}
 	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
 		// The layer that binds, as Binding picks it: the first refused with the longest wait.
@@ -247,9 +258,9 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 				}
 			}
 		}
-		if st := g.layers[b].store; valid > at {
+		if pl := &c.plans[b]; valid > at {
 			g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
-				interval: st.interval, horizon: st.interval * int64(st.burst), burst: st.burst, dec: d, refunds: refunds})
+				interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds})
 		}
 	}
 	return d, nil
@@ -266,11 +277,12 @@ func (g *group) refundCount() uint64 {
 	return n
 }
 
-// admitted records that the group admitted a request for key at at, whose script answered res:
+// admitted records that the group admitted a request for key at at, by the call c, whose
+// script answered res:
 // the group forgets its refusal of key, and each layer's Store that remembers a refusal of the
 // layer's key learns the key's new state, or forgets it unless fresh (no layer's Store gave
 // quota back, was charged or admitted meanwhile, which the answer may predate).
-func (g *group) admitted(key string, keys []string, at int64, res []int64, fresh bool) {
+func (g *group) admitted(key string, c groupCall, at int64, res []int64, fresh bool) {
 	if g.refusals != nil {
 		g.refusals.forget(key)
 		if g.crossKeys {
@@ -283,13 +295,14 @@ func (g *group) admitted(key string, keys []string, at int64, res []int64, fresh
 		if st.refusals == nil || l.deferred {
 			continue
 		}
-		k := strings.TrimPrefix(keys[i], st.prefix)
+		k := strings.TrimPrefix(c.keys[i], st.prefix)
 		if !fresh {
 			st.refusals.forget(k)
 			continue
 		}
-		st.refusals.refresh(k, refusal{learned: at, d: res[4*i+3], interval: st.interval, horizon: st.interval * int64(st.burst),
-			burst: st.burst, dec: retryafter.Decision{Limit: st.burst, Policy: st.policy}})
+		pl := &c.plans[i]
+		st.refusals.refresh(k, refusal{learned: at, d: res[4*i+3], interval: pl.interval, horizon: pl.horizon(),
+			burst: pl.policy.Burst, plans: pl.mix(0), dec: retryafter.Decision{Limit: pl.policy.Burst, Policy: pl.policy}})
 	}
 }
 
@@ -313,15 +326,16 @@ func decision(res []int64, p retryafter.Policy) retryafter.Decision {
 	return d
 }
 
-// newCall prepares the script call of one group decision.
-func (g *group) newCall(key string, cost int, now time.Time) groupCall {
+// newCall prepares the script call of one group decision (see all.lua), or returns the error of
+// a layer's key's policy.
+func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) {
 	var c groupCall
 	if n := len(g.layers); n <= 4 {
 		a := new(smallCall)
-		c = groupCall{a.keys[:n], a.args[:1+4*n]}
+		c = groupCall{a.keys[:n], a.args[:1+6*n], a.plans[:n]}
 	} else {
 		a := new(largeCall)
-		c = groupCall{a.keys[:n], a.args[:1+4*n]}
+		c = groupCall{a.keys[:n], a.args[:1+6*n], a.plans[:n]}
 	}
 	c.args[0] = ""
 	if g.caller {
@@ -334,14 +348,23 @@ func (g *group) newCall(key string, cost int, now time.Time) groupCall {
 		if l.key != nil {
 			k = l.key(key)
 		}
-		c.keys[i] = l.store.prefix + k
-		a := c.args[1+4*i : 5+4*i]
-		a[0], a[1], a[2], a[3] = l.interval, l.burst, costArg, l.tolerance
+		st := l.store
+		pl, err := st.planOf(k)
+		if err != nil {
+			return groupCall{}, err
+		}
+		c.plans[i] = pl
+		c.keys[i] = st.prefix + k
+		a := c.args[1+6*i : 7+6*i]
+		a[0], a[1], a[2], a[3], a[4], a[5] = pl.args[0], pl.args[1], costArg, l.tolerance, "", ""
+		if st.policyOf != nil {
+			a[4], a[5] = st.own.args[0], st.own.args[1]
+		}
 		if l.deferred {
 			a[2] = 0
 		}
 	}
-	return c
+	return c, nil
 }
 
 // orLocal returns err, or the decision of the layers' local fallbacks when they all have one.

@@ -82,8 +82,8 @@ func allAgainstModel(t *testing.T, client redis.UniversalClient, seeds int, pref
 				l.store, l.interval = prev.store, prev.interval
 			} else {
 				l.store = New(client, rate.Every(interval), burst, WithPrefix(prefix(t, i)), WithTimeout(testTimeout), withInjectedClock())
-				if time.Duration(l.store.interval) != interval {
-					t.Fatalf("interval %v stored as %v ns", interval, l.store.interval)
+				if time.Duration(l.store.own.interval) != interval {
+					t.Fatalf("interval %v stored as %v ns", interval, l.store.own.interval)
 				}
 			}
 			var lim retryafter.Limiter = l.store
@@ -93,7 +93,7 @@ func allAgainstModel(t *testing.T, client redis.UniversalClient, seeds int, pref
 			if l.deferred {
 				lim = retryafter.ChargedAfter(lim)
 			} else {
-				minBurst = min(minBurst, l.store.burst)
+				minBurst = min(minBurst, l.store.own.policy.Burst)
 			}
 			layers = append(layers, l)
 			limiters = append(limiters, lim)
@@ -112,7 +112,7 @@ func allAgainstModel(t *testing.T, client redis.UniversalClient, seeds int, pref
 			}
 			ml := make([]modelLayer, len(layers))
 			for i, l := range layers {
-				ml[i] = modelLayer{key: l.store.prefix + l.key(key), interval: l.interval, burst: l.store.burst, cost: cost}
+				ml[i] = modelLayer{key: l.store.prefix + l.key(key), interval: l.interval, burst: l.store.own.policy.Burst, cost: cost}
 				if l.deferred {
 					ml[i].cost = 0
 				}
@@ -502,7 +502,7 @@ func TestAllCrossSlot(t *testing.T) {
 	c := newClusterClient(t, clusterAddrs(t))
 	ctx := context.Background()
 	p := testPrefix(t)
-	args := []any{"", int64(time.Second), 1, 1, 0, int64(time.Second), 1, 1, 0}
+	args := []any{"", int64(time.Second), 1, 1, 0, "", "", int64(time.Second), 1, 1, 0, "", ""}
 	keys := []string{p + "a", p + "b"}
 	for i := 0; c.ClusterKeySlot(ctx, keys[0]).Val() == c.ClusterKeySlot(ctx, keys[1]).Val(); i++ {
 		keys[1] = fmt.Sprint(p, "b", i)

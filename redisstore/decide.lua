@@ -4,9 +4,12 @@
 -- ARGV[1]  T, the emission interval: nanoseconds per token (an integer >= 1).
 -- ARGV[2]  burst, the bucket's size in tokens (an integer >= 1).
 -- ARGV[3]  cost, the tokens this request takes (an integer >= 0).
--- ARGV[4]  optional: the instant to decide at, in Unix microseconds, instead of TIME (tests only).
+-- ARGV[4]  optional: the instant to decide at, in Unix microseconds, instead of TIME (tests
+--          only); "" for TIME.
 -- ARGV[5]  optional: how far back, in nanoseconds, that instant may lie before the clock is
 --          taken to have stepped back (0 if absent).
+-- ARGV[6]  optional, with ARGV[7]: the T and burst of the Store's own policy, given by a Store
+--          with a policy per key, which then writes the call's policy with the state.
 --
 -- Returns {allowed (1 or 0), wait in microseconds (-1: never; 0 when allowed),
 --          remaining tokens after the request, d: nanoseconds until the bucket is full}. The
@@ -20,7 +23,7 @@ local cost = tonumber(ARGV[3])
 local horizon = burst * interval
 local now = clock(ARGV[4])
 
-local d, changed = read(key, now, horizon, tonumber(ARGV[5] or 0))
+local d, changed = read(key, now, interval, burst, tonumber(ARGV[5] or 0), ARGV[6], ARGV[7])
 
 local allowed = 0
 local wait = -1
@@ -39,7 +42,7 @@ if cost <= burst then
 	end
 end
 if changed then
-	write(key, now, d, horizon)
+	write(key, now, d, horizon, tag(ARGV[1], ARGV[2], ARGV[6]))
 end
 
 local remaining = 0

@@ -34,11 +34,23 @@ func WithLocalFallback(replicas int) Option {
 	return func(s *Store) { s.replicas = replicas }
 }
 
-// newLocal returns the in-memory limiter of [WithLocalFallback] for a store of limit and burst,
-// and its policy.
-func newLocal(limit rate.Limit, burst, replicas int) (*retryafter.TokenBucket, retryafter.Policy) {
-	p := retryafter.Policy{Limit: limit / rate.Limit(replicas), Burst: max(1, burst/replicas)}
-	return retryafter.NewTokenBucket(p.Limit, p.Burst), p
+// newLocal returns the in-memory limiter of [WithLocalFallback], at the replica's share of the
+// store's policy, or of each key's (see [WithPolicyFunc]), and its own policy.
+func (s *Store) newLocal() (*retryafter.TokenBucket, retryafter.Policy) {
+	p := share(s.own.policy, s.replicas)
+	var opts []retryafter.TokenBucketOption
+	if s.policyOf != nil {
+		opts = append(opts, retryafter.WithPolicyFunc(func(key string) retryafter.Policy {
+			return share(s.policy(key), s.replicas)
+		}))
+	}
+	return retryafter.NewTokenBucket(p.Limit, p.Burst, opts...), p
+}
+
+// share returns a replica's share of p among replicas: its rate divided by them, and its burst
+// (at least 1).
+func share(p retryafter.Policy, replicas int) retryafter.Policy {
+	return retryafter.Policy{Name: p.Name, Limit: p.Limit / rate.Limit(replicas), Burst: max(1, p.Burst/replicas)}
 }
 
 // orLocal returns err, or the local decision when the store has a local fallback.

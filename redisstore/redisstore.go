@@ -11,7 +11,9 @@
 // Retry-After it was given is admitted whichever replica it reaches. A Store remembers the
 // refusals Redis gave it, for as long as they hold, and refuses the requests they cover itself,
 // with the exact rest of the wait and no round trip ([WithRefusalMemory]), so that a flood of
-// refused requests costs Redis little.
+// refused requests costs Redis little. A key may have a policy of its own (a plan: free, pro, a
+// customer's contract), which every replica applies and which may change while they run
+// ([WithPolicyFunc]).
 //
 // Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
 // no answer in time fails, on its own. The store takes Redis for down only from evidence: three
@@ -56,7 +58,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -97,7 +98,8 @@ const DefaultTimeout = 100 * time.Millisecond
 const DefaultProbeInterval = 500 * time.Millisecond
 
 // A Store is a [retryafter.Limiter] that gives every key a token bucket of the same rate and
-// burst, kept in Redis under the key's name with a prefix. Its decisions use Redis's clock
+// burst, or of the key's own policy ([WithPolicyFunc]), kept in Redis under the key's name with
+// a prefix. Its decisions use Redis's clock
 // (TIME), not the now passed to Decide, which the middleware uses only for the Date header.
 //
 // A key's state is one Redis string that expires as soon as it is equivalent to a key never
@@ -108,11 +110,8 @@ const DefaultProbeInterval = 500 * time.Millisecond
 // was given stays the caller's.
 type Store struct {
 	client    redis.Scripter
-	interval  int64  // nanoseconds per token
-	args      [2]any // interval and burst, boxed once rather than on every call
-	burst     int
-	policy    retryafter.Policy // the rate and burst, for every Decision
-	inf       bool              // rate.Inf: admit everything without asking Redis
+	own       plan                           // the rate and burst of New
+	policyOf  func(string) retryafter.Policy // WithPolicyFunc's, or nil: every key has own
 	prefix    string
 	timeout   time.Duration
 	probe     time.Duration
@@ -179,7 +178,7 @@ func WithProbeInterval(d time.Duration) Option {
 func withCallerClock() Option {
 	return func(s *Store) {
 		s.caller = true
-		s.tolerance = s.interval * int64(s.burst)
+		s.tolerance = s.own.horizon()
 	}
 }
 
@@ -221,24 +220,14 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	if !(limit > 0) {
 		panic("redisstore: rate limit not positive")
 	}
-	s := &Store{client: client, burst: burst, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval,
-		policy: retryafter.Policy{Limit: limit, Burst: burst}, refusalBudget: DefaultRefusalMemory, epoch: time.Now()}
-	_, s.oneServer = client.(*redis.Client)
-	if limit == rate.Inf {
-		s.inf = true
-	} else {
-		// Checked on the rate, not the interval: up to 2e9 per second the interval would
-		// round to 1 ns and silently enforce 1e9.
-		if limit > 1e9 {
-			panic("redisstore: rate limit above 1e9 per second")
-		}
-		interval := math.Round(float64(time.Second) / float64(limit))
-		if interval*float64(burst) > maxHorizon {
-			panic("redisstore: refilling the burst takes longer than 2^52 ns")
-		}
-		s.interval = int64(interval)
-		s.args = [2]any{s.interval, burst}
+	p := retryafter.Policy{Limit: limit, Burst: burst}
+	if why := unkept(p); why != "" {
+		panic("redisstore: " + why)
 	}
+	own, _ := newPlan(p)
+	s := &Store{client: client, own: own, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval,
+		refusalBudget: DefaultRefusalMemory, epoch: time.Now()}
+	_, s.oneServer = client.(*redis.Client)
 	for _, o := range opts {
 		if o == nil {
 			panic("redisstore: nil Option")
@@ -246,12 +235,13 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		o(s)
 	}
 	s.health = newHealth(s.probe)
-	if !s.inf {
+	limited := !s.own.unlimited() || s.policyOf != nil
+	if limited {
 		s.refusals = newRefusals(s.refusalBudget)
 	}
 	s.cluster, _ = client.(*redis.ClusterClient)
-	if s.replicas > 0 && !s.inf {
-		s.local, s.localPol = newLocal(limit, burst, s.replicas)
+	if s.replicas > 0 && limited {
+		s.local, s.localPol = s.newLocal()
 	}
 	return s
 }
@@ -281,7 +271,7 @@ func honoursDeadlines(client redis.Scripter) bool {
 // request of the same cost that reaches Redis that much later is admitted, unless other
 // requests spent the key's tokens meanwhile, and one a microsecond earlier would not be. It is
 // rate.InfDuration for a cost above the burst. Limit, Remaining and Reset are always filled, and
-// Policy is the store's rate and burst, with no name.
+// Policy is the store's rate and burst, with no name, or the key's own ([WithPolicyFunc]).
 //
 // A cost of 0 spends nothing and writes nothing to Redis: it reports the key's quota, and is
 // admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
@@ -311,18 +301,23 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if cost < 0 {
 		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
 	}
-	if s.inf {
-		return retryafter.Decision{Allowed: true, Limit: s.burst, Remaining: s.burst, Policy: s.policy}, nil
+	pl, err := s.planOf(key)
+	if err != nil {
+		return retryafter.Decision{}, err
+	}
+	if pl.unlimited() {
+		return pl.unlimitedDecision(), nil
 	}
 	at := s.instant(now)
+	sig := pl.mix(0)
 	if s.refusals != nil {
-		if d, ok := s.refusals.answer(key, cost, at, 0); ok {
+		if d, ok := s.refusals.answer(key, cost, at, 0, sig); ok {
 			s.localAnswers.Add(1)
 			return d, nil
 		}
 	}
 	refunds := s.refunds.Load()
-	c := s.newCall(key, cost, now)
+	c := s.newCall(key, cost, now, &pl)
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
 	health := s.healthOf(rt.ctx, c.keys[0])
@@ -342,9 +337,9 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
-	d := decision(res, s.policy)
+	d := decision(res, pl.policy)
 	if s.refusals != nil {
-		e := refusal{cost: cost, learned: at, d: res[3], interval: s.interval, horizon: s.interval * int64(s.burst), burst: s.burst, dec: d}
+		e := refusal{cost: cost, learned: at, d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
 		switch fresh := s.refunds.Load() == refunds; {
 		case d.Allowed && cost > 0 && fresh:
 			s.changes.Add(1)
@@ -362,18 +357,25 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 // A call is the key and the script's arguments of one round trip, in one allocation.
 type call struct {
 	keys  [1]string
-	args  [5]any
+	args  [7]any
 	nargs int
 }
 
-// newCall prepares the script call of one decision.
-func (s *Store) newCall(key string, cost int, now time.Time) *call {
+// newCall prepares the script call of one decision of key's plan pl (see decide.lua).
+func (s *Store) newCall(key string, cost int, now time.Time, pl *plan) *call {
 	c := &call{nargs: 3}
 	c.keys[0] = s.prefix + key
-	c.args[0], c.args[1], c.args[2] = s.args[0], s.args[1], cost
+	c.args[0], c.args[1], c.args[2] = pl.args[0], pl.args[1], cost
 	if s.caller {
 		c.args[3], c.args[4] = now.UnixMicro(), s.tolerance
 		c.nargs = 5
+	}
+	if s.policyOf != nil {
+		if !s.caller {
+			c.args[3], c.args[4] = "", 0
+		}
+		c.args[5], c.args[6] = s.own.args[0], s.own.args[1]
+		c.nargs = 7
 	}
 	return c
 }

@@ -39,7 +39,9 @@ const DefaultRefusalMemory = 1 << 20
 //     Store (another replica, another Store on the same prefix) is not seen until the instant.
 //   - A change of the policy on the key's prefix: a Store remembers only the refusals of its own
 //     rate and burst, so a replica started with a new policy begins with none, but the replicas
-//     still on the old one keep theirs.
+//     still on the old one keep theirs. A key's own policy ([WithPolicyFunc]) is asked at each
+//     request, and a refusal given at another is forgotten; but a replica whose policy function
+//     has not yet learned of the change keeps the refusal it remembers.
 //   - The key changed in Redis by other means: deleted by hand, lost in a failover to a replica
 //     that lacks the last writes, or Redis's clock stepping forward.
 //
@@ -92,6 +94,7 @@ type refusal struct {
 	interval int64 // of the layer that refused
 	horizon  int64
 	burst    int
+	plans    uint64              // the fingerprint of the plans it was given at (see plan.mix)
 	dec      retryafter.Decision // what Redis answered
 	refunds  uint64              // the count of refunds when the request was sent (group only)
 }
@@ -123,15 +126,16 @@ func (r *refusals) shard(key string) *refusalShard {
 
 // answer returns, if a refusal of key covers a request of cost at the instant at, the Decision
 // Redis would give it then if nothing else had spent the key's quota. refunds is the count of
-// refunds now, for a whole memory.
-func (r *refusals) answer(key string, cost int, at int64, refunds uint64) (retryafter.Decision, bool) {
+// refunds now, for a group's memory, and plans the fingerprint of the request's plans: a
+// refusal given at other plans is forgotten.
+func (r *refusals) answer(key string, cost int, at int64, refunds, plans uint64) (retryafter.Decision, bool) {
 	sh := r.shard(key)
 	if sh.n.Load() == 0 {
 		return retryafter.Decision{}, false
 	}
 	sh.mu.Lock()
 	e, ok := sh.m[key]
-	if ok && (at >= e.expires() || r.group && e.refunds != refunds) {
+	if ok && (at >= e.expires() || e.plans != plans || r.group && e.refunds != refunds) {
 		sh.remove(key, e)
 		ok = false
 	}
@@ -204,8 +208,12 @@ func (r *refusals) refresh(key string, e refusal) {
 	sh.mu.Lock()
 	old, ok := sh.m[key]
 	if ok {
-		e.dec.Policy = old.dec.Policy
-		sh.m[key] = e
+		if e.plans == old.plans {
+			e.dec.Policy = old.dec.Policy
+			sh.m[key] = e
+		} else {
+			sh.remove(key, old)
+		}
 	}
 	sh.mu.Unlock()
 }

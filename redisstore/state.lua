@@ -43,6 +43,17 @@
 --     this form as a number a fraction of a microsecond past TAT, a clock that stepped back:
 --     it forgives the debt beyond an empty bucket rather than failing.
 --
+-- A policy per key (WithPolicyFunc): TAT counts tokens at one emission interval and burst, so a
+-- key whose policy changes must be read at the policy it was written at. A Store with a policy
+-- function writes that policy after the state, ":<T>:<b>", and a state read at another policy
+-- is rescaled to the new one keeping the tokens it holds (b - d/T, negative in debt), capped at
+-- the new burst: d' = b'T' - (bT - d) * T'/T, rounded up to the nanosecond (a fraction of a
+-- nanosecond's tokens fewer, never more). A full bucket is full at every policy, as a key never
+-- seen is: its state is deleted when it is written full, and expires when it refills. A state without the suffix was written at the
+-- caller's "default" policy (the Store's own), or, when the caller names none, at the call's.
+-- A Store of a version before policies cannot read the suffix: a fleet turns policies on once
+-- every replica runs a version that has them.
+--
 -- A repair is written at once, even by a refusal or a peek. With the caller's clock (tests),
 -- instants arrive out of order by design, and a tolerance says how far back (in nanoseconds)
 -- they may be before the repair.
@@ -84,38 +95,60 @@ local function clock(arg)
 end
 
 -- read returns d, how far the key's TAT lies ahead of now in nanoseconds (0 when it is behind:
--- the bucket is full), and whether the state was repaired and must be written; horizon and
--- tolerance are in nanoseconds.
-local function read(key, now, horizon, tolerance)
+-- the bucket is full) at the policy of interval and burst, and whether the state was repaired
+-- or rescaled and must be written; tolerance is in nanoseconds. T0 and b0 are the policy of a
+-- state written without one, when they are given, and otherwise the call's.
+local function read(key, now, interval, burst, tolerance, T0, b0)
 	local v = redis.call('GET', key)
 	if not v then
 		return 0, false
 	end
+	if T0 == '' then
+		T0, b0 = nil, nil
+	end
+	local T, b = tonumber(T0 or interval), tonumber(b0 or burst)
+	local colon = string.find(v, ':', 1, true)
+	if colon then
+		local second = string.find(v, ':', colon + 1, true)
+		T = tonumber(string.sub(v, colon + 1, second - 1))
+		b = tonumber(string.sub(v, second + 1))
+		v = string.sub(v, 1, colon - 1)
+	end
+	local horizon = b * T
 	local ns = tonumber(string.sub(v, -3))
 	local dot = string.find(v, '.', 1, true)
-	local d
+	local d, changed = 0, false
 	if dot then
 		local tat = tonumber(string.sub(v, 1, dot - 1))
 		local w = tonumber(string.sub(v, dot + 1, -4))
 		if (w - now) * 1000 > tolerance then
-			return (tat - w) * 1000 + ns, true
+			d, changed = (tat - w) * 1000 + ns, true
+		else
+			d = math.max((tat - now) * 1000 + ns, 0)
 		end
-		d = (tat - now) * 1000 + ns
 	else
-		d = (tonumber(string.sub(v, 1, -4)) - now) * 1000 + ns
+		d = math.max((tonumber(string.sub(v, 1, -4)) - now) * 1000 + ns, 0)
 		if d > horizon + tolerance then
-			return horizon, true
+			d, changed = horizon, true
 		end
 	end
-	if d < 0 then
-		return 0, false
+	if d == 0 then
+		return 0, false -- full, at every policy: the same as a key never seen
 	end
-	return d, false
+	if T ~= interval or b ~= burst then
+		-- The tokens held, b - d/T, at the new policy; the product is exact but for its last
+		-- bits past 2^53, where the result is capped either way.
+		d = interval * burst - math.floor((horizon - d) * interval / T)
+		d = math.min(math.max(d, 0), maxd)
+		changed = true
+	end
+	return d, changed
 end
 
 -- write sets the key's TAT to now + d nanoseconds, in debt past horizon, expiring when the
--- bucket is full; a key whose bucket is full is deleted, the same as a key never seen.
-local function write(key, now, d, horizon)
+-- bucket is full, with the policy tag (":<T>:<b>", or ""); a key whose bucket is full is
+-- deleted, the same as a key never seen.
+local function write(key, now, d, horizon, tag)
 	if d <= 0 then
 		redis.call('DEL', key)
 		return
@@ -128,5 +161,14 @@ local function write(key, now, d, horizon)
 	else
 		v = string.format('%.0f%03d', us, ns)
 	end
-	redis.call('SET', key, v, 'PX', divceil(d, 1000000))
+	redis.call('SET', key, v .. tag, 'PX', divceil(d, 1000000))
+end
+
+-- tag returns the policy tag a write of a call of interval and burst carries: the policy when
+-- the caller names a default (T0, a Store with a policy function), and otherwise none.
+local function tag(interval, burst, T0)
+	if T0 and T0 ~= '' then
+		return ':' .. interval .. ':' .. burst
+	end
+	return ''
 end
