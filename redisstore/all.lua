@@ -1,5 +1,5 @@
--- The decision of one request in several layers, all or nothing (state.lua comes first and
--- explains the state): each layer's key is reserved its cost at one instant and, if any layer
+-- The decision of one request in several layers, all or nothing (state.lua explains the state
+-- and holds the blocks this script places): each layer's key is reserved its cost at one instant and, if any layer
 -- cannot admit it then, nothing is written; otherwise every reservation is.
 --
 -- KEYS[i]        the key of layer i; several layers may name the same key.
@@ -21,11 +21,14 @@
 -- before it, as x/time/rate's reservations do, so that the largest wait is the exact wait until
 -- they all fit: the reservations of a key at now + wait are those at now, less wait.
 
-local now = clock(ARGV[1])
+{{template "prelude"}}
+local now
+local arg = ARGV[1]
+{{template "clock"}}
 local n = #KEYS
 
 local d0 = {}      -- key -> d as read (repaired if need be)
-local d = {}       -- key -> d with the reservations of the layers so far
+local dk = {}      -- key -> d with the reservations of the layers so far
 local repaired = {} -- key -> whether the state was repaired and must be written
 local horizon = {} -- key -> horizon of the last layer that names it, for the write
 local tags = {}    -- key -> the policy tag of that layer
@@ -40,21 +43,28 @@ for i = 1, n do
 	local h = burst * interval
 	local wait = 0
 	if interval ~= 0 then
-		if d[key] == nil then
-			d0[key], repaired[key] = read(key, now, interval, burst, tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5])
-			d[key] = d0[key]
+		local tolerance = tonumber(ARGV[a + 3])
+		local T0, b0 = ARGV[a + 4], ARGV[a + 5]
+		if dk[key] == nil then
+			local d, changed
+			{{template "read"}}
+			d0[key], repaired[key], dk[key] = d, changed, d
 		end
 		horizon[key] = h
-		tags[key] = tag(ARGV[a], ARGV[a + 1], ARGV[a + 4])
+		local tag
+		local Targ, barg = ARGV[a], ARGV[a + 1]
+		{{template "tag"}}
+		tags[key] = tag
 		wait = -1
 		if cost <= burst then
-			local over = (d[key] - h) + cost * interval
+			local over = (dk[key] - h) + cost * interval
 			if over <= 0 then
 				wait = 0
 			else
-				wait = divceil(over, 1000)
+				local x = over + 999
+				wait = (x - x % 1000) / 1000
 			end
-			d[key] = math.min(d[key] + cost * interval, maxd)
+			dk[key] = math.min(dk[key] + cost * interval, maxd)
 		end
 	end
 	if wait ~= 0 then
@@ -71,10 +81,11 @@ for i = 1, n do
 	if h then
 		horizon[key] = nil
 		if not admitted then
-			d[key] = d0[key]
+			dk[key] = d0[key]
 		end
-		if d[key] ~= d0[key] or repaired[key] then
-			write(key, now, d[key], h, tags[key])
+		if dk[key] ~= d0[key] or repaired[key] then
+			local d, horizon, tag = dk[key], h, tags[key]
+			{{template "write"}}
 		end
 	end
 end
@@ -83,12 +94,13 @@ for i = 1, n do
 	local a = 6 * i - 4
 	local interval = tonumber(ARGV[a])
 	local h = tonumber(ARGV[a + 1]) * interval
-	local di = d[KEYS[i]]
+	local di = dk[KEYS[i]]
 	local remaining = 0
 	if interval == 0 then
 		remaining, di = tonumber(ARGV[a + 1]), 0
 	elseif di < h then
-		remaining = divfloor(h - di, interval)
+		local x = h - di
+		remaining = (x - x % interval) / interval
 	end
 	out[4 * i - 1] = remaining
 	out[4 * i] = di

@@ -14,7 +14,7 @@ import (
 var chargeLua string
 
 // chargeScript charges one key after the fact.
-var chargeScript = redis.NewScript(stateLua + chargeLua)
+var chargeScript = redis.NewScript(assemble(chargeLua))
 
 var _ retryafter.Charger = (*Store)(nil)
 

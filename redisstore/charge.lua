@@ -1,4 +1,5 @@
--- A charge on one key, after the fact (state.lua comes first and explains the state): cost
+-- A charge on one key, after the fact (state.lua explains the state and
+-- holds the blocks this script places): cost
 -- tokens spent whether or not the bucket holds them, so that the key may go into debt, or with a
 -- negative cost given back, never beyond a full bucket.
 --
@@ -15,14 +16,22 @@
 -- Returns the microseconds until the bucket is full, the key's Reset: in debt, more than a
 -- refill of the burst.
 
+{{template "prelude"}}
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local horizon = burst * interval
 local cost = tonumber(ARGV[3])
-local now = clock(ARGV[4])
-
-local d, changed = read(key, now, interval, burst, tonumber(ARGV[5] or 0), ARGV[6], ARGV[7])
+local now
+local arg = ARGV[4]
+{{template "clock"}}
+local tolerance = 0
+if ARGV[5] then
+	tolerance = tonumber(ARGV[5])
+end
+local T0, b0 = ARGV[6], ARGV[7]
+local d, changed
+{{template "read"}}
 local before = d
 if cost > 0 then
 	-- Past maxd the sum may be rounded, but only upwards of maxd, where it is capped.
@@ -36,6 +45,10 @@ elseif cost < 0 then
 	end
 end
 if changed or d ~= before then
-	write(key, now, d, horizon, tag(ARGV[1], ARGV[2], ARGV[6]))
+	local tag
+	local Targ, barg = ARGV[1], ARGV[2]
+	{{template "tag"}}
+	{{template "write"}}
 end
-return divceil(d, 1000)
+local x = d + 999
+return (x - x % 1000) / 1000

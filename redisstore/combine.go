@@ -19,7 +19,7 @@ import (
 var allLua string
 
 // allScript decides a request in several layers, all or nothing.
-var allScript = redis.NewScript(stateLua + allLua)
+var allScript = redis.NewScript(assemble(allLua))
 
 var _ retryafter.Combiner = (*Store)(nil)
 

@@ -218,7 +218,7 @@ func decides(cmd redis.Cmder) bool {
 	case "evalsha":
 		return arg == allScript.Hash() || arg == decideScript.Hash()
 	case "eval":
-		return arg == stateLua+allLua || arg == stateLua+decideLua
+		return arg == assemble(allLua) || arg == assemble(decideLua)
 	}
 	return false
 }

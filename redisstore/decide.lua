@@ -1,4 +1,5 @@
--- The decision of one request on one key (state.lua comes first and explains the state).
+-- The decision of one request on one key (state.lua explains the state and holds the blocks
+-- this script places).
 --
 -- KEYS[1]  the client's key.
 -- ARGV[1]  T, the emission interval: nanoseconds per token (an integer >= 1).
@@ -16,14 +17,22 @@
 --          store rounds d up to Reset's microseconds, and keeps it whole to answer a refusal it
 --          remembers as this script would later.
 
+{{template "prelude"}}
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local horizon = burst * interval
-local now = clock(ARGV[4])
-
-local d, changed = read(key, now, interval, burst, tonumber(ARGV[5] or 0), ARGV[6], ARGV[7])
+local now
+local arg = ARGV[4]
+{{template "clock"}}
+local tolerance = 0
+if ARGV[5] then
+	tolerance = tonumber(ARGV[5])
+end
+local T0, b0 = ARGV[6], ARGV[7]
+local d, changed
+{{template "read"}}
 
 local allowed = 0
 local wait = -1
@@ -38,15 +47,20 @@ if cost <= burst then
 			changed = true
 		end
 	else
-		wait = divceil(over, 1000)
+		local x = over + 999
+		wait = (x - x % 1000) / 1000
 	end
 end
 if changed then
-	write(key, now, d, horizon, tag(ARGV[1], ARGV[2], ARGV[6]))
+	local tag
+	local Targ, barg = ARGV[1], ARGV[2]
+	{{template "tag"}}
+	{{template "write"}}
 end
 
 local remaining = 0
 if d < horizon then
-	remaining = divfloor(horizon - d, interval)
+	local x = horizon - d
+	remaining = (x - x % interval) / interval
 end
 return {allowed, wait, remaining, d}

@@ -59,8 +59,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"text/template"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,8 +71,8 @@ import (
 	"github.com/retryafter/retryafter"
 )
 
-// stateLua is the Lua source that reads and writes a key's state, put before each script's
-// own; its header comment explains the state and the arithmetic.
+// stateLua holds the Lua code that reads and writes a key's state, as blocks that each script
+// places; its header comment explains the state and the arithmetic.
 //
 //go:embed state.lua
 var stateLua string
@@ -80,7 +82,20 @@ var decideLua string
 
 // decideScript decides a request on one key. It and the other scripts run by EVALSHA, falling
 // back to EVAL when the server does not have them cached (the first call, or after a restart).
-var decideScript = redis.NewScript(stateLua + decideLua)
+var decideScript = redis.NewScript(assemble(decideLua))
+
+// assemble returns the script src with state.lua's blocks in place ({{template "read"}}...):
+// Go's text/template, so that the state's code is written once and each script runs it without
+// a Lua function, which Redis would make anew on every call (see state.lua).
+func assemble(src string) string {
+	t := template.Must(template.New("state.lua").Parse(stateLua))
+	template.Must(t.New("script").Parse(src))
+	var b strings.Builder
+	if err := t.ExecuteTemplate(&b, "script", nil); err != nil {
+		panic(err)
+	}
+	return b.String()
+}
 
 // maxHorizon bounds burst × the emission interval, in nanoseconds, so that every integer the
 // scripts compute is exact in a Lua number, a double: a refill of the burst, a request's cost and

@@ -1,6 +1,11 @@
 -- The state of a key's token bucket, shared by the store's scripts (decide.lua, charge.lua,
--- all.lua), which Go puts after this file: a theoretical arrival time (GCRA), read and written
--- with Redis's own clock.
+-- all.lua): a theoretical arrival time (GCRA), read and written with Redis's own clock.
+--
+-- This file holds the code that reads and writes the state, once, as Go text/template blocks
+-- that each script places where it needs them (scripts.go assembles them). A script defines no
+-- Lua function: Redis runs a script's whole body on every call, and a local function there is a
+-- closure made anew each time, about 600 of Redis's instructions apiece (BENCHMARKS.md). Each
+-- block says which locals it reads and which it sets; its own are local to it.
 --
 -- The state is one string: the theoretical arrival time TAT, the instant at which the bucket
 -- will be full again, as a decimal count of Unix nanoseconds. With an emission interval of T
@@ -21,8 +26,9 @@
 -- (about 1.8e18) are not, so TAT is split into microseconds (about 1.8e15, exact) and the
 -- nanoseconds left over (0..999), and every computation is done on d = TAT - now in
 -- nanoseconds, which stays below maxd < 2^53 (the caller keeps the horizon below 2^52). Only +,
--- -, * of integers, math.fmod (exact) and division of an exact multiple are used, so no result
--- is ever rounded: the wait is the exact distance, in whole microseconds rounded up (TIME's
+-- -, * of integers, x % m, and division of a multiple (x - x % m) / m are used, all exact for
+-- integers whose sum is at most 2^53, so no result is ever rounded: the wait is the exact
+-- distance, in whole microseconds rounded up (TIME's
 -- resolution), to the first instant at which the same request is admitted, and one microsecond
 -- earlier it is not.
 --
@@ -49,8 +55,9 @@
 -- is rescaled to the new one keeping the tokens it holds (b - d/T, negative in debt), capped at
 -- the new burst: d' = b'T' - (bT - d) * T'/T, rounded up to the nanosecond (a fraction of a
 -- nanosecond's tokens fewer, never more). A full bucket is full at every policy, as a key never
--- seen is: its state is deleted when it is written full, and expires when it refills. A state without the suffix was written at the
--- caller's "default" policy (the Store's own), or, when the caller names none, at the call's.
+-- seen is: its state is deleted when it is written full, and expires when it refills. A state
+-- without the suffix was written at the caller's "default" policy (the Store's own), or, when
+-- the caller names none, at the call's.
 -- A Store of a version before policies cannot read the suffix: a fleet turns policies on once
 -- every replica runs a version that has them.
 --
@@ -61,8 +68,9 @@
 -- Expiry: once now >= TAT the state says "full", the same as no key at all, so the key is set
 -- to expire ceil(d / 1 ms) after the write: for a key in debt, when the debt is repaid and the
 -- burst refilled. TIME makes the scripts non-deterministic; Redis 5 and later replicate their
--- effects (SET, DEL), not the scripts. Older servers need the call below.
+-- effects (SET, DEL), not the scripts. Older servers need the call in "prelude".
 
+{{define "prelude"}}
 if redis.replicate_commands then
 	redis.replicate_commands()
 end
@@ -71,104 +79,101 @@ end
 -- are added to a multiple of 1000, so that d, and d - horizon + cost*T for cost*T <= horizon,
 -- are exact.
 local maxd = 9e15
+{{end}}
 
--- divfloor returns floor(x / m) and divceil ceil(x / m), exactly, for integers x >= 0, m >= 1.
-local function divfloor(x, m)
-	return (x - math.fmod(x, m)) / m
-end
-local function divceil(x, m)
-	local r = math.fmod(x, m)
-	if r == 0 then
-		return (x - r) / m
-	end
-	return (x - r) / m + 1
-end
-
--- clock returns the instant to decide at, in Unix microseconds: arg, the caller's (tests), if
+{{define "clock"}}
+-- clock sets now, the instant to decide at in Unix microseconds: arg, the caller's (tests), if
 -- it is given and not empty, and otherwise Redis's TIME.
-local function clock(arg)
-	if arg and arg ~= '' then
-		return tonumber(arg)
-	end
+if arg and arg ~= '' then
+	now = tonumber(arg)
+else
 	local t = redis.call('TIME')
-	return tonumber(t[1]) * 1000000 + tonumber(t[2])
+	now = t[1] * 1000000 + t[2]
 end
+{{end}}
 
--- read returns d, how far the key's TAT lies ahead of now in nanoseconds (0 when it is behind:
--- the bucket is full) at the policy of interval and burst, and whether the state was repaired
--- or rescaled and must be written; tolerance is in nanoseconds. T0 and b0 are the policy of a
--- state written without one, when they are given, and otherwise the call's.
-local function read(key, now, interval, burst, tolerance, T0, b0)
+{{define "read"}}
+-- read sets d, how far key's TAT lies ahead of now in nanoseconds (0 when it is behind: the
+-- bucket is full) at the policy of interval and burst, and changed, whether the state was
+-- repaired or rescaled and must be written; tolerance is in nanoseconds. T0 and b0 (strings)
+-- are the policy of a state written without one, when they are given, and otherwise the call's.
+d, changed = 0, false
+do
 	local v = redis.call('GET', key)
-	if not v then
-		return 0, false
-	end
-	if T0 == '' then
-		T0, b0 = nil, nil
-	end
-	local T, b = tonumber(T0 or interval), tonumber(b0 or burst)
-	local colon = string.find(v, ':', 1, true)
-	if colon then
-		local second = string.find(v, ':', colon + 1, true)
-		T = tonumber(string.sub(v, colon + 1, second - 1))
-		b = tonumber(string.sub(v, second + 1))
-		v = string.sub(v, 1, colon - 1)
-	end
-	local horizon = b * T
-	local ns = tonumber(string.sub(v, -3))
-	local dot = string.find(v, '.', 1, true)
-	local d, changed = 0, false
-	if dot then
-		local tat = tonumber(string.sub(v, 1, dot - 1))
-		local w = tonumber(string.sub(v, dot + 1, -4))
-		if (w - now) * 1000 > tolerance then
-			d, changed = (tat - w) * 1000 + ns, true
+	if v then
+		local T, b = interval, burst
+		if T0 and T0 ~= '' then
+			T, b = tonumber(T0), tonumber(b0)
+		end
+		local colon = string.find(v, ':', 1, true)
+		if colon then
+			local second = string.find(v, ':', colon + 1, true)
+			T = tonumber(string.sub(v, colon + 1, second - 1))
+			b = tonumber(string.sub(v, second + 1))
+			v = string.sub(v, 1, colon - 1)
+		end
+		local h = b * T
+		local ns = tonumber(string.sub(v, -3))
+		local dot = string.find(v, '.', 1, true)
+		if dot then
+			local tat = tonumber(string.sub(v, 1, dot - 1))
+			local w = tonumber(string.sub(v, dot + 1, -4))
+			if (w - now) * 1000 > tolerance then
+				d, changed = (tat - w) * 1000 + ns, true
+			else
+				d = math.max((tat - now) * 1000 + ns, 0)
+			end
 		else
-			d = math.max((tat - now) * 1000 + ns, 0)
+			d = (tonumber(string.sub(v, 1, -4)) - now) * 1000 + ns
+			if d < 0 then
+				d = 0
+			elseif d > h + tolerance then
+				d, changed = h, true
+			end
 		end
-	else
-		d = math.max((tonumber(string.sub(v, 1, -4)) - now) * 1000 + ns, 0)
-		if d > horizon + tolerance then
-			d, changed = horizon, true
+		-- A full bucket is full at every policy: the same as a key never seen.
+		if d > 0 and (T ~= interval or b ~= burst) then
+			-- The tokens held, b - d/T, at the new policy. x is exact but for its last bits
+			-- past 2^53, where d is capped either way; x - x % 1 is its floor.
+			local x = (h - d) * interval / T
+			d = interval * burst - (x - x % 1)
+			if d < 0 then
+				d = 0
+			elseif d > maxd then
+				d = maxd
+			end
+			changed = true
 		end
 	end
-	if d == 0 then
-		return 0, false -- full, at every policy: the same as a key never seen
-	end
-	if T ~= interval or b ~= burst then
-		-- The tokens held, b - d/T, at the new policy; the product is exact but for its last
-		-- bits past 2^53, where the result is capped either way.
-		d = interval * burst - math.floor((horizon - d) * interval / T)
-		d = math.min(math.max(d, 0), maxd)
-		changed = true
-	end
-	return d, changed
 end
+{{end}}
 
--- write sets the key's TAT to now + d nanoseconds, in debt past horizon, expiring when the
--- bucket is full, with the policy tag (":<T>:<b>", or ""); a key whose bucket is full is
--- deleted, the same as a key never seen.
-local function write(key, now, d, horizon, tag)
-	if d <= 0 then
-		redis.call('DEL', key)
-		return
-	end
-	local ns = math.fmod(d, 1000)
+{{define "tag"}}
+-- tag sets tag, the policy a write of a call of the policy Targ:barg (strings) carries: that
+-- policy when the caller names a default (T0, a Store with a policy per key), and otherwise
+-- none.
+tag = ''
+if T0 and T0 ~= '' then
+	tag = ':' .. Targ .. ':' .. barg
+end
+{{end}}
+
+{{define "write"}}
+-- write sets key's TAT to now + d nanoseconds, in debt past horizon, expiring when the bucket
+-- is full, with the policy tag; a key whose bucket is full is deleted, the same as a key never
+-- seen.
+if d <= 0 then
+	redis.call('DEL', key)
+else
+	local ns = d % 1000
 	local us = now + (d - ns) / 1000
 	local v
 	if d > horizon then
-		v = string.format('%.0f.%.0f%03d', us, now, ns)
+		v = string.format('%d.%d%03d', us, now, ns)
 	else
-		v = string.format('%.0f%03d', us, ns)
+		v = string.format('%d%03d', us, ns)
 	end
-	redis.call('SET', key, v .. tag, 'PX', divceil(d, 1000000))
+	local ms = d + 999999
+	redis.call('SET', key, v .. tag, 'PX', (ms - ms % 1000000) / 1000000)
 end
-
--- tag returns the policy tag a write of a call of interval and burst carries: the policy when
--- the caller names a default (T0, a Store with a policy function), and otherwise none.
-local function tag(interval, burst, T0)
-	if T0 and T0 ~= '' then
-		return ':' .. interval .. ':' .. burst
-	end
-	return ''
-end
+{{end}}
