@@ -16,22 +16,7 @@
 -- Returns the microseconds until the bucket is full, the key's Reset: in debt, more than a
 -- refill of the burst.
 
-{{template "prelude"}}
-local key = KEYS[1]
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local horizon = burst * interval
-local cost = tonumber(ARGV[3])
-local now
-local arg = ARGV[4]
-{{template "clock"}}
-local tolerance = 0
-if ARGV[5] then
-	tolerance = tonumber(ARGV[5])
-end
-local T0, b0 = ARGV[6], ARGV[7]
-local d, changed
-{{template "read"}}
+{{template "one key"}}
 local before = d
 if cost > 0 then
 	-- Past maxd the sum may be rounded, but only upwards of maxd, where it is capped.

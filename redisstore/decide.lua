@@ -17,22 +17,7 @@
 --          store rounds d up to Reset's microseconds, and keeps it whole to answer a refusal it
 --          remembers as this script would later.
 
-{{template "prelude"}}
-local key = KEYS[1]
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local horizon = burst * interval
-local now
-local arg = ARGV[4]
-{{template "clock"}}
-local tolerance = 0
-if ARGV[5] then
-	tolerance = tonumber(ARGV[5])
-end
-local T0, b0 = ARGV[6], ARGV[7]
-local d, changed
-{{template "read"}}
+{{template "one key"}}
 
 local allowed = 0
 local wait = -1

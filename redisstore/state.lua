@@ -92,6 +92,28 @@ else
 end
 {{end}}
 
+{{define "one key"}}
+{{template "prelude"}}
+-- one key reads the arguments of a script of one key (decide.lua, charge.lua) into key,
+-- interval, burst, horizon, cost, now, tolerance, T0 and b0, and the key's state into d and
+-- changed (see "read").
+local key = KEYS[1]
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local horizon = burst * interval
+local cost = tonumber(ARGV[3])
+local now
+local arg = ARGV[4]
+{{template "clock"}}
+local tolerance = 0
+if ARGV[5] then
+	tolerance = tonumber(ARGV[5])
+end
+local T0, b0 = ARGV[6], ARGV[7]
+local d, changed
+{{template "read"}}
+{{end}}
+
 {{define "read"}}
 -- read sets d, how far key's TAT lies ahead of now in nanoseconds (0 when it is behind: the
 -- bucket is full) at the policy of interval and burst, and changed, whether the state was
