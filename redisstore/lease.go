@@ -108,14 +108,15 @@ type leaseOp struct {
 // can lose up to a lot the same way.
 //
 // Refusals and Retry-After: a refusal is Redis's, exact for its bucket once the replica's own
-// lease is given back, or the replica's own, without a round trip, when it holds nothing and the
-// bucket as Redis last told it cannot hold the cost yet, with the exact rest of that wait. Other
-// replicas' requests can only spend the bucket, so a request of the same cost sent to any replica
-// once the Retry-After has passed is admitted unless requests spent the key's tokens meanwhile,
-// and Retry-After is never shorter than the wait of a single Store holding the fleet's tokens; it
-// is longer by at most the tokens other replicas hold in their leases (lot each, times the
-// emission interval), which could admit the request sooner, and by what they gave back since
-// Redis last told this replica. A single replica decides every request, charge and refund
+// lease is given back, or, without a round trip, the replica's own, when it holds nothing and the
+// bucket as Redis last told it cannot hold the cost yet, with the exact rest of that wait. So
+// Retry-After is longer than the wait of a single Store holding all the fleet's tokens by at most
+// the tokens the other replicas hold in their leases (lot each, times the emission interval),
+// which could admit the request sooner, and what they gave back since this replica last asked
+// Redis. A request of the same cost sent to any replica once the Retry-After of Redis's refusal
+// has passed is admitted unless requests spent the key's tokens meanwhile; after a refusal of the
+// replica's own, unless they spent them since it last asked Redis (the request is then refused
+// again, with the rest of the wait). A single replica decides every request, charge and refund
 // exactly as its Store would (to the nanosecond, with the caller's clock of the tests).
 //
 // Remaining and Reset are those of the bucket that Redis and the replica's lease make together,
