@@ -238,7 +238,7 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 				op.lot = max(l.lot, cost)
 			}
 		}
-		res, err, down := l.lead(ctx, e, key, at, now, b, op)
+		res, down, err := l.lead(ctx, e, key, at, now, b, op)
 		if err != nil {
 			e.mu.Unlock()
 			if down {
@@ -317,7 +317,7 @@ func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time
 		if op.cost < 0 {
 			op.cost = 0
 		}
-		_, err, down := l.lead(ctx, e, key, at, now, b, op)
+		_, down, err := l.lead(ctx, e, key, at, now, b, op)
 		e.mu.Unlock()
 		if err != nil && down {
 			return s.chargeLocal(ctx, key, cost, now, err)
@@ -362,7 +362,7 @@ func (l *Leased) Release(ctx context.Context) error {
 			at = e.learned
 			now = time.UnixMicro(e.learned / 1000)
 		}
-		_, err, _ := l.lead(ctx, e, key, at, now, b, op)
+		_, _, err := l.lead(ctx, e, key, at, now, b, op)
 		e.mu.Unlock()
 		if err != nil && first == nil {
 			first = err
@@ -384,11 +384,11 @@ func (e *lease) settle(t int64) int64 {
 // in flight and locks it again before it returns. On success, e knows the key's state as of at;
 // on failure, what was given back is the lease's again if the call was never sent, and is taken
 // as given back otherwise. down says whether the error is a failure of Redis.
-func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now time.Time, b budget, op leaseOp) ([4]int64, error, bool) {
+func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now time.Time, b budget, op leaseOp) (res [4]int64, down bool, err error) {
 	f := &flight{done: make(chan struct{})}
 	e.flight = f
 	e.mu.Unlock()
-	res, err, down, sent := l.call(ctx, key, op, now, b)
+	res, down, sent, err := l.call(ctx, key, op, now, b)
 	e.mu.Lock()
 	e.flight = nil
 	switch {
@@ -403,16 +403,16 @@ func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now t
 	}
 	f.err, f.down = err, down
 	close(f.done)
-	return res, err, down
+	return res, down, err
 }
 
 // call sends op on key to Redis within the budget b, and returns the script's answer, or an
 // error, whether it is a failure of Redis (see Store.failed), and whether the call was sent.
-func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time, b budget) (res [4]int64, err error, down, sent bool) {
+func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time, b budget) (res [4]int64, down, sent bool, err error) {
 	s := l.s
 	timeout := time.Until(b.deadline)
 	if timeout <= 0 {
-		return res, b.expired(), false, false
+		return res, false, false, b.expired()
 	}
 	if b.own {
 		timeout = s.timeout // ctx's deadline, which newRoundTrip reads, is the sooner
@@ -423,7 +423,7 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	health := s.healthOf(rt.ctx, keys[0])
 	at, err := health.admit()
 	if err != nil {
-		return res, err, true, false
+		return res, true, false, err
 	}
 	l.trips.Add(1)
 	vals, err := leaseScript.Run(rt.ctx, s.client, keys, args...).Int64Slice()
@@ -432,11 +432,11 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	}
 	if err != nil {
 		err, down := s.failed(ctx, rt, health, at, err)
-		return res, err, down, true
+		return res, down, true, err
 	}
 	health.ok()
 	copy(res[:], vals)
-	return res, nil, false, true
+	return res, false, true, nil
 }
 
 // leaseCall returns the keys and arguments of lease.lua for op on key: the one place that knows
