@@ -38,12 +38,13 @@ const evictEvery = 64
 // A Leased is safe for concurrent use, holds no goroutine and needs no closing; [Leased.Release]
 // gives its leases back, for a graceful shutdown.
 type Leased struct {
-	s      *Store
-	lot    int
-	leases sync.Map     // key → *lease
-	n      atomic.Int64 // entries in leases
-	misses atomic.Int64 // requests of keys beyond maxLeaseKeys
-	trips  atomic.Uint64
+	s       *Store
+	lot     int
+	maxKeys int          // maxLeaseKeys, but in tests
+	leases  sync.Map     // key → *lease
+	n       atomic.Int64 // entries in leases
+	misses  atomic.Int64 // requests of keys beyond maxLeaseKeys
+	trips   atomic.Uint64
 }
 
 // A lease is what a replica holds and knows of one key.
@@ -150,7 +151,7 @@ func (s *Store) Leased(lot int) *Leased {
 	if lot < 1 {
 		panic("redisstore: Leased with a lot below 1")
 	}
-	return &Leased{s: s, lot: lot}
+	return &Leased{s: s, lot: lot, maxKeys: maxLeaseKeys}
 }
 
 var (
@@ -483,12 +484,12 @@ func (l *Leased) entry(key string, at int64) *lease {
 	if v, ok := l.leases.Load(key); ok {
 		return v.(*lease)
 	}
-	if l.n.Load() >= maxLeaseKeys {
+	if l.n.Load() >= int64(l.maxKeys) {
 		if l.misses.Add(1)%evictEvery != 1 {
 			return nil
 		}
 		l.evict(at)
-		if l.n.Load() >= maxLeaseKeys {
+		if l.n.Load() >= int64(l.maxKeys) {
 			return nil
 		}
 	}

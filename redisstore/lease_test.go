@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -426,4 +428,122 @@ func TestLeasedDown(t *testing.T) {
 		}
 		wg.Wait()
 	})
+}
+
+// TestLeasedRealOutage takes a lease on a redis-server of the test's own, kills the server, and
+// has 16 goroutines decide on the key: the lease is spent first, without Redis, then every
+// request fails with an error wrapping ErrUnavailable, as the Store's would, and no goroutine is
+// left behind once they have returned.
+func TestLeasedRealOutage(t *testing.T) {
+	srv := startServer(t)
+	const lot = 8
+	l := New(newClient(t, srv.Addr()), rate.Every(time.Second), 100, WithTimeout(100*time.Millisecond)).Leased(lot)
+	if d := decideLeased(t, l, "k", 1, time.Now()); !d.Allowed {
+		t.Fatalf("the first request: %+v", d)
+	}
+	srv.Stop(syscall.SIGKILL)
+	goroutines := runtime.NumGoroutine()
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 4 {
+				d, err := l.Decide(context.Background(), "k", 1, time.Now())
+				switch {
+				case err == nil && d.Allowed:
+					admitted.Add(1)
+				case errors.Is(err, ErrUnavailable):
+					failed.Add(1)
+				default:
+					t.Errorf("Redis down: %+v, %v; want admitted from the lease, or ErrUnavailable", d, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != lot-1 || failed.Load() != 64-(lot-1) {
+		t.Fatalf("%d admitted and %d failed, want the %d the lease held and the rest", admitted.Load(), failed.Load(), lot-1)
+	}
+	// go-redis's pool may still be closing connections: wait for the count, without sleeping
+	// past it.
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before the requests", runtime.NumGoroutine(), goroutines)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestLeasedInAll puts a Leased shared layer in an All beside a per-client Store: a request that
+// the per-client layer refuses is given back into the lease, without a round trip, so that the
+// shared key's tokens in Redis and in the lease are as before; the replica's round trips are one
+// per lease.
+func TestLeasedInAll(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	opts := []Option{WithTimeout(testTimeout), withInjectedClock()}
+	perClient := New(client, rate.Every(time.Second), 1, append(opts, WithPrefix(testPrefix(t)))...)
+	shared := New(client, rate.Every(time.Second), 50, append(opts, WithPrefix(testPrefix(t)))...)
+	l := shared.Leased(10)
+	limiter := retryafter.All(perClient, retryafter.Shared(l, "all"))
+	ctx := context.Background()
+	for i := range 5 {
+		d, err := limiter.Decide(ctx, fmt.Sprint("client-", i), 1, t0)
+		if err != nil || !d.Allowed {
+			t.Fatalf("client %d's first request: %+v, %v", i, d, err)
+		}
+		d, err = limiter.Decide(ctx, fmt.Sprint("client-", i), 1, t0)
+		if err != nil || d.Allowed || d.RetryAfter != time.Second {
+			t.Fatalf("client %d's second request: %+v, %v; want refused by its own limit for 1s", i, d, err)
+		}
+	}
+	if l.RoundTrips() != 1 {
+		t.Fatalf("%d round trips for the shared layer, want 1", l.RoundTrips())
+	}
+	// 5 spent of the 10 leased: a peek gives the lease back and sees 50 − 5.
+	if d := decideLeased(t, l, "all", 0, t0); d.Remaining != 45 {
+		t.Fatalf("the shared key after 5 admitted and 5 given back: %+v, want 45 left", d)
+	}
+	if d := decide(t, shared, "all", 0, t0); d.Remaining != 45 {
+		t.Fatalf("the shared key in Redis: %+v, want 45 left", d)
+	}
+}
+
+// TestLeasedKeyBound checks that a Leased holds at most its bound of keys: the requests of keys
+// beyond it are decided by the Store, as exactly, and once the keys it holds have refilled
+// (the same as keys never seen) it forgets them and leases new ones.
+func TestLeasedKeyBound(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const bound, lot = 8, 4
+	s := New(client, rate.Every(time.Second), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+	l := s.Leased(lot)
+	l.maxKeys = bound
+	for k := range 3 * bound {
+		key := fmt.Sprint("k", k)
+		if d := decideLeased(t, l, key, 1, t0); !d.Allowed || d.Remaining != 9 {
+			t.Fatalf("%s: %+v", key, d)
+		}
+		if d := decide(t, s, key, 0, t0); k < bound && d.Remaining != 10-lot || k >= bound && d.Remaining != 9 {
+			t.Fatalf("%s in Redis: %d left, want %d with a lease and 9 without", key, d.Remaining, 10-lot)
+		}
+	}
+	if n := l.n.Load(); n != bound {
+		t.Fatalf("%d keys held, want %d", n, bound)
+	}
+	later := t0.Add(time.Hour) // every bucket full again
+	for k := range evictEvery {
+		key := fmt.Sprint("new", k)
+		if d := decideLeased(t, l, key, 1, later); !d.Allowed {
+			t.Fatalf("%s: %+v", key, d)
+		}
+	}
+	// One search for keys to forget every evictEvery requests of keys beyond the bound.
+	held := 0
+	for k := range evictEvery {
+		if _, ok := l.leases.Load(fmt.Sprint("new", k)); ok {
+			held++
+		}
+	}
+	if held == 0 || l.n.Load() > bound {
+		t.Fatalf("after the held keys refilled: %d new keys held, %d in all; want some, and at most %d in all", held, l.n.Load(), bound)
+	}
 }
