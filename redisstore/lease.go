@@ -82,7 +82,9 @@ type leaseOp struct {
 
 // Leased returns a [Leased] limiter on s's buckets: its client, prefix, rate, burst, timeout,
 // health and local fallback. Each key's bucket stays in Redis, where s and the Leased limiters of
-// every replica spend it alike; lot is how many tokens a replica takes at once.
+// every replica spend it alike; lot is how many tokens a replica takes at once. The replicas'
+// leases come out of one burst: keep lot × replicas below it, so that the others still find
+// tokens when one takes its lot.
 //
 // A request that the replica's lease of its key covers is admitted at once, without asking Redis,
 // and spends the lease. One that it does not cover goes to Redis in one script call, which gives
@@ -142,7 +144,9 @@ type leaseOp struct {
 // Stores into one script ([Store.Combine] takes only Stores): in a [retryafter.All] it is decided
 // on its own, before or after the Stores' round trip; it is a [retryafter.Charger], so All gives
 // back through it (into the lease, without a round trip) what it spent on a request that another
-// layer refused. The Store's own memory of refusals ([WithRefusalMemory]) does not see what a
+// layer refused. All decides every layer of a request that one refuses, to tell the longest wait,
+// so a request that the Leased refuses still costs the Stores' layers their round trip, and one
+// more to give back what they spent (BENCHMARKS.md has the figures). The Store's own memory of refusals ([WithRefusalMemory]) does not see what a
 // Leased gives back, as it does not see another replica's. At rate.Inf it admits every cost of 0
 // or more, as s does.
 //
