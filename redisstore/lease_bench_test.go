@@ -19,8 +19,9 @@ import (
 // BenchmarkFleetHotKey floods one shared key from 3 replicas (3 Stores, each on a client of its
 // own, 4 goroutines each) at 9,000 requests/s in all for 2 s, evenly spread and in turn, on the
 // real redis-server at REDIS_ADDR and on a Redis Cluster (REDIS_CLUSTER_ADDRS, or one the tests
-// start): "hot", a limit of 30,000/s with bursts of 1,000, so that every request is admitted, and
-// "flood", 900/s with bursts of 90, so that about 90% are refused. "store" decides by the Store
+// start): "hot", a limit of 30,000/s with bursts of 1,000, so that every request is admitted,
+// "even", 9,000/s with bursts of 900, the demand's own rate, and "flood", 900/s with bursts of
+// 90, so that about 90% are refused. "store" decides by the Store
 // itself (one script call a request, but for the refusals it remembers), "leased-N" by
 // Store.Leased(N). It reports, from the servers' own counts (INFO commandstats, INFO cpu, summed
 // over the masters of a cluster), script calls per request, the scripts' µs and Redis's CPU µs
@@ -35,7 +36,7 @@ func BenchmarkFleetHotKey(b *testing.B) {
 		name  string
 		limit rate.Limit
 		burst int
-	}{{"hot", 30000, 1000}, {"flood", 900, 90}}
+	}{{"hot", 30000, 1000}, {"even", 9000, 900}, {"flood", 900, 90}}
 	limiters := []struct {
 		name string
 		new  func(s *Store) retryafter.Limiter
