@@ -94,7 +94,9 @@ type leaseOp struct {
 // are one at a time on each replica: the key's other requests wait for the call in flight and are
 // answered from what it brought (the lease, or the refusal), or wait their turn to ask again;
 // every request waits at most the store's timeout in all, and one that gets no answer in time
-// fails as [Store.Decide] does.
+// fails as [Store.Decide] does. The requests waiting for a call that Redis fails (an error, or no
+// answer within the timeout) fail with it, with its error: one piece of evidence, as the round
+// trips in flight together are for the Store.
 //
 // Over-admission: every leased token was spent in Redis when it was leased, so over a run from a
 // bucket without leases the fleet admits no more than a single Store would have (burst + rate ×
