@@ -11,7 +11,7 @@ import (
 // in place and defines no Lua function, which Redis would make anew on every call (state.lua).
 // With SCRIPTS_OUT set to a directory, it writes the scripts there, for scriptcost.sh.
 func TestScriptSources(t *testing.T) {
-	for name, src := range map[string]string{"decide": decideLua, "charge": chargeLua, "all": allLua} {
+	for name, src := range map[string]string{"decide": decideLua, "charge": chargeLua, "all": allLua, "lease": leaseLua} {
 		s := assemble(src)
 		var code strings.Builder // s without its comments
 		for line := range strings.Lines(s) {

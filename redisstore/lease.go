@@ -1,0 +1,568 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+)
+
+//go:embed lease.lua
+var leaseLua string
+
+// leaseScript gives back a replica's lease of a key, decides a request and takes a new lease,
+// or charges, in one call (see lease.lua).
+var leaseScript = redis.NewScript(assemble(leaseLua))
+
+// maxLeaseKeys is the most keys a [Leased] holds a lease of, or knows the state of, at once;
+// the requests of other keys are decided by its Store.
+const maxLeaseKeys = 4096
+
+// evictEvery is how many requests of keys beyond maxLeaseKeys pass between two searches for
+// keys that a Leased may forget.
+const evictEvery = 64
+
+// A Leased is a [retryafter.Limiter] on a [Store]'s buckets in Redis, for a key so hot that one
+// script call per request is what limits it (a [retryafter.Shared] layer of a whole fleet): each
+// replica takes the key's tokens from Redis in lots, and admits the requests they cover itself,
+// without a round trip. Tokens are spent in Redis when they are leased, so a fleet of Leased
+// limiters never admits more than Redis's bucket gives out; [Store.Leased] says what it promises.
+//
+// A Leased is safe for concurrent use, holds no goroutine and needs no closing; [Leased.Release]
+// gives its leases back, for a graceful shutdown.
+type Leased struct {
+	s       *Store
+	lot     int
+	maxKeys int          // maxLeaseKeys, but in tests
+	leases  sync.Map     // key → *lease
+	n       atomic.Int64 // entries in leases
+	misses  atomic.Int64 // requests of keys beyond maxLeaseKeys
+	trips   atomic.Uint64
+}
+
+// A lease is what a replica holds and knows of one key.
+type lease struct {
+	mu sync.Mutex
+	// known says whether a round trip has told the key's state; learned is the instant it was
+	// sent at (Store.instant), and full the instant from which the key's bucket in Redis is full
+	// at the earliest: the requests of other replicas can only put it off (a give-back aside).
+	known   bool
+	learned int64
+	full    int64
+	// held is the lease: nanoseconds of the bucket's time that the replica took from Redis and
+	// has not spent, held / interval tokens. It is never more than the time until full, so that
+	// the bucket and the lease together never hold more than the burst.
+	held   int64
+	flight *flight // the round trip in flight on the key, if any
+	gone   bool    // removed from leases: look the key up again
+}
+
+// A flight is one round trip on a key, which the key's other requests wait for.
+type flight struct {
+	done chan struct{}
+	err  error
+	down bool // err is a failure of Redis, which the waiters share
+}
+
+// A leaseOp is what one round trip asks of lease.lua.
+type leaseOp struct {
+	cost   int   // n
+	lot    int   // the most tokens to take, n included
+	back   int64 // nanoseconds given back first
+	leased bool  // back is the lease's, to be held again if the call is never sent
+	charge bool
+}
+
+// Leased returns a [Leased] limiter on s's buckets: its client, prefix, rate, burst, timeout,
+// health and local fallback. Each key's bucket stays in Redis, where s and the Leased limiters of
+// every replica spend it alike; lot is how many tokens a replica takes at once. The replicas'
+// leases come out of one burst: keep lot × replicas below it, so that the others still find
+// tokens when one takes its lot.
+//
+// A request that the replica's lease of its key covers is admitted at once, without asking Redis,
+// and spends the lease. One that it does not cover goes to Redis in one script call, which gives
+// back what is left of the lease, decides the request at Redis's clock as [Store.Decide] does,
+// and, if it is admitted, takes for the replica as many of the bucket's tokens as it holds, up to
+// max(lot, cost), the request's own included: all or nothing for the cost. The calls on one key
+// are one at a time on each replica: the key's other requests wait for the call in flight and are
+// answered from what it brought (the lease, or the refusal), or wait their turn to ask again;
+// every request waits at most the store's timeout in all, and one that gets no answer in time
+// fails as [Store.Decide] does. The requests waiting for a call that Redis fails (an error, or no
+// answer within the timeout) fail with it, with its error: one piece of evidence, as the round
+// trips in flight together are for the Store.
+//
+// Over-admission: every leased token was spent in Redis when it was leased, so over a run from a
+// bucket without leases the fleet admits no more than a single Store would have (burst + rate ×
+// the run's length); over any stretch of time, at most lot tokens more per replica, those of
+// the leases held at its start, which Redis had counted before.
+//
+// Unused tokens: a lease never outlives the bucket it came from: it shrinks as the bucket, as the
+// replica last saw it, refills, so that the bucket and the lease together never hold more than
+// the burst, and it is gone by the time the bucket would be full. A replica that gets no more
+// requests of the key holds at most lot tokens idle meanwhile; the next call it makes on the
+// key gives back what is left, as does [Leased.Release]. A crash loses them: the bucket is then
+// short of at most lot tokens per replica until it refills them at the key's rate. A round
+// trip whose answer is lost (a timeout) may have given the lease back and taken a new one, so it
+// can lose up to a lot the same way.
+//
+// Refusals and Retry-After: a refusal is Redis's, exact for its bucket once the replica's own
+// lease is given back, or, without a round trip, the replica's own, when it holds nothing and the
+// bucket as Redis last told it cannot hold the cost yet, with the exact rest of that wait. So
+// Retry-After is longer than the wait of a single Store holding all the fleet's tokens by at most
+// the tokens the other replicas hold in their leases (lot each, times the emission interval),
+// which could admit the request sooner, and what they gave back since this replica last asked
+// Redis. A request of the same cost sent to any replica once the Retry-After of Redis's refusal
+// has passed is admitted unless requests spent the key's tokens meanwhile; after a refusal of the
+// replica's own, unless they spent them since it last asked Redis (the request is then refused
+// again, with the rest of the wait). A single replica decides every request, charge and refund
+// exactly as its Store would (to the nanosecond, with the caller's clock of the tests).
+//
+// Remaining and Reset are those of the bucket that Redis and the replica's lease make together,
+// as Redis last told it (refilled since, spent by this replica): Remaining may count tokens that
+// other replicas have spent meanwhile. Limit is the burst and Policy the store's rate and burst.
+//
+// A cost of 0 (a peek) asks Redis, or the answer of the call in flight, since a lease cannot tell
+// whether other replicas put the key into debt; it is refused without a round trip only when the
+// replica knows the key to be in debt. A cost above the burst is refused with
+// rate.InfDuration, without a round trip once the replica has learnt the key's state. A negative
+// cost is an error wrapping [retryafter.ErrNegativeCost], decided without asking Redis. A cost
+// above lot is taken whole, and leaves no lease.
+//
+// While Redis is down, the tokens a replica holds are still spent (they were counted in Redis),
+// its refusals still answered; a request they do not cover fails as [Store.Decide] fails (an
+// error wrapping [ErrUnavailable], at once while the store knows Redis to be down), or is decided
+// by the store's local fallback ([WithLocalFallback]).
+//
+// A Leased holds a lease of, or knowledge about, at most 4,096 keys: it is for a few hot keys
+// (a Shared layer), and the requests of further keys are decided by the Store itself, one round
+// trip each, until keys whose leases have ended are forgotten. A Leased does not combine with
+// Stores into one script ([Store.Combine] takes only Stores): in a [retryafter.All] it is decided
+// on its own, before or after the Stores' round trip; it is a [retryafter.Charger], so All gives
+// back through it (into the lease, without a round trip) what it spent on a request that another
+// layer refused. All decides every layer of a request that one refuses, to tell the longest wait,
+// so a request that the Leased refuses still costs the Stores' layers their round trip, and one
+// more to give back what they spent (BENCHMARKS.md has the figures). The Store's own memory of refusals ([WithRefusalMemory]) does not see what a
+// Leased gives back, as it does not see another replica's. At rate.Inf it admits every cost of 0
+// or more, as s does.
+//
+// Leased panics if lot is below 1, or if s has a policy per key ([WithPolicyFunc]): a lease is
+// of the Store's one rate and burst. A lot above the burst takes at most the burst.
+func (s *Store) Leased(lot int) *Leased {
+	if lot < 1 {
+		panic("redisstore: Leased with a lot below 1")
+	}
+	if s.policyOf != nil {
+		panic("redisstore: Leased of a Store with a policy per key")
+	}
+	return &Leased{s: s, lot: lot, maxKeys: maxLeaseKeys}
+}
+
+var (
+	_ retryafter.Limiter = (*Leased)(nil)
+	_ retryafter.Charger = (*Leased)(nil)
+)
+
+// RoundTrips returns how many script calls the Leased has made: a counter, for metrics.
+func (l *Leased) RoundTrips() uint64 { return l.trips.Load() }
+
+// Decide implements [retryafter.Limiter] as [Store.Leased] describes. now is used as
+// [Store.Decide] uses it: with Redis's clock deciding, only for the instant the request is timed
+// from on the local monotonic clock (which the lease and the remembered state of the key are
+// reckoned on). ctx's values reach the client, and its deadline bounds the wait if it is sooner
+// than the store's timeout; its cancellation does not.
+func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
+	s := l.s
+	if cost < 0 {
+		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
+	}
+	if s.own.unlimited() {
+		return retryafter.Decision{Allowed: true, Limit: s.own.policy.Burst, Remaining: s.own.policy.Burst, Policy: s.own.policy}, nil
+	}
+	at := s.instant(now)
+	b := l.budget(ctx)
+	need := int64(cost) * s.own.interval
+	horizon := s.own.interval * int64(s.own.policy.Burst)
+	fresh := false // a call that began after this request arrived answered the key
+	for {
+		e := l.entry(key, at)
+		if e == nil {
+			return s.Decide(ctx, key, cost, now)
+		}
+		e.mu.Lock()
+		if e.gone {
+			e.mu.Unlock()
+			continue
+		}
+		t := max(at, e.learned) // the request is decided no earlier than what is known of the key
+		left := e.settle(t)
+		dp := left - e.held // the bucket and the lease together: d as a single Store would see it
+		switch {
+		case cost > s.own.policy.Burst && e.known:
+			d := l.decision(false, dp, t-at, rate.InfDuration)
+			e.mu.Unlock()
+			return d, nil
+		case cost > 0 && need <= e.held && dp-horizon+need <= 0: // not when in debt
+			e.held -= need
+			d := l.decision(true, dp+need, t-at, 0)
+			e.mu.Unlock()
+			return d, nil
+		case e.known && e.held == 0 && cost <= s.own.policy.Burst && dp-horizon+need > 0:
+			// Refused even if every token the replica last saw were still there.
+			d := l.decision(false, dp, t-at, ceilMicro(dp-horizon+need))
+			e.mu.Unlock()
+			return d, nil
+		case cost == 0 && fresh && e.known && (dp <= horizon || e.held == 0):
+			// The answer of a call sent since the request arrived: as fresh as its own.
+			var wait time.Duration
+			if dp > horizon {
+				wait = ceilMicro(dp - horizon)
+			}
+			d := l.decision(wait == 0, dp, t-at, wait)
+			e.mu.Unlock()
+			return d, nil
+		case e.flight != nil:
+			f := e.flight
+			e.mu.Unlock()
+			if !b.wait(f) {
+				return retryafter.Decision{}, b.expired()
+			}
+			if f.err != nil && f.down {
+				return s.orLocal(ctx, key, cost, now, f.err)
+			}
+			fresh = f.err == nil
+			continue
+		}
+		op := leaseOp{cost: cost}
+		if cost <= s.own.policy.Burst {
+			// The lease goes back with the request, which is then decided on the bucket a
+			// single Store would hold; a peek takes nothing.
+			op.back, op.leased = e.held, true
+			e.held = 0
+			if cost > 0 {
+				op.lot = max(l.lot, cost)
+			}
+		}
+		res, down, err := l.lead(ctx, e, key, at, now, b, op)
+		if err != nil {
+			e.mu.Unlock()
+			if down {
+				return s.orLocal(ctx, key, cost, now, err)
+			}
+			return retryafter.Decision{}, err
+		}
+		allowed := res[0] == 1
+		if allowed && cost > 0 {
+			e.held += (res[1] - int64(cost)) * s.own.interval
+		}
+		wait := time.Duration(0)
+		switch {
+		case allowed:
+		case res[2] < 0:
+			wait = rate.InfDuration
+		default:
+			wait = time.Duration(res[2]) * time.Microsecond
+		}
+		d := l.decision(allowed, max(res[3]-e.held, 0), 0, wait)
+		e.mu.Unlock()
+		return d, nil
+	}
+}
+
+// Charge implements [retryafter.Charger] as [Store.Charge] does, on the bucket that Redis and the
+// replica's lease of key make together: a cost the lease covers is spent from it, and a negative
+// cost is given back into it (never beyond a full bucket, nor beyond lot tokens), without a round
+// trip; otherwise one round trip gives back the lease and charges the bucket in Redis, into debt
+// if need be, or gives back there what the lease cannot take. It fails as [Store.Charge] does. A
+// charge whose answer was lost to the timeout may still have been made, and the lease given back.
+func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	s := l.s
+	if cost == 0 || s.own.unlimited() {
+		return nil
+	}
+	at := s.instant(now)
+	b := l.budget(ctx)
+	amount := int64(cost) * s.own.interval // negative for a refund
+	for {
+		e := l.entry(key, at)
+		if e == nil {
+			return s.Charge(ctx, key, cost, now)
+		}
+		e.mu.Lock()
+		if e.gone {
+			e.mu.Unlock()
+			continue
+		}
+		left := e.settle(max(at, e.learned))
+		switch {
+		case cost > 0 && amount <= e.held:
+			e.held -= amount
+			e.mu.Unlock()
+			return nil
+		case cost < 0 && e.known && min(e.held-amount, left) <= int64(l.lot)*s.own.interval:
+			e.held = min(e.held-amount, left) // the rest would overfill the bucket
+			e.mu.Unlock()
+			return nil
+		case e.flight != nil:
+			f := e.flight
+			e.mu.Unlock()
+			if !b.wait(f) {
+				return b.expired()
+			}
+			if f.err != nil && f.down {
+				return s.chargeLocal(ctx, key, cost, now, f.err)
+			}
+			continue
+		}
+		op := leaseOp{cost: cost, back: -amount, charge: true}
+		if cost > 0 {
+			op.back, op.leased = e.held, true
+			e.held = 0
+		}
+		if op.cost < 0 {
+			op.cost = 0
+		}
+		_, down, err := l.lead(ctx, e, key, at, now, b, op)
+		e.mu.Unlock()
+		if err != nil && down {
+			return s.chargeLocal(ctx, key, cost, now, err)
+		}
+		return err
+	}
+}
+
+// Release gives back to Redis every token the Leased holds, one round trip per key that it holds
+// a lease of, so that the other replicas may spend them: for a graceful shutdown, once the
+// replica takes no more requests. The Leased stays usable, and takes new leases as it needs them.
+// It returns the first error of a round trip (the tokens of that key may then be lost, as in a
+// crash); ctx bounds it as it bounds Decide.
+func (l *Leased) Release(ctx context.Context) error {
+	var first error
+	l.leases.Range(func(k, v any) bool {
+		key, e := k.(string), v.(*lease)
+		now := time.Now()
+		b := l.budget(ctx)
+		e.mu.Lock()
+		for e.flight != nil {
+			f := e.flight
+			e.mu.Unlock()
+			if !b.wait(f) {
+				if first == nil {
+					first = b.expired()
+				}
+				return true
+			}
+			e.mu.Lock()
+		}
+		if e.gone || e.held == 0 {
+			e.mu.Unlock()
+			return true
+		}
+		op := leaseOp{back: e.held, leased: true, charge: true}
+		e.held = 0
+		// A give-back needs no instant of the caller's: it is timed as the lease was, but a
+		// lease taken at the caller's instants (tests) is given back at the last of them.
+		at := l.s.instant(now)
+		if l.s.caller {
+			at = e.learned
+			now = time.UnixMicro(e.learned / 1000)
+		}
+		_, _, err := l.lead(ctx, e, key, at, now, b, op)
+		e.mu.Unlock()
+		if err != nil && first == nil {
+			first = err
+		}
+		return true
+	})
+	return first
+}
+
+// settle shrinks the lease to what the bucket, as last known, can still hold at t, and returns
+// how long until that bucket is full from t, with e locked.
+func (e *lease) settle(t int64) int64 {
+	left := max(e.full-t, 0)
+	e.held = min(e.held, left)
+	return left
+}
+
+// lead makes the round trip op on key for e, locked, as its flight: it unlocks e while the call is
+// in flight and locks it again before it returns. On success, e knows the key's state as of at;
+// on failure, what was given back is the lease's again if the call was never sent, and is taken
+// as given back otherwise. down says whether the error is a failure of Redis.
+func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now time.Time, b budget, op leaseOp) (res [4]int64, down bool, err error) {
+	f := &flight{done: make(chan struct{})}
+	e.flight = f
+	e.mu.Unlock()
+	res, down, sent, err := l.call(ctx, key, op, now, b)
+	e.mu.Lock()
+	e.flight = nil
+	switch {
+	case err == nil:
+		e.known, e.learned, e.full = true, at, at+res[3]
+	case !sent:
+		if op.leased {
+			e.held += op.back // nothing was given back
+		}
+	default:
+		e.full -= op.back // the bucket may hold what was given back: know less
+	}
+	f.err, f.down = err, down
+	close(f.done)
+	return res, down, err
+}
+
+// call sends op on key to Redis within the budget b, and returns the script's answer, or an
+// error, whether it is a failure of Redis (see Store.failed), and whether the call was sent.
+func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time, b budget) (res [4]int64, down, sent bool, err error) {
+	s := l.s
+	timeout := time.Until(b.deadline)
+	if timeout <= 0 {
+		return res, false, false, b.expired()
+	}
+	if b.own {
+		timeout = s.timeout // ctx's deadline, which newRoundTrip reads, is the sooner
+	}
+	keys, args := l.leaseCall(key, op, now)
+	rt, cancel := newRoundTrip(ctx, timeout)
+	defer cancel()
+	health := s.healthOf(rt.ctx, keys[0])
+	at, err := health.admit()
+	if err != nil {
+		return res, true, false, err
+	}
+	l.trips.Add(1)
+	vals, err := leaseScript.Run(rt.ctx, s.client, keys, args...).Int64Slice()
+	if err == nil && len(vals) != 4 {
+		err = fmt.Errorf("script answered %d values, want 4", len(vals))
+	}
+	if err != nil {
+		err, down := s.failed(ctx, rt, health, at, err)
+		return res, down, true, err
+	}
+	health.ok()
+	copy(res[:], vals)
+	return res, false, true, nil
+}
+
+// leaseCall returns the keys and arguments of lease.lua for op on key: the one place that knows
+// the store's script arguments.
+func (l *Leased) leaseCall(key string, op leaseOp, now time.Time) ([]string, []any) {
+	s := l.s
+	charge := "0"
+	if op.charge {
+		charge = "1"
+	}
+	args := []any{s.own.interval, s.own.policy.Burst, op.cost, op.lot, op.back, charge}
+	if s.caller {
+		args = append(args, now.UnixMicro(), s.tolerance)
+	}
+	return []string{s.prefix + key}, args
+}
+
+// decision returns the Decision of a request on a key whose bucket, with the lease, is full dp
+// nanoseconds after the instant it is decided at, shift after the request's own.
+func (l *Leased) decision(allowed bool, dp, shift int64, wait time.Duration) retryafter.Decision {
+	s := l.s
+	horizon := s.own.interval * int64(s.own.policy.Burst)
+	d := retryafter.Decision{Allowed: allowed, Limit: s.own.policy.Burst, Policy: s.own.policy, Reset: ceilMicro(dp) + time.Duration(shift)}
+	if dp < horizon {
+		d.Remaining = int((horizon - dp) / s.own.interval)
+	}
+	if !allowed {
+		d.RetryAfter = wait
+		if wait < rate.InfDuration {
+			d.RetryAfter += time.Duration(shift)
+		}
+	}
+	return d
+}
+
+// ceilMicro returns ns nanoseconds rounded up to a whole microsecond, Redis's resolution.
+func ceilMicro(ns int64) time.Duration {
+	return time.Duration((ns+999)/1000) * time.Microsecond
+}
+
+// entry returns key's lease, made if need be, or nil when the Leased holds as many keys as it
+// may; at is the instant of the request, to tell which keys it may forget.
+func (l *Leased) entry(key string, at int64) *lease {
+	if v, ok := l.leases.Load(key); ok {
+		return v.(*lease)
+	}
+	if l.n.Load() >= int64(l.maxKeys) {
+		if l.misses.Add(1)%evictEvery != 1 {
+			return nil
+		}
+		l.evict(at)
+		if l.n.Load() >= int64(l.maxKeys) {
+			return nil
+		}
+	}
+	v, loaded := l.leases.LoadOrStore(key, &lease{})
+	if !loaded {
+		l.n.Add(1)
+	}
+	return v.(*lease)
+}
+
+// evict forgets the keys that the Leased holds nothing of and whose bucket, as last known, is
+// full at the instant at: the same as keys never seen.
+func (l *Leased) evict(at int64) {
+	l.leases.Range(func(k, v any) bool {
+		e := v.(*lease)
+		e.mu.Lock()
+		if e.flight == nil && !e.gone && e.settle(max(at, e.learned)) == 0 {
+			e.gone = true
+			l.leases.Delete(k)
+			l.n.Add(-1)
+		}
+		e.mu.Unlock()
+		return true
+	})
+}
+
+// A budget is how long one request may wait for Redis in all, its calls and its waits for
+// others' calls: the store's timeout from its arrival, or the caller's deadline if sooner.
+type budget struct {
+	deadline time.Time
+	own      bool // the deadline is the caller's
+}
+
+func (l *Leased) budget(ctx context.Context) budget {
+	b := budget{deadline: time.Now().Add(l.s.timeout)}
+	if d, ok := ctx.Deadline(); ok && d.Before(b.deadline) {
+		b.deadline, b.own = d, true
+	}
+	return b
+}
+
+// wait waits for f to land, until the budget's deadline, and reports whether it did.
+func (b budget) wait(f *flight) bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+	}
+	timer := time.NewTimer(time.Until(b.deadline))
+	defer timer.Stop()
+	select {
+	case <-f.done:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// expired returns the error of a request whose budget ran out: the caller's own deadline, or
+// Redis's failure to answer within the store's timeout.
+func (b budget) expired() error {
+	if b.own {
+		return fmt.Errorf("redisstore: %w", context.DeadlineExceeded)
+	}
+	return &unavailableError{cause: context.DeadlineExceeded}
+}
