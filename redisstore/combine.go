@@ -240,6 +240,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	copy(ds[n:], g.inf)
 	d := retryafter.Binding(ds[:n+len(g.inf)]...)
+	at = lead.instant(now) // the answer's arrival, after Redis's reading (see WithRefusalMemory)
 	if d.Allowed && cost > 0 {
 		g.admitted(key, c, at, res, g.refundCount() == refunds)
 	}

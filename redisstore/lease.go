@@ -53,9 +53,12 @@ type lease struct {
 	// known says whether a round trip has told the key's state; learned is the instant it was
 	// sent at (Store.instant), and full the instant from which the key's bucket in Redis is full
 	// at the earliest: the requests of other replicas can only put it off (a give-back aside).
+	// late is that instant timed from the answer's arrival instead, after Redis read its clock:
+	// no earlier than the bucket's true one, for the waits the replica tells itself.
 	known   bool
 	learned int64
 	full    int64
+	late    int64
 	// held is the lease: nanoseconds of the bucket's time that the replica took from Redis and
 	// has not spent, held / interval tokens. It is never more than the time until full, so that
 	// the bucket and the lease together never hold more than the burst.
@@ -214,8 +217,10 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 			e.mu.Unlock()
 			return d, nil
 		case e.known && e.held == 0 && cost <= s.own.policy.Burst && dp-horizon+need > 0:
-			// Refused even if every token the replica last saw were still there.
-			d := l.decision(false, dp, t-at, ceilMicro(dp-horizon+need))
+			// Refused even if every token the replica last saw were still there, for as long as
+			// the bucket timed from the answer's arrival says: never shorter than Redis's wait.
+			late := max(e.late-t, 0)
+			d := l.decision(false, late, t-at, ceilMicro(late-horizon+need))
 			e.mu.Unlock()
 			return d, nil
 		case cost == 0 && fresh && e.known && (dp <= horizon || e.held == 0):
@@ -405,12 +410,14 @@ func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now t
 	switch {
 	case err == nil:
 		e.known, e.learned, e.full = true, at, at+res[3]
+		e.late = l.s.instant(now) + res[3]
 	case !sent:
 		if op.leased {
 			e.held += op.back // nothing was given back
 		}
 	default:
 		e.full -= op.back // the bucket may hold what was given back: know less
+		e.late -= op.back
 	}
 	f.err, f.down = err, down
 	close(f.done)

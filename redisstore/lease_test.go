@@ -559,3 +559,47 @@ func TestLeasedOfPlans(t *testing.T) {
 	}()
 	s.Leased(8)
 }
+
+// TestLeasedWaitNeverShort is TestRememberedWaitNeverShort for a Leased: the wait of a refusal it
+// answers itself, after Redis's refusal reached it a long one-way trip after the request was
+// sent, is never shorter than Redis's.
+func TestLeasedWaitNeverShort(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	slow := &slowSends{Scripter: client, delay: 5 * time.Millisecond}
+	l := New(slow, rate.Every(20*time.Millisecond), 1, WithPrefix(testPrefix(t)), WithTimeout(time.Second)).Leased(1)
+	ctx := context.Background()
+	decide := func() retryafter.Decision {
+		t.Helper()
+		d, err := l.Decide(ctx, "k", 1, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	checked := 0
+	for round := range 3 {
+		if d := decide(); !d.Allowed {
+			time.Sleep(d.RetryAfter)
+			continue
+		}
+		slow.slow.Store(true)
+		refused := decide()
+		slow.slow.Store(false)
+		if refused.Allowed {
+			continue // the bucket refilled meanwhile on a slow host
+		}
+		trips := l.RoundTrips()
+		d := decide()
+		if d.Allowed || l.RoundTrips() != trips {
+			t.Fatalf("round %d: %+v after %d round trips, want refused without one", round, d, l.RoundTrips()-trips)
+		}
+		time.Sleep(d.RetryAfter)
+		if d := decide(); !d.Allowed {
+			t.Fatalf("round %d: refused %v after waiting out the replica's own wait: %+v", round, d.RetryAfter, d)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no refusal was answered by the replica: the test checks nothing")
+	}
+}

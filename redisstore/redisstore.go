@@ -354,7 +354,9 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	health.ok()
 	d := decision(res, pl.policy)
 	if s.refusals != nil {
-		e := refusal{cost: cost, learned: at, d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
+		// Timed from the answer's arrival, which is after Redis's reading: so a remembered
+		// wait is never shorter than Redis's (see WithRefusalMemory).
+		e := refusal{cost: cost, learned: s.instant(now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
 		switch fresh := s.refunds.Load() == refunds; {
 		case d.Allowed && cost > 0 && fresh:
 			s.changes.Add(1)

@@ -20,15 +20,17 @@ const DefaultRefusalMemory = 1 << 20
 // Redis; 0 turns that off. The default is [DefaultRefusalMemory], 1 MiB.
 //
 // When Redis refuses a request of cost c on a key, with the wait w, the Store remembers that the
-// key refuses every request of cost c or more until w after the instant the request was sent
+// key refuses every request of cost c or more until w after the instant its answer arrived
 // (on the local monotonic clock, or at the caller's instants with an injected clock), and
-// answers those requests itself until then: refused, with the exact rest of the wait, and the
+// answers those requests itself until then: refused, with the rest of the wait, and the
 // Remaining and Reset that Redis would give if nothing else had spent the key's quota. The
 // requests of other replicas can only spend the key's quota, never give it back, so they can
-// only make Redis refuse longer: a remembered refusal never refuses a request that Redis would
-// admit, and the first request at its instant goes to Redis, which tells the rest. Timing the
-// wait from the send, not from Redis's reading, makes a remembered wait shorter than Redis's
-// by at most the one-way trip. Remembered refusals are answered while Redis is down too.
+// only make Redis refuse longer, and the first request at the remembered instant goes to Redis,
+// which tells the rest. The wait is timed from the answer's arrival, after Redis read its clock,
+// so a remembered wait is never shorter than Redis's: a client that waits it out is not refused
+// for having come back too early. It is longer by at most the round trip, so that in the last
+// round trip before the instant a remembered refusal may refuse a request that Redis would
+// admit, with a Retry-After of a second. Remembered refusals are answered while Redis is down too.
 //
 // What can make a remembered refusal refuse what Redis would admit, until its instant at the
 // latest, never longer than the wait Redis gave:
@@ -87,7 +89,7 @@ type refusalShard struct {
 // microsecond.
 type refusal struct {
 	cost     int   // the refused cost (a group's refusal covers only it)
-	learned  int64 // the instant the request was sent (see Store.instant)
+	learned  int64 // the instant its answer arrived (see Store.instant)
 	until    int64 // the instant from which the refused request would be admitted
 	valid    int64 // a group's: the instant until which it covers the refused cost
 	d        int64 // nanoseconds the key's bucket was to be full in, at learned
@@ -243,8 +245,8 @@ func (sh *refusalShard) remove(key string, _ refusal) {
 // included: a counter, for metrics.
 func (s *Store) LocalAnswers() uint64 { return s.localAnswers.Load() }
 
-// instant returns the instant a request sent now is timed from, for the memory of refusals: on
-// the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
+// instant returns the instant of now (a request's send, an answer's arrival), for the memory of
+// refusals: on the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
 // the caller's now truncated to the microsecond, the instant the script decides at.
 func (s *Store) instant(now time.Time) int64 {
 	if s.caller {

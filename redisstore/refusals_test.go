@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,5 +145,57 @@ func TestRefusalMemoryBound(t *testing.T) {
 	}
 	if newRefusals(0) != nil {
 		t.Fatal("a budget of 0 remembers")
+	}
+}
+
+// slowSends is a redis.Scripter that holds each script call back for delay before sending it,
+// while told to: a request's one-way trip to Redis, made long.
+type slowSends struct {
+	redis.Scripter
+	slow  atomic.Bool
+	delay time.Duration
+}
+
+func (s *slowSends) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if s.slow.Load() {
+		time.Sleep(s.delay)
+	}
+	return s.Scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestRememberedWaitNeverShort has Redis's refusal of a key reach it a long one-way trip after the
+// request was sent, then waits out the wait that the Store remembers of it and asks again,
+// quickly: Redis admits. Timed from the send, the remembered wait would end that trip early, and
+// Redis would refuse the client that waited it out. Redis decides by its own clock here, which no
+// test can inject: the waits are real, and short.
+func TestRememberedWaitNeverShort(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	slow := &slowSends{Scripter: client, delay: 5 * time.Millisecond}
+	s := New(slow, rate.Every(20*time.Millisecond), 1, WithPrefix(testPrefix(t)), WithTimeout(time.Second))
+	checked := 0
+	for round := range 3 {
+		if d := decide(t, s, "k", 1, time.Now()); !d.Allowed {
+			time.Sleep(d.RetryAfter)
+			continue
+		}
+		slow.slow.Store(true)
+		refused := decide(t, s, "k", 1, time.Now())
+		slow.slow.Store(false)
+		if refused.Allowed {
+			continue // the bucket refilled meanwhile on a slow host
+		}
+		local := s.LocalAnswers()
+		d := decide(t, s, "k", 1, time.Now())
+		if d.Allowed || s.LocalAnswers() != local+1 {
+			t.Fatalf("round %d: %+v, %d local answers, want the refusal answered from memory", round, d, s.LocalAnswers()-local)
+		}
+		time.Sleep(d.RetryAfter)
+		if d := decide(t, s, "k", 1, time.Now()); !d.Allowed {
+			t.Fatalf("round %d: refused %v after waiting out the remembered wait: %+v", round, d.RetryAfter, d)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no refusal was remembered: the test checks nothing")
 	}
 }
