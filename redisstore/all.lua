@@ -4,11 +4,14 @@
 --
 -- KEYS[i]        the key of layer i; several layers may name the same key.
 -- ARGV[1]        the instant to decide at, in Unix microseconds, or "" for TIME (tests only).
--- ARGV[6i-4..6i+1] layer i's T (nanoseconds per token), burst, cost (>= 0; 0 for a layer
+-- ARGV[8i-6..8i+1] layer i's T (nanoseconds per token), burst, cost (>= 0; 0 for a layer
 --                charged afterwards), how far back, in nanoseconds, the instant may lie
 --                before the clock is taken to have stepped back (0 but with the caller's clock),
---                and the T and burst of its Store's own policy when the Store has a policy
---                per key, "" otherwise (see decide.lua). A T of 0 is a layer without limit
+--                the T and burst of its Store's own policy when the Store has a policy per key,
+--                "" otherwise (see decide.lua), and the tokens its Store deferred charging to
+--                the key and how many nanoseconds before now the last was charged (0 and 0 for
+--                none; see carry in state.lua), which the first layer that names the key
+--                carries, admitted or not. A T of 0 is a layer without limit
 --                (a key's policy at rate.Inf): it fits, with its burst remaining, and its key
 --                is neither read nor written.
 --
@@ -36,7 +39,7 @@ local out = {}
 local admitted = true
 for i = 1, n do
 	local key = KEYS[i]
-	local a = 6 * i - 4
+	local a = 8 * i - 6
 	local interval = tonumber(ARGV[a])
 	local burst = tonumber(ARGV[a + 1])
 	local cost = tonumber(ARGV[a + 2])
@@ -46,8 +49,10 @@ for i = 1, n do
 		local tolerance = tonumber(ARGV[a + 3])
 		local T0, b0 = ARGV[a + 4], ARGV[a + 5]
 		if dk[key] == nil then
-			local d, changed
+			local d, changed, ago
 			{{template "read"}}
+			local owed, age = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+			{{template "carry"}}
 			d0[key], repaired[key], dk[key] = d, changed, d
 		end
 		horizon[key] = h
@@ -91,7 +96,7 @@ for i = 1, n do
 end
 
 for i = 1, n do
-	local a = 6 * i - 4
+	local a = 8 * i - 6
 	local interval = tonumber(ARGV[a])
 	local h = tonumber(ARGV[a + 1]) * interval
 	local di = dk[KEYS[i]]

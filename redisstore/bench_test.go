@@ -167,3 +167,44 @@ func evalshaCalls(b *testing.B, client *redis.Client) int64 {
 	}
 	return 0
 }
+
+// BenchmarkChargedAfter measures, on the Redis at REDIS_ADDR, a request through an All of a
+// per-key limit and a layer charged afterwards, as the middleware makes it: the decision, then
+// the charge of what the request used. "sent" charges at once, a round trip of its own; "held"
+// holds the charge back (WithDeferredCharges) for the key's next decision to carry. calls/op is
+// the server's count of script calls per request, script-µs/op their time in Redis (INFO
+// commandstats), and redis-cpu-µs/op Redis's CPU per request (INFO cpu).
+func BenchmarkChargedAfter(b *testing.B) {
+	addr := sharedAddr(b)
+	client := newClient(b, addr)
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		opts []Option
+	}{{"sent", nil}, {"held", []Option{WithDeferredCharges(time.Second)}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			prefix := testPrefix(b)
+			perKey := New(client, 1e8, 1e6, WithPrefix(prefix+"req:"), WithTimeout(testTimeout))
+			tokens := New(client, 1e8, 1e6, append([]Option{WithPrefix(prefix + "tok:"), WithTimeout(testTimeout)}, bc.opts...)...)
+			l := retryafter.All(perKey, retryafter.ChargedAfter(tokens))
+			l.Decide(ctx, "k", 0, time.Now()) // loads the script
+			tokens.Charge(ctx, "k", 1, time.Now())
+			before := statsOf(b, client)
+			for b.Loop() {
+				now := time.Now()
+				if d, err := l.Decide(ctx, "k", 1, now); err != nil || !d.Allowed {
+					b.Fatalf("Decide: %+v, %v", d, err)
+				}
+				if err := tokens.Charge(ctx, "k", 7, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+			tokens.Flush(ctx)
+			after := statsOf(b, client)
+			n := float64(b.N)
+			b.ReportMetric(float64(after.calls-before.calls)/n, "calls/op")
+			b.ReportMetric(float64(after.usec-before.usec)/n, "script-µs/op")
+			b.ReportMetric((after.cpu-before.cpu)*1e6/n, "redis-cpu-µs/op")
+		})
+	}
+}

@@ -33,11 +33,22 @@ var _ retryafter.Charger = (*Store)(nil)
 // a layer spent on a request that a layer of another store then refused. A cost of 0 does
 // nothing, as does any cost at rate.Inf. Charge returns what Decide would about Redis: an error
 // wrapping [ErrUnavailable] when Redis does not answer within the timeout, and at once while the
-// store knows Redis to be down (and one wrapping [ErrPolicy] for a policy it cannot keep), unless the store has a local fallback ([WithLocalFallback]),
-// whose bucket is then charged instead. A charge whose answer was lost to the timeout may still
+// store knows Redis to be down (and one wrapping [ErrPolicy] for a policy it cannot keep),
+// unless the store has a local fallback ([WithLocalFallback]), whose bucket is then charged
+// instead. A charge whose answer was lost to the timeout may still
 // have been made. A charge that gives quota back makes the Store forget the refusal of key it
-// remembers (see [WithRefusalMemory]).
+// remembers (see [WithRefusalMemory]). With [WithDeferredCharges], a cost above 0 is held back
+// and sent later, and Charge returns nil at once.
 func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	if cost > 0 && s.deferred != nil && s.hold(key, int64(cost), s.instant(now)) {
+		s.charged(key)
+		return nil
+	}
+	return s.charge(ctx, key, cost, now, 0)
+}
+
+// charge is Charge, sent now, of a charge made age nanoseconds ago (see carry in state.lua).
+func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time, age int64) error {
 	if cost == 0 {
 		return nil
 	}
@@ -54,6 +65,9 @@ func (s *Store) Charge(ctx context.Context, key string, cost int, now time.Time)
 		defer s.charged(key)
 	}
 	c := s.newCall(key, cost, now, &pl)
+	if age > 0 {
+		c.extend(age)
+	}
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
 	health := s.healthOf(rt.ctx, c.keys[0])

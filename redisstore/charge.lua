@@ -12,6 +12,8 @@
 -- ARGV[5]  optional: how far back, in nanoseconds, that instant may lie before the clock is
 --          taken to have stepped back (0 if absent).
 -- ARGV[6]  optional, with ARGV[7]: the T and burst of the Store's own policy (see decide.lua).
+-- ARGV[8]  optional: for a cost > 0, how many nanoseconds before now it was charged, for the
+--          charges a Store deferred (see carry in state.lua); 0 if absent.
 --
 -- Returns the microseconds until the bucket is full, the key's Reset: in debt, more than a
 -- refill of the burst.
@@ -19,8 +21,11 @@
 {{template "one key"}}
 local before = d
 if cost > 0 then
-	-- Past maxd the sum may be rounded, but only upwards of maxd, where it is capped.
-	d = math.min(d + cost * interval, maxd)
+	local owed, age = cost, 0
+	if ARGV[8] then
+		age = tonumber(ARGV[8])
+	end
+	{{template "carry"}}
 elseif cost < 0 then
 	local back = -cost * interval
 	if back >= d then

@@ -163,21 +163,24 @@ type layer struct {
 // layer, held by one allocation, a smallCall for the usual few layers or a largeCall for up to
 // maxLayers.
 type groupCall struct {
-	keys  []string
-	args  []any
-	plans []plan
+	keys    []string
+	args    []any
+	plans   []plan
+	carried []owed // what each layer's Store held back for its key and the call carries
 }
 
 type smallCall struct {
-	keys  [4]string
-	args  [1 + 6*4]any
-	plans [4]plan
+	keys    [4]string
+	args    [1 + 8*4]any
+	plans   [4]plan
+	carried [4]owed
 }
 
 type largeCall struct {
-	keys  [maxLayers]string
-	args  [1 + 6*maxLayers]any
-	plans [maxLayers]plan
+	keys    [maxLayers]string
+	args    [1 + 8*maxLayers]any
+	plans   [maxLayers]plan
+	carried [maxLayers]owed
 }
 
 // Decide implements [retryafter.Limiter] as [Store.Combine] describes.
@@ -206,11 +209,13 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 			return d, nil
 		}
 	}
+	g.carry(c, at)
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
 	health := lead.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
+		g.giveBack(c)
 		return g.orLocal(ctx, key, cost, now, err)
 	}
 	res, err := allScript.Run(rt.ctx, g.client, c.keys, c.args...).Int64Slice()
@@ -219,6 +224,9 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	if err != nil {
 		cause := err
+		if !isTimeout(err) {
+			g.giveBack(c) // refused or failed before the script ran
+		}
 		err, down := lead.failed(ctx, rt, health, sent, cause)
 		if !down {
 			return retryafter.Decision{}, err
@@ -333,10 +341,10 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 	var c groupCall
 	if n := len(g.layers); n <= 4 {
 		a := new(smallCall)
-		c = groupCall{a.keys[:n], a.args[:1+6*n], a.plans[:n]}
+		c = groupCall{a.keys[:n], a.args[:1+8*n], a.plans[:n], a.carried[:n]}
 	} else {
 		a := new(largeCall)
-		c = groupCall{a.keys[:n], a.args[:1+6*n], a.plans[:n]}
+		c = groupCall{a.keys[:n], a.args[:1+8*n], a.plans[:n], a.carried[:n]}
 	}
 	c.args[0] = ""
 	if g.caller {
@@ -356,8 +364,8 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 		}
 		c.plans[i] = pl
 		c.keys[i] = st.prefix + k
-		a := c.args[1+6*i : 7+6*i]
-		a[0], a[1], a[2], a[3], a[4], a[5] = pl.args[0], pl.args[1], costArg, l.tolerance, "", ""
+		a := c.args[1+8*i : 9+8*i]
+		a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7] = pl.args[0], pl.args[1], costArg, l.tolerance, "", "", 0, 0
 		if st.policyOf != nil {
 			a[4], a[5] = st.own.args[0], st.own.args[1]
 		}
@@ -366,6 +374,26 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 		}
 	}
 	return c, nil
+}
+
+// carry takes what each layer's Store holds back for the layer's key (WithDeferredCharges) into
+// c, for a call sent at the instant at.
+func (g *group) carry(c groupCall, at int64) {
+	for i := range g.layers {
+		st := g.layers[i].store
+		if o, ok := st.deferred.take(strings.TrimPrefix(c.keys[i], st.prefix)); ok {
+			c.carried[i] = o
+			c.args[7+8*i], c.args[8+8*i] = o.tokens, max(at-o.at, 0)
+		}
+	}
+}
+
+// giveBack holds again what c was to carry, for a call that was never sent.
+func (g *group) giveBack(c groupCall) {
+	for i := range g.layers {
+		st := g.layers[i].store
+		st.giveBack(strings.TrimPrefix(c.keys[i], st.prefix), c.carried[i])
+	}
 }
 
 // orLocal returns err, or the decision of the layers' local fallbacks when they all have one.

@@ -502,7 +502,7 @@ func TestAllCrossSlot(t *testing.T) {
 	c := newClusterClient(t, clusterAddrs(t))
 	ctx := context.Background()
 	p := testPrefix(t)
-	args := []any{"", int64(time.Second), 1, 1, 0, "", "", int64(time.Second), 1, 1, 0, "", ""}
+	args := []any{"", int64(time.Second), 1, 1, 0, "", "", 0, 0, int64(time.Second), 1, 1, 0, "", "", 0, 0}
 	keys := []string{p + "a", p + "b"}
 	for i := 0; c.ClusterKeySlot(ctx, keys[0]).Val() == c.ClusterKeySlot(ctx, keys[1]).Val(); i++ {
 		keys[1] = fmt.Sprint(p, "b", i)

@@ -10,7 +10,10 @@
 -- ARGV[5]  optional: how far back, in nanoseconds, that instant may lie before the clock is
 --          taken to have stepped back (0 if absent).
 -- ARGV[6]  optional, with ARGV[7]: the T and burst of the Store's own policy, given by a Store
---          with a policy per key, which then writes the call's policy with the state.
+--          with a policy per key, which then writes the call's policy with the state ("" for
+--          none).
+-- ARGV[8]  optional, with ARGV[9]: tokens a Store deferred charging (see carry in state.lua),
+--          and how many nanoseconds before now the last of those charges was made.
 --
 -- Returns {allowed (1 or 0), wait in microseconds (-1: never; 0 when allowed),
 --          remaining tokens after the request, d: nanoseconds until the bucket is full}. The
@@ -18,6 +21,11 @@
 --          remembers as this script would later.
 
 {{template "one key"}}
+local owed, age = 0, 0
+if ARGV[8] then
+	owed, age = tonumber(ARGV[8]), tonumber(ARGV[9])
+end
+{{template "carry"}}
 
 local allowed = 0
 local wait = -1

@@ -38,7 +38,7 @@ if ARGV[8] then
 	tolerance = tonumber(ARGV[8])
 end
 local T0, b0 -- none: a lease is of the Store's one policy
-local d, changed
+local d, changed, ago
 {{template "read"}}
 
 if back > 0 and d > 0 then

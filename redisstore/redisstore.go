@@ -42,7 +42,9 @@
 // Several limits in one decision ([retryafter.All]: a limit per client and one for the whole
 // service, requests and tokens charged afterwards) are decided in one round trip, by one script
 // over the keys of every layer, all or nothing, when their Stores share a client (see
-// [Store.Combine]); [Store.Charge] charges a cost known only afterwards, into debt if need be.
+// [Store.Combine]); [Store.Charge] charges a cost known only afterwards, into debt if need be,
+// and with [WithDeferredCharges] the key's next decision carries the charge, so that a request
+// of a layer charged afterwards costs Redis one round trip, not two.
 //
 // A decision touches one key, so on a Redis Cluster (a *redis.ClusterClient) one slot, and a
 // Store works there unchanged, each master known up or down on its own. The decision of several
@@ -140,6 +142,7 @@ type Store struct {
 	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
 	localPol  retryafter.Policy       // local's rate and burst
 
+	deferred      *deferred     // the charges held back, with WithDeferredCharges; nil without
 	refusalBudget int           // WithRefusalMemory's bytes
 	refusals      *refusals     // the refusals remembered; nil without
 	refunds       atomic.Uint64 // how many Charges have given quota back (see refunded)
@@ -333,11 +336,18 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	refunds := s.refunds.Load()
 	c := s.newCall(key, cost, now, &pl)
+	carried, carries := s.deferred.take(key)
+	if carries {
+		c.extend(carried.tokens, max(at-carried.at, 0))
+	}
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
 	health := s.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
+		if carries {
+			s.giveBack(key, carried) // never sent
+		}
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	res, err := decideScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
@@ -345,6 +355,9 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
+		if carries && !isTimeout(err) {
+			s.giveBack(key, carried) // refused or failed before the script ran
+		}
 		err, down := s.failed(ctx, rt, health, sent, err)
 		if !down {
 			return retryafter.Decision{}, err
@@ -374,8 +387,21 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 // A call is the key and the script's arguments of one round trip, in one allocation.
 type call struct {
 	keys  [1]string
-	args  [7]any
+	args  [9]any
 	nargs int
+}
+
+// optional are the values of the optional arguments of decide.lua and charge.lua that mean "not
+// given", for a call that gives later ones.
+var optional = [7]any{3: "", 4: 0, 5: "", 6: ""}
+
+// extend appends vals to c's arguments after the optional ones of decide.lua and charge.lua,
+// giving those c has not.
+func (c *call) extend(vals ...any) {
+	for i := c.nargs; i < len(optional); i++ {
+		c.args[i] = optional[i]
+	}
+	c.nargs = len(optional) + copy(c.args[len(optional):], vals)
 }
 
 // newCall prepares the script call of one decision of key's plan pl (see decide.lua).

@@ -110,16 +110,17 @@ if ARGV[5] then
 	tolerance = tonumber(ARGV[5])
 end
 local T0, b0 = ARGV[6], ARGV[7]
-local d, changed
+local d, changed, ago
 {{template "read"}}
 {{end}}
 
 {{define "read"}}
 -- read sets d, how far key's TAT lies ahead of now in nanoseconds (0 when it is behind: the
--- bucket is full) at the policy of interval and burst, and changed, whether the state was
--- repaired or rescaled and must be written; tolerance is in nanoseconds. T0 and b0 (strings)
--- are the policy of a state written without one, when they are given, and otherwise the call's.
-d, changed = 0, false
+-- bucket is full) at the policy of interval and burst, changed, whether the state was repaired
+-- or rescaled and must be written, and ago, how long the bucket has been full (maxd for a key
+-- not there), when it is; tolerance is in nanoseconds. T0 and b0 (strings) are the policy of a
+-- state written without one, when they are given, and otherwise the call's.
+d, changed, ago = 0, false, maxd
 do
 	local v = redis.call('GET', key)
 	if v then
@@ -143,15 +144,16 @@ do
 			if (w - now) * 1000 > tolerance then
 				d, changed = (tat - w) * 1000 + ns, true
 			else
-				d = math.max((tat - now) * 1000 + ns, 0)
+				d = (tat - now) * 1000 + ns
 			end
 		else
 			d = (tonumber(string.sub(v, 1, -4)) - now) * 1000 + ns
-			if d < 0 then
-				d = 0
-			elseif d > h + tolerance then
+			if d > h + tolerance then
 				d, changed = h, true
 			end
+		end
+		if d < 0 then
+			d, ago = 0, -d
 		end
 		-- A full bucket is full at every policy: the same as a key never seen.
 		if d > 0 and (T ~= interval or b ~= burst) then
@@ -167,6 +169,25 @@ do
 			changed = true
 		end
 	end
+end
+{{end}}
+
+{{define "carry"}}
+-- carry adds to d the charge of owed tokens that a Store deferred ([WithDeferredCharges]), made
+-- age nanoseconds before now, as if made then: a bucket not full now was not full then either,
+-- and owes the charge on top; a full one owes it less the refill since then, or since it was full.
+if owed > 0 then
+	if d > 0 then
+		d = d + owed * interval
+	else
+		d = owed * interval - math.min(ago, age)
+	end
+	if d < 0 then
+		d = 0
+	elseif d > maxd then
+		d = maxd -- Past maxd the sum may be rounded, but only upwards of maxd, where it is capped.
+	end
+	changed = true
 end
 {{end}}
 

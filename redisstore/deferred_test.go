@@ -1,0 +1,247 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/testkit"
+)
+
+// scriptCalls is a redis.Scripter that counts the script calls it passes on.
+type scriptCalls struct {
+	redis.Scripter
+	n atomic.Int64
+}
+
+func (s *scriptCalls) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	s.n.Add(1)
+	return s.Scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+func (s *scriptCalls) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	s.n.Add(1)
+	return s.Scripter.Eval(ctx, script, keys, args...)
+}
+
+// TestDeferredChargesAgree decides random requests, each followed by a charge of what it used,
+// as ChargedAfter does, on a real Redis and an injected clock, by a Store whose charges are held
+// back and by one that sends them at once, alone and in an All with a per-key layer: every
+// Decision is the same, over gaps short and long (a debt repaid, a bucket refilled), with a
+// Flush now and then; and the Store that holds charges back makes one script call a request.
+func TestDeferredChargesAgree(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	for _, combined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all=%v", combined), func(t *testing.T) {
+			ctx := context.Background()
+			prefix := testPrefix(t)
+			calls := &scriptCalls{Scripter: keptKeys{client}}
+			opts := func(name string, o ...Option) []Option {
+				return append([]Option{WithPrefix("{p}" + prefix + name), WithTimeout(testTimeout), withCallerClock()}, o...)
+			}
+			held := New(calls, rate.Every(10*time.Millisecond), 50, opts("held:", WithDeferredCharges(time.Hour))...)
+			sent := New(keptKeys{client}, rate.Every(10*time.Millisecond), 50, opts("sent:")...)
+			var a, b retryafter.Limiter = held, sent
+			if combined {
+				perKey := func(name string, c redis.Scripter) *Store { return New(c, rate.Every(time.Second), 20, opts(name)...) }
+				a = retryafter.All(perKey("held-key:", calls), retryafter.ChargedAfter(held))
+				b = retryafter.All(perKey("sent-key:", keptKeys{client}), retryafter.ChargedAfter(sent))
+			}
+			rng := rand.New(rand.NewPCG(11, 12))
+			now := t0
+			requests := 0
+			for i := range 300 {
+				now = now.Add(time.Duration(rng.Int64N(int64([]time.Duration{time.Millisecond, 100 * time.Millisecond, 2 * time.Second}[rng.IntN(3)]))) / time.Microsecond * time.Microsecond)
+				key := fmt.Sprint("k", rng.IntN(2))
+				cost := 1
+				if !combined {
+					cost = rng.IntN(3)
+				}
+				before := calls.n.Load()
+				da, err := a.Decide(ctx, key, cost, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				db, err := b.Decide(ctx, key, cost, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !agrees(quota(da), quota(db)) {
+					t.Fatalf("request %d (%s, cost %d, at %v): held back %+v, sent %+v", i, key, cost, now.Sub(t0), quota(da), quota(db))
+				}
+				if n := calls.n.Load() - before; n > 1 && i > 0 { // the first loads the script
+					t.Fatalf("request %d: %d script calls", i, n)
+				}
+				requests++
+				if da.Allowed {
+					used := rng.IntN(40)
+					if err := held.Charge(ctx, key, used, now); err != nil {
+						t.Fatal(err)
+					}
+					if err := sent.Charge(ctx, key, used, now); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if rng.IntN(20) == 0 {
+					if err := held.Flush(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if requests == 0 {
+				t.Fatal("no request")
+			}
+		})
+	}
+}
+
+// TestDeferredChargesFlush holds a charge back and flushes it, as on a graceful shutdown: another
+// Store on the same keys, which holds nothing back, then sees the debt, exactly as if the charge
+// had been sent at once; and a second Flush sends nothing.
+func TestDeferredChargesFlush(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	calls := &scriptCalls{Scripter: keptKeys{client}}
+	held := New(calls, rate.Every(time.Second), 5, WithPrefix(prefix), WithTimeout(testTimeout), withCallerClock(), WithDeferredCharges(time.Hour))
+	other := New(keptKeys{client}, rate.Every(time.Second), 5, WithPrefix(prefix), WithTimeout(testTimeout), withCallerClock())
+	if err := held.Charge(ctx, "k", 8, t0); err != nil {
+		t.Fatal(err)
+	}
+	if calls.n.Load() != 0 {
+		t.Fatalf("%d script calls for a charge held back", calls.n.Load())
+	}
+	if d := decide(t, other, "k", 0, t0); !d.Allowed {
+		t.Fatalf("another replica before the flush: %+v, want the charge unseen", d)
+	}
+	if err := held.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 8 tokens of a full 5: 3 owed at t0, so a peek 2 s later owes 1 s.
+	if d := decide(t, other, "k", 0, t0.Add(2*time.Second)); d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("another replica after the flush: %+v, want refused for 1s", d)
+	}
+	n := calls.n.Load()
+	if err := held.Flush(ctx); err != nil || calls.n.Load() != n {
+		t.Fatalf("a second Flush: %v, %d script calls", err, calls.n.Load()-n)
+	}
+}
+
+// TestDeferredChargesNotSent takes Redis down while a charge is held back: a decision that cannot
+// be sent keeps it, and the first one once Redis is back carries it.
+func TestDeferredChargesNotSent(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	ctx := context.Background()
+	o := &outages{Scripter: keptKeys{client}}
+	s := New(o, rate.Every(time.Second), 5, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock(),
+		WithDeferredCharges(time.Hour), WithProbeInterval(time.Nanosecond))
+	if err := s.Charge(ctx, "k", 9, t0); err != nil {
+		t.Fatal(err)
+	}
+	o.down.Store(true)
+	for range 4 {
+		if _, err := s.Decide(ctx, "k", 1, t0); err == nil {
+			t.Fatal("decided with Redis down")
+		}
+	}
+	o.down.Store(false)
+	var d retryafter.Decision
+	var err error
+	for range 10 { // the probe interval over, Redis is asked again
+		if d, err = s.Decide(ctx, "k", 0, t0); err == nil {
+			break
+		}
+	}
+	if err != nil || d.Allowed || d.RetryAfter != 4*time.Second {
+		t.Fatalf("once Redis is back: %+v, %v, want refused for the 4 tokens owed", d, err)
+	}
+}
+
+// TestDeferredChargesTimer checks, in a bubble of synthetic time with an in-memory script
+// runner, that a charge held back and never carried by a decision is sent once its delay is over,
+// and not before.
+func TestDeferredChargesTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sent atomic.Int64
+		s := New(recorder{&sent}, rate.Every(time.Second), 5, WithDeferredCharges(50*time.Millisecond))
+		if err := s.Charge(context.Background(), "k", 3, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Charge(context.Background(), "k", 2, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(49 * time.Millisecond)
+		synctest.Wait()
+		if sent.Load() != 0 {
+			t.Fatalf("%d script calls before the delay", sent.Load())
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if sent.Load() != 1 {
+			t.Fatalf("%d script calls after the delay, want one for both charges", sent.Load())
+		}
+	})
+}
+
+// recorder is a redis.Scripter that answers every script call with 0, counting them.
+type recorder struct{ n *atomic.Int64 }
+
+func (r recorder) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return r.EvalSha(ctx, "", keys, args...)
+}
+func (r recorder) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	r.n.Add(1)
+	return redis.NewCmdResult(int64(0), nil)
+}
+func (r recorder) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return r.EvalSha(ctx, "", keys, args...)
+}
+func (r recorder) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return r.EvalSha(ctx, "", keys, args...)
+}
+func (r recorder) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return redis.NewBoolSliceResult(make([]bool, len(hashes)), nil)
+}
+func (r recorder) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return redis.NewStringResult("", nil)
+}
+
+// TestDeferredChargesMiddleware puts an All of a per-client Store and a Store charged afterwards
+// behind the middleware, on an injected clock: with the charges held back each request costs one
+// script call, and a client that waits out its Retry-After is admitted.
+func TestDeferredChargesMiddleware(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	calls := &scriptCalls{Scripter: keptKeys{client}}
+	clk := testkit.NewClock(t0)
+	prefix := testPrefix(t)
+	opts := func(name string, o ...Option) []Option {
+		return append([]Option{WithPrefix("{p}" + prefix + name), WithTimeout(testTimeout), withCallerClock()}, o...)
+	}
+	perClient := New(calls, rate.Every(time.Second), 5, opts("req:")...)
+	tokens := New(calls, rate.Every(10*time.Millisecond), 100, opts("tok:", WithDeferredCharges(time.Hour))...)
+	h := retryafter.LimitWith(retryafter.All(perClient, retryafter.ChargedAfter(tokens)), retryafter.WithClock(clk.Now))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { retryafter.Charge(r, 60) }))
+	rng := rand.New(rand.NewPCG(13, 14))
+	before := calls.n.Load()
+	n := 0
+	refusals := testkit.RoundTrip(t, h, clk, 60, func() time.Duration {
+		n++
+		return time.Duration(rng.Int64N(int64(800 * time.Millisecond)))
+	})
+	if refusals == 0 {
+		t.Fatal("nothing refused")
+	}
+	// RoundTrip sends two more requests for each refusal.
+	if got, requests := calls.n.Load()-before, int64(n+2*refusals); got > requests {
+		t.Fatalf("%d script calls for %d requests", got, requests)
+	}
+}
