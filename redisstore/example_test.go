@@ -1,8 +1,11 @@
 package redisstore_test
 
 import (
+	"context"
 	"log"
 	"net/http"
+	"os"
+	"os/signal"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -39,7 +42,9 @@ func ExampleNew() {
 // tokens a minute per key, charged after each answer with the tokens it took, so that a key in
 // debt waits until it is repaid. The prefixes share the hash tag {llm}, which puts every key of
 // the three Stores in one slot of a Redis Cluster, on one master, so that they combine into one
-// script there too; on one server (a *redis.Client) no tag is needed.
+// script there too; on one server (a *redis.Client) no tag is needed. The tokens' charges are
+// held back for the key's next request to carry (WithDeferredCharges), so that a request costs
+// Redis one round trip, and flushed when the server shuts down.
 //
 // The example needs a Redis Cluster, so it is compiled but not run; the package's tests run the
 // same layers against a real server and cluster.
@@ -48,7 +53,8 @@ func ExampleStore_Combine() {
 	defer rdb.Close()
 	requests := redisstore.New(rdb, rate.Every(time.Second), 60, redisstore.WithPrefix("{llm}:requests:"))
 	service := redisstore.New(rdb, 1000, 1000, redisstore.WithPrefix("{llm}:service:"))
-	tokens := redisstore.New(rdb, rate.Every(time.Minute/100_000), 100_000, redisstore.WithPrefix("{llm}:tokens:"))
+	tokens := redisstore.New(rdb, rate.Every(time.Minute/100_000), 100_000, redisstore.WithPrefix("{llm}:tokens:"),
+		redisstore.WithDeferredCharges(100*time.Millisecond))
 	limiter := retryafter.All(requests, retryafter.Shared(service, "all"), retryafter.ChargedAfter(tokens))
 
 	r := chi.NewRouter()
@@ -58,7 +64,19 @@ func ExampleStore_Combine() {
 		retryafter.Charge(r, used)
 		w.Write(answer)
 	})
-	log.Fatal(http.ListenAndServe("127.0.0.1:8080", r))
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: r}
+	go func() {
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, os.Interrupt)
+		<-stop
+		srv.Shutdown(context.Background()) // the requests in flight end, and are charged
+	}()
+	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+		log.Fatal(err)
+	}
+	if err := tokens.Flush(context.Background()); err != nil {
+		log.Printf("charges lost on shutdown: %v", err)
+	}
 }
 
 // complete stands for a model that answers a prompt and reports the tokens it took.
