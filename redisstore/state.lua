@@ -51,7 +51,8 @@
 --
 -- A policy per key (WithPolicyFunc): TAT counts tokens at one emission interval and burst, so a
 -- key whose policy changes must be read at the policy it was written at. A Store with a policy
--- function writes that policy after the state, ":<T>:<b>", and a state read at another policy
+-- function writes that policy after the state, ":<T>:<b>", unless it is the Store's own (the
+-- state without it reads as that), and a state read at another policy
 -- is rescaled to the new one keeping the tokens it holds (b - d/T, negative in debt), capped at
 -- the new burst: d' = b'T' - (bT - d) * T'/T, rounded up to the nanosecond (a fraction of a
 -- nanosecond's tokens fewer, never more). A full bucket is full at every policy, as a key never
@@ -193,10 +194,10 @@ end
 
 {{define "tag"}}
 -- tag sets tag, the policy a write of a call of the policy Targ:barg (strings) carries: that
--- policy when the caller names a default (T0, a Store with a policy per key), and otherwise
--- none.
+-- policy when the caller names a default (T0:b0, a Store with a policy per key) and it is
+-- another, and otherwise none, which reads as the default.
 tag = ''
-if T0 and T0 ~= '' then
+if T0 and T0 ~= '' and (Targ ~= T0 or barg ~= b0) then
 	tag = ':' .. Targ .. ':' .. barg
 end
 {{end}}
