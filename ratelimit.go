@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -94,16 +93,11 @@ type Policy struct {
 // bucket has refilled, which are the same as keys never seen, make room for new ones, without a
 // goroutine. A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
-	id       uint64 // its place in the order in which an All locks the parts of several
 	policy   Policy
 	policyOf func(key string) Policy // nil: every key has policy
 	seed     maphash.Seed
 	parts    [partCount]table
 }
-
-// bucketIDs numbers the TokenBuckets of the process, for the one order in which the decisions of
-// several lock their parts.
-var bucketIDs atomic.Uint64
 
 // partCount is the number of independently locked parts of a TokenBucket's keys.
 const partCount = 64
@@ -134,7 +128,6 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		o(&c)
 	}
 	b := &TokenBucket{
-		id:       bucketIDs.Add(1),
 		policy:   Policy{Limit: limit, Burst: burst},
 		policyOf: c.policyOf,
 		seed:     maphash.MakeSeed(),

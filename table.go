@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -23,6 +24,7 @@ import (
 // A table must be locked (mu) for every method but init.
 type table struct {
 	mu     sync.Mutex
+	rank   uint64    // its place in the one order in which a decision of several locks its tables
 	latest time.Time // the latest instant a decision in this table was made at
 
 	keys   map[string]*rate.Limiter
@@ -95,7 +97,12 @@ func (t *table) need(n int) int {
 // grownBy returns the slots a heap of n slots grows by when it is full.
 func grownBy(n int) int { return n/4 + 1 }
 
+// tableRanks numbers the tables of the process, for the one order in which a decision of several
+// layers locks them.
+var tableRanks atomic.Uint64
+
 func (t *table) init(budget int) {
+	t.rank = tableRanks.Add(1)
 	t.budget = budget
 	t.keys = make(map[string]*rate.Limiter)
 }
