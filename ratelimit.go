@@ -387,10 +387,7 @@ func admits(pol Policy, n int, tokens float64) bool {
 	if left >= 0 {
 		return true
 	}
-	if pol.Limit <= 0 {
-		return false
-	}
-	wait := (-left / float64(pol.Limit)) * float64(time.Second)
+	wait := (-left / float64(pol.Limit)) * float64(time.Second)          // +Inf at a rate of 0
 	return wait < float64(math.MaxInt64) && time.Duration(wait) <= slack // 2^63 does not fit
 }
 

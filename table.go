@@ -257,11 +257,9 @@ func fullAt(lim *rate.Limiter, now time.Time) int64 {
 	if missing <= 0 {
 		return ns
 	}
-	refill := refill(lim.Limit(), missing)
-	if refill >= rate.InfDuration || int64(refill) >= math.MaxInt64-ns {
-		return math.MaxInt64
-	}
-	return ns + max(int64(refill), 1) // at least a nanosecond on: refill is truncated
+	// At least a nanosecond on, since refill is truncated, and at most the largest int64, which
+	// a refill of rate.InfDuration reaches.
+	return ns + min(max(int64(refill(lim.Limit(), missing)), 1), math.MaxInt64-ns)
 }
 
 // refill returns how long a rate of limit takes to add missing tokens: 0 when none are missing,
@@ -270,8 +268,8 @@ func refill(limit rate.Limit, missing float64) time.Duration {
 	if missing <= 0 {
 		return 0
 	}
-	ns := missing / float64(limit) * float64(time.Second)
-	if limit <= 0 || ns >= float64(rate.InfDuration) {
+	ns := missing / float64(limit) * float64(time.Second) // +Inf at a rate of 0
+	if ns >= float64(rate.InfDuration) {
 		return rate.InfDuration
 	}
 	return time.Duration(ns)
