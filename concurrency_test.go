@@ -274,6 +274,11 @@ func TestConcurrencyPerKey(t *testing.T) {
 	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusInternalServerError || w.Body.String() != "Internal Server Error\n" {
 		t.Errorf("a key function that fails: %d %q, want 500 without the error's text", w.Code, w.Body)
 	}
+	// Without MaxPerKey the key function is not called, so that its failure refuses nothing.
+	c = &Concurrency{Max: 1, Key: func(*http.Request) (string, error) { return "", errors.New("no key") }}
+	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Errorf("a key function that fails, without MaxPerKey: %d, want 200", w.Code)
+	}
 }
 
 // TestConcurrencyMeasures: the wait follows what requests take. Requests of 3 s in 2 slots
