@@ -300,7 +300,7 @@ func (b *TokenBucket) allow(key string, cost int, now time.Time) bool {
 }
 
 // lock finds key's policy and, but for an unlimited one (t nil), locks its part t and finds
-// its bucket at the instant at, lag after now, as table.bucket does: nil when there is no room
+// its bucket at the instant at, lag after now, as bucket does: nil when there is no room
 // for it, for full.
 func (b *TokenBucket) lock(key string, now time.Time) (t *table, pol Policy, at time.Time, lag, full time.Duration, lim *rate.Limiter) {
 	pol = b.policyFor(key)
@@ -320,15 +320,17 @@ func (b *TokenBucket) part(key string) *table { return &b.parts[b.partOf(key)] }
 // partOf returns the index of the part of b that holds key.
 func (b *TokenBucket) partOf(key string) uint64 { return maphash.String(b.seed, key) % partCount }
 
-// bucket returns the bucket of key in t, locked, with the policy pol, as table.bucket does.
-func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, keep []*rate.Limiter) (lim *rate.Limiter, wait time.Duration) {
-	if lim = t.keys[key]; lim == nil {
-		lim, wait = t.add(key, at, pol.Limit, pol.Burst, keep)
+// bucket returns the bucket of key in t, locked, on the policy pol: a new one, made on it, or nil
+// when there is no room for it and how long until there may be (see table.add).
+func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, keep []*rate.Limiter) (*rate.Limiter, time.Duration) {
+	lim := t.keys[key]
+	if lim == nil {
+		return t.add(key, at, pol.Limit, pol.Burst, keep)
 	}
-	if lim != nil && b.policyOf != nil {
+	if b.policyOf != nil {
 		replan(lim, pol, at)
 	}
-	return lim, wait
+	return lim, 0
 }
 
 // replan puts lim on the policy pol from at, if it is not on it: its tokens stay, at the new
