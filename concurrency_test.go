@@ -323,6 +323,63 @@ func TestConcurrencyMeasures(t *testing.T) {
 	})
 }
 
+// TestConcurrencyServiceTime: what Load reports is the moving average of the times measured
+// (a sixteenth of the newest), or, when longer, the mean age of the requests running, which counts
+// each as it starts and no longer once it ends.
+func TestConcurrencyServiceTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 3}
+		release := map[string]chan struct{}{}
+		for _, p := range []string{"/a", "/b", "/c"} {
+			release[p] = make(chan struct{})
+		}
+		h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ch := release[r.URL.Path]; ch != nil {
+				<-ch
+				return
+			}
+			d, _ := time.ParseDuration(r.URL.Path[1:])
+			time.Sleep(d)
+		}))
+		var wg sync.WaitGroup
+		start := func(path string) {
+			r := httptest.NewRequest("GET", path, nil)
+			wg.Go(func() { h.ServeHTTP(httptest.NewRecorder(), r) })
+			synctest.Wait()
+		}
+		load := func(what string, want ConcurrencyLoad) {
+			t.Helper()
+			if got := c.Load(); got != want {
+				t.Fatalf("%s: Load() = %+v, want %+v", what, got, want)
+			}
+		}
+		load("nothing measured", ConcurrencyLoad{ServiceTime: time.Second}) // the default
+		start("/3s")
+		wg.Wait()
+		start("/19s")
+		wg.Wait()
+		load("3 s, then 19 s", ConcurrencyLoad{ServiceTime: 4 * time.Second}) // 3 + (19 - 3) / 16
+
+		start("/a")
+		time.Sleep(10 * time.Second)
+		start("/b")
+		time.Sleep(10 * time.Second)
+		start("/c")
+		time.Sleep(10 * time.Second)
+		load("running for 30, 20 and 10 s", ConcurrencyLoad{Running: 3, ServiceTime: 20 * time.Second})
+		close(release["/b"]) // 20 s: the average is now 5 s
+		synctest.Wait()
+		load("running for 30 and 10 s", ConcurrencyLoad{Running: 2, ServiceTime: 20 * time.Second})
+		close(release["/a"])
+		synctest.Wait()
+		load("running for 10 s", ConcurrencyLoad{Running: 1, ServiceTime: 10 * time.Second})
+		close(release["/c"])
+		wg.Wait()
+		// The average of 5 s, then 30 s (/a): 6.5625 s, then 10 s (/c): 6.77734375 s.
+		load("none running", ConcurrencyLoad{ServiceTime: 6777343750 * time.Nanosecond})
+	})
+}
+
 func TestConcurrencyProblemDetails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &Concurrency{Max: 1, Respond: ProblemDetails{Always: true}.Respond}
