@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -270,6 +271,22 @@ func TestConcurrencyPerKey(t *testing.T) {
 		}
 		c.mu.Unlock()
 	})
+	// Three slots of 4 s: one frees every 1.33 s, told as 2 s.
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 10, MaxPerKey: 3, ServiceTime: 4 * time.Second}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		for range 3 {
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		synctest.Wait()
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:2"), http.StatusServiceUnavailable, time.Now()); got != 2*time.Second {
+			t.Errorf("Retry-After = %v, want 2s", got)
+		}
+		close(g.open)
+		wg.Wait()
+	})
 	c := &Concurrency{Max: 1, MaxPerKey: 1, Key: func(*http.Request) (string, error) { return "", errors.New("no key") }}
 	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusInternalServerError || w.Body.String() != "Internal Server Error\n" {
 		t.Errorf("a key function that fails: %d %q, want 500 without the error's text", w.Code, w.Body)
@@ -279,6 +296,32 @@ func TestConcurrencyPerKey(t *testing.T) {
 	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
 		t.Errorf("a key function that fails, without MaxPerKey: %d, want 200", w.Code)
 	}
+}
+
+// TestConcurrencySpreadsRefusals: clients refused at one instant are told seconds that each take
+// at most the slots and what of the queue drains within QueueWait. Two slots of 10 ms complete
+// 200 requests a second; with a queue of 50 and a QueueWait of 100 ms, a second takes 2 + 20.
+func TestConcurrencySpreadsRefusals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 2, Queue: 50, QueueWait: 100 * time.Millisecond, ServiceTime: 10 * time.Millisecond}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		for range 2 + 50 {
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		synctest.Wait()
+		told := map[time.Duration]int{}
+		for range 60 {
+			told[wantRefusal(t, serve(h, "GET", "192.0.2.1:2"), http.StatusServiceUnavailable, time.Now())]++
+		}
+		want := map[time.Duration]int{time.Second: 22, 2 * time.Second: 22, 3 * time.Second: 16}
+		if !maps.Equal(told, want) {
+			t.Errorf("60 refused at once told %v, want %v", told, want)
+		}
+		close(g.open)
+		wg.Wait()
+	})
 }
 
 // TestConcurrencyMeasures: the wait follows what requests take. Requests of 3 s in 2 slots
