@@ -421,6 +421,25 @@ func TestConcurrencyServiceTime(t *testing.T) {
 		// The average of 5 s, then 30 s (/a): 6.5625 s, then 10 s (/c): 6.77734375 s.
 		load("none running", ConcurrencyLoad{ServiceTime: 6777343750 * time.Nanosecond})
 	})
+	// A request stuck for 200 years: the mean age saturates at 2^62 ns, 146 years, and the
+	// wait told is whole seconds from it.
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 1}
+		stuck := make(chan struct{})
+		h := c.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-stuck }))
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		time.Sleep(200 * 365 * 24 * time.Hour)
+		synctest.Wait()
+		if l := c.Load(); l != (ConcurrencyLoad{Running: 1, ServiceTime: 1 << 62}) {
+			t.Errorf("Load() = %+v, want 1 running for 2^62 ns", l)
+		}
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:2"), http.StatusServiceUnavailable, time.Now()); got != (1<<62/time.Second+1)*time.Second {
+			t.Errorf("Retry-After = %v, want 2^62 ns rounded up", got)
+		}
+		close(stuck)
+		wg.Wait()
+	})
 }
 
 func TestConcurrencyProblemDetails(t *testing.T) {
