@@ -364,8 +364,12 @@ func late(wait, lag time.Duration) time.Duration {
 func quota(d *Decision, pol Policy, tokens float64) {
 	d.Policy, d.Limit = pol, pol.Burst
 	// Remaining is exactly the largest cost that decide admits now, the tokens the slack lends
-	// included: a first guess from the float arithmetic, then the admission rule itself.
-	n := int(max(0, min(float64(pol.Burst), math.Floor(tokens+float64(pol.Limit)*slack.Seconds()))))
+	// included: a first guess from the float arithmetic, then the admission rule itself. A guess
+	// that reaches the burst is the burst: a float64 of the largest ints is past them.
+	n := pol.Burst
+	if guess := math.Floor(tokens + float64(pol.Limit)*slack.Seconds()); guess < float64(pol.Burst) {
+		n = int(max(0, guess))
+	}
 	for n < pol.Burst && admits(pol, n+1, tokens) {
 		n++
 	}

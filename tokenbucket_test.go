@@ -473,6 +473,24 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 	}
 }
 
+// TestTokenBucketLargestBurst decides with the largest bursts an int holds, which a float64
+// rounds up to 2^63, past the largest int: every answer comes at once (it hung, counting
+// Remaining up from the smallest int), Remaining never above the burst.
+func TestTokenBucketLargestBurst(t *testing.T) {
+	for _, burst := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt - 511} {
+		b := NewTokenBucket(1, burst)
+		for _, cost := range []int{0, 1, burst} {
+			d := decide(t, b, "k", cost, t0)
+			if !d.Allowed || d.Limit != burst || d.Remaining < 0 || d.Remaining > burst {
+				t.Fatalf("burst %d, cost %d: %+v, want admitted, within the burst", burst, cost, d)
+			}
+		}
+		if d := decide(t, b, "k", 1, t0); d.Allowed || d.Remaining != 0 {
+			t.Fatalf("burst %d, spent whole: %+v, want refused with nothing left", burst, d)
+		}
+	}
+}
+
 // TestTokenBucketRemainingAtTheEdges checks that Remaining is the largest cost admitted at the
 // instants where it changes: the end of every RetryAfter and every Reset, and a nanosecond and a
 // microsecond before each, where the slack the bucket lends decides. (At 1 per 7 s with a burst
