@@ -627,6 +627,21 @@ func TestTokenBucketRemainingInDebt(t *testing.T) {
 	}
 }
 
+// TestTokenBucketRateZero spends a bucket that never refills, a token at a time: Remaining
+// counts each whole token left, Reset is never, and once none is left every cost is refused for
+// ever.
+func TestTokenBucketRateZero(t *testing.T) {
+	b := NewTokenBucket(0, 3)
+	for left := 2; left >= 0; left-- {
+		if d := decide(t, b, "k", 1, t0); !d.Allowed || d.Remaining != left || d.Reset != rate.InfDuration {
+			t.Fatalf("rate 0, a token spent: %+v, want admitted with %d left and Reset never", d, left)
+		}
+	}
+	if d := decide(t, b, "k", 1, t0.Add(time.Hour)); d.Allowed || d.RetryAfter != rate.InfDuration || d.Remaining != 0 {
+		t.Fatalf("rate 0, none left an hour on: %+v, want refused for ever", d)
+	}
+}
+
 // TestTokenBucketResetAtTheExtremes checks Reset where the arithmetic runs out: a full bucket at
 // rate 0 is full now (0), a refill too long for a Duration is never, and so is one whose length
 // in nanoseconds rounds to exactly 2^63, which a conversion to Duration would make negative.
