@@ -364,17 +364,18 @@ func late(wait, lag time.Duration) time.Duration {
 func quota(d *Decision, pol Policy, tokens float64) {
 	d.Policy, d.Limit = pol, pol.Burst
 	// Remaining is exactly the largest cost that decide admits now, the tokens the slack lends
-	// included: a first guess from the float arithmetic, then the admission rule itself. A guess
-	// that reaches the burst is the burst: a float64 of the largest ints is past them.
+	// included: a first guess from the whole tokens, then the admission rule itself, down to a
+	// cost it admits and up to the largest. A guess that reaches the burst is the burst: a
+	// float64 of the largest ints is past them.
 	n := pol.Burst
-	if guess := math.Floor(tokens + float64(pol.Limit)*slack.Seconds()); guess < float64(pol.Burst) {
-		n = int(max(0, guess))
-	}
-	for n < pol.Burst && admits(pol, n+1, tokens) {
-		n++
+	if whole := math.Floor(tokens); whole < float64(pol.Burst) {
+		n = int(max(0, whole))
 	}
 	for n > 0 && !admits(pol, n, tokens) {
 		n--
+	}
+	for n < pol.Burst && admits(pol, n+1, tokens) {
+		n++
 	}
 	d.Remaining = n
 	d.Reset = refill(pol.Limit, float64(pol.Burst)-tokens)
