@@ -429,23 +429,19 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 
 // charge spends cost from lim, a bucket of pol, at at, into debt if need be: a debt whose
 // repayment does not fit a Duration would wrap x/time/rate's wait into a negative one, which
-// admits, so beyond maxDebt it is forgiven down to that. A negative cost gives tokens back;
-// the bucket caps them at the burst when it next looks at them.
+// admits, so beyond maxDebt it is forgiven down to that (at a rate of 0 a debt is never repaid,
+// and never wraps). A negative cost gives tokens back, up to the burst.
 func charge(lim *rate.Limiter, pol Policy, cost int, at time.Time) {
 	if pol.Limit > 0 && cost > 0 {
 		if most := lim.TokensAt(at) + float64(pol.Limit)*maxDebt.Seconds(); float64(cost) > most {
 			cost = int(max(0, most))
 		}
 	}
-	if cost > pol.Burst {
-		// ReserveN takes at most the burst: raise it for the one reservation that goes into
-		// debt, then lower it again; the tokens stay as the reservation left them.
-		lim.SetBurstAt(at, cost)
-		lim.ReserveN(at, cost)
-		lim.SetBurstAt(at, pol.Burst)
-		return
-	}
+	// ReserveN takes at most the burst: it is raised for the one reservation, which may go into
+	// debt, then set back; the tokens stay as the reservation left them.
+	lim.SetBurstAt(at, max(cost, pol.Burst))
 	lim.ReserveN(at, cost)
+	lim.SetBurstAt(at, pol.Burst)
 }
 
 // Len returns the number of keys b holds state for.

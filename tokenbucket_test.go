@@ -640,6 +640,18 @@ func TestTokenBucketRateZero(t *testing.T) {
 	if d := decide(t, b, "k", 1, t0.Add(time.Hour)); d.Allowed || d.RetryAfter != rate.InfDuration || d.Remaining != 0 {
 		t.Fatalf("rate 0, none left an hour on: %+v, want refused for ever", d)
 	}
+	// A debt at rate 0 is never repaid, and kept whole: only what is given back repays it, and
+	// no more than the burst is held.
+	ctx := context.Background()
+	b = NewTokenBucket(0, 3)
+	for _, c := range []struct{ cost, admitted int }{{5, 0}, {-1, 0}, {-1, 0}, {-1, 1}, {-5, 3}} {
+		if err := b.Charge(ctx, "k", c.cost, t0); err != nil {
+			t.Fatal(err)
+		}
+		if d := decide(t, b, "k", 0, t0.Add(time.Hour)); d.Remaining != c.admitted {
+			t.Fatalf("rate 0, charged %d: %+v, want %d left", c.cost, d, c.admitted)
+		}
+	}
 }
 
 // TestTokenBucketResetAtTheExtremes checks Reset where the arithmetic runs out: a full bucket at
