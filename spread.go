@@ -26,8 +26,8 @@ type returns struct {
 	low   int64    // the first second the schedule holds: the one after the present
 	epoch int64    // the first low, from which each second's share of the rate is counted
 	hint  int64    // no second in [low, hint) had room when last looked, at hintRate and hintBurst
-	// The rate and burst hint was found at: at a rate a quarter higher, or another burst,
-	// those seconds may have room again, and are looked at afresh.
+	// The rate and burst hint was found at: at a rate more than a quarter higher, or another
+	// burst, those seconds may have room again, and are looked at afresh.
 	hintRate  float64
 	hintBurst int
 }

@@ -343,3 +343,49 @@ func TestReturnsRateRises(t *testing.T) {
 		t.Errorf("at 1.2/s: second %d, want 1020, the last looked at (not 1005, the first with room)", b)
 	}
 }
+
+// TestReturnsHoldsAnHour: as time goes on the schedule holds the hour after the present, and
+// no second past it, even one whose share of a rate that does not divide the hour has room.
+func TestReturnsHoldsAnHour(t *testing.T) {
+	var s returns
+	s.take(0, 1, 1, 0) // the schedule starts at second 1
+	for i := range int64(returnHorizon) {
+		if b := s.take(10, 11, 1, 0); b != 11+i {
+			t.Fatalf("ten seconds on, booking %d: second %d, want %d", i, b, 11+i)
+		}
+	}
+	if b := s.take(10, 11, 1, 0); b != 11 {
+		t.Fatalf("the hour from second 11 booked out: second %d, want 11, the first allowed", b)
+	}
+	// At 0.9999 a second, 3599 seconds of the hour from second 1 take one client each, and the
+	// second after the hour would take one too.
+	var f returns
+	last := int64(1)
+	for i := range 3599 {
+		b := f.take(0, 1, 0.9999, 0)
+		if b <= last || b > returnHorizon {
+			t.Fatalf("at 0.9999/s, booking %d: second %d, want one after %d within the hour", i, b, last)
+		}
+		last = b
+	}
+	if b := f.take(0, 1, 0.9999, 0); b != 1 {
+		t.Fatalf("at 0.9999/s, booked out: second %d, want 1, the first allowed", b)
+	}
+}
+
+// TestReturnsRateRisesAQuarter: seconds found full are looked at again at a rate more than a
+// quarter higher than the one they were found full at, and not at a quarter.
+func TestReturnsRateRisesAQuarter(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		want int64
+	}{{5, 1005}, {5.04, 1001}} {
+		var s returns
+		for range 20 { // 4 a second: 1001 to 1005 full
+			s.take(1000, 1001, 4, 0)
+		}
+		if b := s.take(1000, 1001, c.rate, 0); b != c.want {
+			t.Errorf("at %v/s after 4/s: second %d, want %d", c.rate, b, c.want)
+		}
+	}
+}
