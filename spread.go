@@ -98,20 +98,14 @@ func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int
 	return first
 }
 
-// advance moves the schedule's first second to low, forgetting the seconds before it.
+// advance moves the schedule's first second to low, if later, forgetting the seconds before it
+// (the whole ring at most).
 func (s *returns) advance(low int64) {
-	if low <= s.low {
-		return
+	for b := s.low; b < min(low, s.low+returnHorizon); b++ {
+		s.n[returnSlot(b)] = 0
 	}
-	if low-s.low >= returnHorizon {
-		clear(s.n)
-	} else {
-		for b := s.low; b < low; b++ {
-			s.n[returnSlot(b)] = 0
-		}
-	}
-	s.low = low
-	s.hint = max(s.hint, low)
+	s.low = max(s.low, low)
+	s.hint = max(s.hint, s.low)
 }
 
 // returnSlot returns the index of second b in the schedule's ring.

@@ -357,6 +357,15 @@ func TestReturnsHoldsAnHour(t *testing.T) {
 	if b := s.take(10, 11, 1, 0); b != 11 {
 		t.Fatalf("the hour from second 11 booked out: second %d, want 11, the first allowed", b)
 	}
+	// A second on, only the second passed is forgotten: 1002 to 1005 stay booked, looked at
+	// afresh (another burst).
+	var k returns
+	for range 5 {
+		k.take(1000, 1001, 1, 0)
+	}
+	if b := k.take(1001, 1002, 1, 1); b != 1006 {
+		t.Fatalf("a second on: second %d, want 1006, after the four still booked", b)
+	}
 	// At 0.9999 a second, 3599 seconds of the hour from second 1 take one client each, and the
 	// second after the hour would take one too.
 	var f returns
