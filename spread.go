@@ -32,8 +32,8 @@ type returns struct {
 	hintBurst int
 }
 
-// book books a client refused at now that can be admitted no earlier than earliest, at
-// perSecond clients a second and at most burst (when above 0) in one second, and returns the
+// book books a client refused at now that can be admitted no earlier than earliest, after now,
+// at perSecond clients a second and at most burst (when above 0) in one second, and returns the
 // second it is told to come back in. With date false it is told a wait in delay-seconds, and
 // comes back at now plus a whole number of seconds; with date true an HTTP-date, the start of
 // that second.
@@ -41,7 +41,7 @@ func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, da
 	sec := now.Unix()
 	var first int64
 	if date {
-		first = max(header.RoundUpDate(earliest).Unix(), sec+1)
+		first = header.RoundUpDate(earliest).Unix()
 	} else {
 		first = sec + header.DelaySeconds(earliest.Sub(now))
 	}
