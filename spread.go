@@ -120,17 +120,15 @@ func returnSlot(b int64) int {
 // maxShare bounds a second's share, so that a rate too high to count is taken as no bound.
 const maxShare = 1 << 30
 
-// share returns how many clients second b may take: the clients of a stream at perSecond a
-// second that fall in it (so that a rate of 2.5 gives seconds of 2 and 3, and one of 0.2 a
-// client every fifth second), at most burst when burst > 0.
+// share returns how many clients second b may take at a perSecond below maxShare (book takes
+// any other as no bound): the clients of a stream at perSecond a second that fall in it (so
+// that a rate of 2.5 gives seconds of 2 and 3, and one of 0.2 a client every fifth second), at
+// most burst when burst > 0.
 func (s *returns) share(b int64, perSecond float64, burst int) uint32 {
-	n := uint32(maxShare)
-	if perSecond < maxShare {
-		x := float64(b - s.epoch)
-		n = uint32(math.Floor((x+1)*perSecond) - math.Floor(x*perSecond))
-	}
-	if burst > 0 && uint32(min(burst, maxShare)) < n {
-		n = uint32(burst)
+	x := float64(b - s.epoch)
+	n := uint32(math.Floor((x+1)*perSecond) - math.Floor(x*perSecond))
+	if burst > 0 {
+		n = min(n, uint32(min(burst, maxShare)))
 	}
 	return n
 }

@@ -398,3 +398,20 @@ func TestReturnsRateRisesAQuarter(t *testing.T) {
 		}
 	}
 }
+
+// TestReturnsTooHighToCount: a rate of maxShare a second or more is no bound: its clients are
+// told the earliest second and not counted, so they take no room from a rate that is.
+func TestReturnsTooHighToCount(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, r := range []float64{maxShare, math.Inf(1)} {
+		var s returns
+		for range 3 {
+			if b := s.book(now, now.Add(time.Second), r, 0, false); b != 1001 {
+				t.Fatalf("at %v/s: second %d, want 1001", r, b)
+			}
+		}
+		if b := s.book(now, now.Add(time.Second), 1, 0, false); b != 1001 {
+			t.Errorf("at 1/s after three at %v/s: second %d, want 1001, which they did not take", r, b)
+		}
+	}
+}
