@@ -64,11 +64,12 @@ func (s *returns) take(now, first int64, perSecond float64, burst int) int64 {
 
 // takeLocked is take with the mutex held.
 func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int64 {
+	low := now + 1 // the first second after the present
 	if s.n == nil {
 		s.n = make([]uint32, returnHorizon)
-		s.low, s.epoch, s.hint = now+1, now+1, now+1
+		s.low, s.epoch, s.hint = low, low, low
 	}
-	s.advance(now + 1)
+	s.advance(low)
 	first = max(first, s.low)
 	end := s.low + returnHorizon
 	if first >= end {
