@@ -216,11 +216,17 @@ func TestSpreadPassesThrough(t *testing.T) {
 			t.Errorf("refusal %d of cost 2 at 4/s: %v, want %v", i, d.RetryAfter, want*time.Second)
 		}
 	}
-	// Errors and admissions pass unchanged.
+	// Errors, whatever Decision comes with them, and refusals without a wait pass unchanged.
 	boom := errors.New("boom")
-	e := Spread(limiterFunc(func(context.Context) (Decision, error) { return Decision{}, boom }), 1, 1)
-	if _, err := e.Decide(ctx, "a", 1, t0); err != boom {
-		t.Errorf("err = %v, want the limiter's", err)
+	late := Decision{RetryAfter: time.Second, Policy: Policy{Limit: 1, Burst: 1}}
+	e := Spread(limiterFunc(func(context.Context) (Decision, error) { return late, boom }), 1, 1)
+	if d, err := e.Decide(ctx, "a", 1, t0); err != boom || d != late {
+		t.Errorf("an error with a wait: %+v, %v; want the limiter's", d, err)
+	}
+	noWait := Decision{Policy: Policy{Limit: 1, Burst: 1}}
+	z := Spread(limiterFunc(func(context.Context) (Decision, error) { return noWait, nil }), 1, 1)
+	if d, err := z.Decide(ctx, "a", 1, t0); err != nil || d != noWait {
+		t.Errorf("a refusal without a wait: %+v, %v; want it unchanged", d, err)
 	}
 	// A Charger stays one.
 	if _, ok := Spread(b, 1, 1).(Charger); !ok {
