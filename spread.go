@@ -201,7 +201,7 @@ type spread struct {
 // Decide implements [Limiter]: l's Decision, with the wait of a refusal spread.
 func (s *spread) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
 	d, err := s.l.Decide(ctx, key, cost, now)
-	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter >= rate.InfDuration {
+	if err != nil || d.Allowed || d.RetryAfter <= 0 {
 		return d, err
 	}
 	limit, burst := s.limit, s.burst
@@ -216,6 +216,7 @@ func (s *spread) Decide(ctx context.Context, key string, cost int, now time.Time
 	if burst > 0 {
 		perInstant = max(burst/n, 1)
 	}
+	// A wait beyond the schedule's hour, rate.InfDuration (never) included, stays as it is.
 	d.RetryAfter = s.ret.spreadWait(now, d.RetryAfter, float64(limit)/float64(n), perInstant)
 	return d, nil
 }
