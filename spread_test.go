@@ -216,6 +216,13 @@ func TestSpreadPassesThrough(t *testing.T) {
 			t.Errorf("refusal %d of cost 2 at 4/s: %v, want %v", i, d.RetryAfter, want*time.Second)
 		}
 	}
+	// A burst of 0 bounds nothing at one instant: the rate alone spreads.
+	p = Spread(pol, 3, 0)
+	for i, want := range []time.Duration{1, 1, 1, 2} {
+		if d, _ := p.Decide(ctx, "a", 1, t0); d.RetryAfter != want*time.Second {
+			t.Errorf("refusal %d at 3/s, burst 0: %v, want %v", i, d.RetryAfter, want*time.Second)
+		}
+	}
 	// Errors, whatever Decision comes with them, and refusals without a wait pass unchanged.
 	boom := errors.New("boom")
 	late := Decision{RetryAfter: time.Second, Policy: Policy{Limit: 1, Burst: 1}}
