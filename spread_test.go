@@ -216,6 +216,13 @@ func TestSpreadPassesThrough(t *testing.T) {
 			t.Errorf("refusal %d of cost 2 at 4/s: %v, want %v", i, d.RetryAfter, want*time.Second)
 		}
 	}
+	// And against the burst: 4 at once is two of cost 2, though 10/s is 5 of them a second.
+	p = Spread(pol, 10, 4)
+	for i, want := range []time.Duration{1, 1, 2, 2} {
+		if d, _ := p.Decide(ctx, "a", 2, t0); d.RetryAfter != want*time.Second {
+			t.Errorf("refusal %d of cost 2 at 10/s, burst 4: %v, want %v", i, d.RetryAfter, want*time.Second)
+		}
+	}
 	// A burst of 0 bounds nothing at one instant: the rate alone spreads.
 	p = Spread(pol, 3, 0)
 	for i, want := range []time.Duration{1, 1, 1, 2} {
