@@ -230,6 +230,12 @@ func TestSpreadPassesThrough(t *testing.T) {
 			t.Errorf("refusal %d at 3/s, burst 0: %v, want %v", i, d.RetryAfter, want*time.Second)
 		}
 	}
+	p = Spread(pol, 4, 0)
+	for i, want := range []time.Duration{1, 1, 2, 2} {
+		if d, _ := p.Decide(ctx, "a", 2, t0); d.RetryAfter != want*time.Second {
+			t.Errorf("refusal %d of cost 2 at 4/s, burst 0: %v, want %v", i, d.RetryAfter, want*time.Second)
+		}
+	}
 	// Errors, whatever Decision comes with them, and refusals without a wait pass unchanged.
 	boom := errors.New("boom")
 	late := Decision{RetryAfter: time.Second, Policy: Policy{Limit: 1, Burst: 1}}
