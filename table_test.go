@@ -422,6 +422,22 @@ func TestKeyBytesCoverAllocation(t *testing.T) {
 	}
 }
 
+// TestTableExactFitBesideAWait: a part refuses a long key until a key it holds refills; a short
+// key that fits what is left exactly is held at once, without that wait.
+func TestTableExactFitBesideAWait(t *testing.T) {
+	var tb table
+	tb.init(2 * (entryBytes(10) + slotBytes + dueBytes))
+	held, _ := tb.add(strings.Repeat("a", 10), t0, 1, 1, nil)
+	held.ReserveN(t0, 1) // full again a second on
+	if lim, wait := tb.add(strings.Repeat("l", 100), t0, 1, 1, nil); lim != nil || wait != time.Second {
+		t.Fatalf("a long key: %v, %v; want refused until the held key refills", lim, wait)
+	}
+	if lim, wait := tb.add(strings.Repeat("b", 10), t0, 1, 1, nil); lim == nil {
+		t.Fatalf("a short key that fits exactly: refused for %v", wait)
+	}
+	checkPart(t, &tb)
+}
+
 // TestTableExactFit fills a part's budget exactly with one key: it is held, and one byte less
 // of budget refuses it for ever.
 func TestTableExactFit(t *testing.T) {
