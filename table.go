@@ -1,7 +1,9 @@
 package retryafter
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -321,8 +323,7 @@ func (t *table) down(i int) {
 	}
 }
 
+// heapify orders the heap: a sorted slice is one.
 func (t *table) heapify() {
-	for i := len(t.due)/2 - 1; i >= 0; i-- {
-		t.down(i)
-	}
+	slices.SortFunc(t.due, func(a, b due) int { return cmp.Compare(a.at, b.at) })
 }
