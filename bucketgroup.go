@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -34,13 +35,12 @@ type bucketGroup struct {
 
 // layerState is what a bucketGroup's decision holds for one layer.
 type layerState struct {
-	key  string
-	pol  Policy
-	t    *table // nil for a limit of rate.Inf
-	rank uint64 // t's place in the order of locking
-	lim  *rate.Limiter
-	r    rate.Reservation
-	d    Decision
+	key string
+	pol Policy
+	t   *table // nil for a limit of rate.Inf
+	lim *rate.Limiter
+	r   rate.Reservation
+	d   Decision
 }
 
 // Decide implements [Limiter] under the locks of every part the layers touch: it reserves each
@@ -52,18 +52,14 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	var few [4]layerState
+	var few [4]layerState // more layers grow it
 	st := few[:0]
-	if len(g.layers) > len(few) {
-		st = make([]layerState, 0, len(g.layers))
-	}
 	for i := range g.layers {
 		l, b := &g.layers[i], g.buckets[i]
 		s := layerState{key: l.key(key)}
 		s.pol = b.policyFor(s.key)
 		if s.pol.Limit != rate.Inf {
-			i := b.partOf(s.key)
-			s.t, s.rank = &b.parts[i], b.id*partCount+i
+			s.t = b.part(s.key)
 		}
 		st = append(st, s)
 	}
@@ -138,24 +134,18 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 // in that order and returns it: every decision of several layers locks its parts in this one
 // order, so that two never wait for each other's locks.
 func lockInOrder(locked []*table, st []layerState) []*table {
-	var ranks [maxLayers]uint64
-	n := 0
 	for _, s := range st {
 		if s.t == nil {
 			continue
 		}
-		j := n
-		for j > 0 && ranks[j-1] > s.rank {
+		j := len(locked)
+		for j > 0 && locked[j-1].rank > s.t.rank {
 			j--
 		}
 		if j > 0 && locked[j-1] == s.t {
 			continue // a part of an earlier layer
 		}
-		locked = append(locked, nil)
-		copy(locked[j+1:], locked[j:n])
-		copy(ranks[j+1:n+1], ranks[j:n])
-		locked[j], ranks[j] = s.t, s.rank
-		n++
+		locked = slices.Insert(locked, j, s.t)
 	}
 	for _, t := range locked {
 		t.mu.Lock()

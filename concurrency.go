@@ -414,12 +414,10 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 	c.emit.refuse(w, r, c.Respond, http.StatusServiceUnavailable, now, sh.RetryAfter, nil)
 }
 
-// fromSeconds converts s seconds to a Duration, saturating.
+// fromSeconds converts s seconds to a Duration, saturating at 2^62 ns (146 years), which leaves
+// room to round it up.
 func fromSeconds(s float64) time.Duration {
-	if s >= float64(math.MaxInt64/2)/float64(time.Second) {
-		return math.MaxInt64 / 2
-	}
-	return time.Duration(s * float64(time.Second))
+	return time.Duration(min(s*float64(time.Second), 1<<62))
 }
 
 // reducedCapacityKey is the context key that marks a request a [Concurrency] refused, so that

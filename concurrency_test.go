@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -270,10 +271,57 @@ func TestConcurrencyPerKey(t *testing.T) {
 		}
 		c.mu.Unlock()
 	})
+	// Three slots of 4 s: one frees every 1.33 s, told as 2 s.
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 10, MaxPerKey: 3, ServiceTime: 4 * time.Second}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		for range 3 {
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		synctest.Wait()
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:2"), http.StatusServiceUnavailable, time.Now()); got != 2*time.Second {
+			t.Errorf("Retry-After = %v, want 2s", got)
+		}
+		close(g.open)
+		wg.Wait()
+	})
 	c := &Concurrency{Max: 1, MaxPerKey: 1, Key: func(*http.Request) (string, error) { return "", errors.New("no key") }}
 	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusInternalServerError || w.Body.String() != "Internal Server Error\n" {
 		t.Errorf("a key function that fails: %d %q, want 500 without the error's text", w.Code, w.Body)
 	}
+	// Without MaxPerKey the key function is not called, so that its failure refuses nothing.
+	c = &Concurrency{Max: 1, Key: func(*http.Request) (string, error) { return "", errors.New("no key") }}
+	if w := serve(c.Handler(ok), "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Errorf("a key function that fails, without MaxPerKey: %d, want 200", w.Code)
+	}
+}
+
+// TestConcurrencySpreadsRefusals: clients refused at one instant are told seconds that each take
+// at most the slots and what of the queue drains within QueueWait. Two slots of 10 ms complete
+// 200 requests a second; with a queue of 50 and a QueueWait of 100 ms, a second takes 2 + 20.
+func TestConcurrencySpreadsRefusals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 2, Queue: 50, QueueWait: 100 * time.Millisecond, ServiceTime: 10 * time.Millisecond}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		for range 2 + 50 {
+			concurrent(&wg, h, "192.0.2.1:1")
+		}
+		synctest.Wait()
+		told := map[time.Duration]int{}
+		for range 60 {
+			told[wantRefusal(t, serve(h, "GET", "192.0.2.1:2"), http.StatusServiceUnavailable, time.Now())]++
+		}
+		want := map[time.Duration]int{time.Second: 22, 2 * time.Second: 22, 3 * time.Second: 16}
+		if !maps.Equal(told, want) {
+			t.Errorf("60 refused at once told %v, want %v", told, want)
+		}
+		close(g.open)
+		wg.Wait()
+	})
 }
 
 // TestConcurrencyMeasures: the wait follows what requests take. Requests of 3 s in 2 slots
@@ -312,6 +360,82 @@ func TestConcurrencyMeasures(t *testing.T) {
 		w = serve(h, "GET", "192.0.2.1:1")
 		if got := wantRefusal(t, w, http.StatusServiceUnavailable, time.Now()); got < 2*time.Minute {
 			t.Errorf("with requests stuck for a minute, Retry-After = %v, want at least 5 × 60 s / 2", got)
+		}
+		close(stuck)
+		wg.Wait()
+	})
+}
+
+// TestConcurrencyServiceTime: what Load reports is the moving average of the times measured
+// (a sixteenth of the newest), or, when longer, the mean age of the requests running, which counts
+// each as it starts and no longer once it ends.
+func TestConcurrencyServiceTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 3}
+		release := map[string]chan struct{}{}
+		for _, p := range []string{"/a", "/b", "/c"} {
+			release[p] = make(chan struct{})
+		}
+		h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ch := release[r.URL.Path]; ch != nil {
+				<-ch
+				return
+			}
+			d, _ := time.ParseDuration(r.URL.Path[1:])
+			time.Sleep(d)
+		}))
+		var wg sync.WaitGroup
+		start := func(path string) {
+			r := httptest.NewRequest("GET", path, nil)
+			wg.Go(func() { h.ServeHTTP(httptest.NewRecorder(), r) })
+			synctest.Wait()
+		}
+		load := func(what string, want ConcurrencyLoad) {
+			t.Helper()
+			if got := c.Load(); got != want {
+				t.Fatalf("%s: Load() = %+v, want %+v", what, got, want)
+			}
+		}
+		load("nothing measured", ConcurrencyLoad{ServiceTime: time.Second}) // the default
+		start("/3s")
+		wg.Wait()
+		start("/19s")
+		wg.Wait()
+		load("3 s, then 19 s", ConcurrencyLoad{ServiceTime: 4 * time.Second}) // 3 + (19 - 3) / 16
+
+		start("/a")
+		time.Sleep(10 * time.Second)
+		start("/b")
+		time.Sleep(10 * time.Second)
+		start("/c")
+		time.Sleep(10 * time.Second)
+		load("running for 30, 20 and 10 s", ConcurrencyLoad{Running: 3, ServiceTime: 20 * time.Second})
+		close(release["/b"]) // 20 s: the average is now 5 s
+		synctest.Wait()
+		load("running for 30 and 10 s", ConcurrencyLoad{Running: 2, ServiceTime: 20 * time.Second})
+		close(release["/a"])
+		synctest.Wait()
+		load("running for 10 s", ConcurrencyLoad{Running: 1, ServiceTime: 10 * time.Second})
+		close(release["/c"])
+		wg.Wait()
+		// The average of 5 s, then 30 s (/a): 6.5625 s, then 10 s (/c): 6.77734375 s.
+		load("none running", ConcurrencyLoad{ServiceTime: 6777343750 * time.Nanosecond})
+	})
+	// A request stuck for 200 years: the mean age saturates at 2^62 ns, 146 years, and the
+	// wait told is whole seconds from it.
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 1}
+		stuck := make(chan struct{})
+		h := c.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-stuck }))
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		time.Sleep(200 * 365 * 24 * time.Hour)
+		synctest.Wait()
+		if l := c.Load(); l != (ConcurrencyLoad{Running: 1, ServiceTime: 1 << 62}) {
+			t.Errorf("Load() = %+v, want 1 running for 2^62 ns", l)
+		}
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:2"), http.StatusServiceUnavailable, time.Now()); got != (1<<62/time.Second+1)*time.Second {
+			t.Errorf("Retry-After = %v, want 2^62 ns rounded up", got)
 		}
 		close(stuck)
 		wg.Wait()

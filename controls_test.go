@@ -56,6 +56,41 @@ func TestPolicyFuncChangesLive(t *testing.T) {
 	}
 }
 
+// TestPolicyFuncThroughTheMiddleware changes a key's plan between requests that the middleware
+// admits at once, without a Decision (nothing reads it): a new key starts on its plan, an
+// upgrade refills at the new rate, and a downgrade caps what the key holds at the new burst.
+func TestPolicyFuncThroughTheMiddleware(t *testing.T) {
+	var plan atomic.Pointer[Policy]
+	free := Policy{Name: "free", Limit: 1, Burst: 2}
+	pro := Policy{Name: "pro", Limit: 10, Burst: 20}
+	plan.Store(&free)
+	b := NewTokenBucket(1, 1, WithPolicyFunc(func(string) Policy { return *plan.Load() }))
+	now := t0
+	h := LimitWith(b, WithClock(func() time.Time { return now }))(ok)
+	codes := func(n int) (got []int) {
+		for range n {
+			got = append(got, serve(h, "GET", "192.0.2.1:1").Code)
+		}
+		return got
+	}
+	want := func(what string, got []int, admitted int) {
+		t.Helper()
+		for i, c := range got {
+			if (c == http.StatusOK) != (i < admitted) {
+				t.Fatalf("%s: %v, want the first %d admitted and no other", what, got, admitted)
+			}
+		}
+	}
+	want("a new key on the free plan", codes(3), 2)
+	plan.Store(&pro)
+	want("upgraded, the free burst spent", codes(1), 0) // the pro rate from here
+	now = now.Add(100 * time.Millisecond)
+	want("upgraded, a tenth of a second on", codes(2), 1)
+	now = now.Add(time.Hour)
+	plan.Store(&free)
+	want("downgraded with the pro burst held", codes(3), 2)
+}
+
 // TestPolicyFuncConcurrent changes plans while 8 goroutines decide requests of a few keys, under
 // the race detector: each decision is under the plan it names, and a key never holds more than
 // the largest burst.

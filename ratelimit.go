@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -94,16 +93,11 @@ type Policy struct {
 // bucket has refilled, which are the same as keys never seen, make room for new ones, without a
 // goroutine. A TokenBucket is safe for concurrent use.
 type TokenBucket struct {
-	id       uint64 // its place in the order in which an All locks the parts of several
 	policy   Policy
 	policyOf func(key string) Policy // nil: every key has policy
 	seed     maphash.Seed
 	parts    [partCount]table
 }
-
-// bucketIDs numbers the TokenBuckets of the process, for the one order in which the decisions of
-// several lock their parts.
-var bucketIDs atomic.Uint64
 
 // partCount is the number of independently locked parts of a TokenBucket's keys.
 const partCount = 64
@@ -134,7 +128,6 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		o(&c)
 	}
 	b := &TokenBucket{
-		id:       bucketIDs.Add(1),
 		policy:   Policy{Limit: limit, Burst: burst},
 		policyOf: c.policyOf,
 		seed:     maphash.MakeSeed(),
@@ -307,7 +300,7 @@ func (b *TokenBucket) allow(key string, cost int, now time.Time) bool {
 }
 
 // lock finds key's policy and, but for an unlimited one (t nil), locks its part t and finds
-// its bucket at the instant at, lag after now, as table.bucket does: nil when there is no room
+// its bucket at the instant at, lag after now, as bucket does: nil when there is no room
 // for it, for full.
 func (b *TokenBucket) lock(key string, now time.Time) (t *table, pol Policy, at time.Time, lag, full time.Duration, lim *rate.Limiter) {
 	pol = b.policyFor(key)
@@ -327,15 +320,17 @@ func (b *TokenBucket) part(key string) *table { return &b.parts[b.partOf(key)] }
 // partOf returns the index of the part of b that holds key.
 func (b *TokenBucket) partOf(key string) uint64 { return maphash.String(b.seed, key) % partCount }
 
-// bucket returns the bucket of key in t, locked, with the policy pol, as table.bucket does.
-func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, keep []*rate.Limiter) (lim *rate.Limiter, wait time.Duration) {
-	if lim = t.keys[key]; lim == nil {
-		lim, wait = t.add(key, at, pol.Limit, pol.Burst, keep)
+// bucket returns the bucket of key in t, locked, on the policy pol: a new one, made on it, or nil
+// when there is no room for it and how long until there may be (see table.add).
+func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, keep []*rate.Limiter) (*rate.Limiter, time.Duration) {
+	lim := t.keys[key]
+	if lim == nil {
+		return t.add(key, at, pol.Limit, pol.Burst, keep)
 	}
-	if lim != nil && b.policyOf != nil {
+	if b.policyOf != nil {
 		replan(lim, pol, at)
 	}
-	return lim, wait
+	return lim, 0
 }
 
 // replan puts lim on the policy pol from at, if it is not on it: its tokens stay, at the new
@@ -369,13 +364,18 @@ func late(wait, lag time.Duration) time.Duration {
 func quota(d *Decision, pol Policy, tokens float64) {
 	d.Policy, d.Limit = pol, pol.Burst
 	// Remaining is exactly the largest cost that decide admits now, the tokens the slack lends
-	// included: a first guess from the float arithmetic, then the admission rule itself.
-	n := int(max(0, min(float64(pol.Burst), math.Floor(tokens+float64(pol.Limit)*slack.Seconds()))))
-	for n < pol.Burst && admits(pol, n+1, tokens) {
-		n++
+	// included: a first guess from the whole tokens, then the admission rule itself, down to a
+	// cost it admits and up to the largest. A guess that reaches the burst is the burst: a
+	// float64 of the largest ints is past them.
+	n := pol.Burst
+	if whole := math.Floor(tokens); whole < float64(pol.Burst) {
+		n = int(max(0, whole))
 	}
 	for n > 0 && !admits(pol, n, tokens) {
 		n--
+	}
+	for n < pol.Burst && admits(pol, n+1, tokens) {
+		n++
 	}
 	d.Remaining = n
 	d.Reset = refill(pol.Limit, float64(pol.Burst)-tokens)
@@ -394,10 +394,7 @@ func admits(pol Policy, n int, tokens float64) bool {
 	if left >= 0 {
 		return true
 	}
-	if pol.Limit <= 0 {
-		return false
-	}
-	wait := (-left / float64(pol.Limit)) * float64(time.Second)
+	wait := (-left / float64(pol.Limit)) * float64(time.Second)          // +Inf at a rate of 0
 	return wait < float64(math.MaxInt64) && time.Duration(wait) <= slack // 2^63 does not fit
 }
 
@@ -432,23 +429,19 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 
 // charge spends cost from lim, a bucket of pol, at at, into debt if need be: a debt whose
 // repayment does not fit a Duration would wrap x/time/rate's wait into a negative one, which
-// admits, so beyond maxDebt it is forgiven down to that. A negative cost gives tokens back;
-// the bucket caps them at the burst when it next looks at them.
+// admits, so beyond maxDebt it is forgiven down to that (at a rate of 0 a debt is never repaid,
+// and never wraps). A negative cost gives tokens back, up to the burst.
 func charge(lim *rate.Limiter, pol Policy, cost int, at time.Time) {
 	if pol.Limit > 0 && cost > 0 {
 		if most := lim.TokensAt(at) + float64(pol.Limit)*maxDebt.Seconds(); float64(cost) > most {
 			cost = int(max(0, most))
 		}
 	}
-	if cost > pol.Burst {
-		// ReserveN takes at most the burst: raise it for the one reservation that goes into
-		// debt, then lower it again; the tokens stay as the reservation left them.
-		lim.SetBurstAt(at, cost)
-		lim.ReserveN(at, cost)
-		lim.SetBurstAt(at, pol.Burst)
-		return
-	}
+	// ReserveN takes at most the burst: it is raised for the one reservation, which may go into
+	// debt, then set back; the tokens stay as the reservation left them.
+	lim.SetBurstAt(at, max(cost, pol.Burst))
 	lim.ReserveN(at, cost)
+	lim.SetBurstAt(at, pol.Burst)
 }
 
 // Len returns the number of keys b holds state for.

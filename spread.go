@@ -26,14 +26,14 @@ type returns struct {
 	low   int64    // the first second the schedule holds: the one after the present
 	epoch int64    // the first low, from which each second's share of the rate is counted
 	hint  int64    // no second in [low, hint) had room when last looked, at hintRate and hintBurst
-	// The rate and burst hint was found at: at a rate a quarter higher, or another burst,
-	// those seconds may have room again, and are looked at afresh.
+	// The rate and burst hint was found at: at a rate more than a quarter higher, or another
+	// burst, those seconds may have room again, and are looked at afresh.
 	hintRate  float64
 	hintBurst int
 }
 
-// book books a client refused at now that can be admitted no earlier than earliest, at
-// perSecond clients a second and at most burst (when above 0) in one second, and returns the
+// book books a client refused at now that can be admitted no earlier than earliest, after now,
+// at perSecond clients a second and at most burst (when above 0) in one second, and returns the
 // second it is told to come back in. With date false it is told a wait in delay-seconds, and
 // comes back at now plus a whole number of seconds; with date true an HTTP-date, the start of
 // that second.
@@ -41,7 +41,7 @@ func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, da
 	sec := now.Unix()
 	var first int64
 	if date {
-		first = max(header.RoundUpDate(earliest).Unix(), sec+1)
+		first = header.RoundUpDate(earliest).Unix()
 	} else {
 		first = sec + header.DelaySeconds(earliest.Sub(now))
 	}
@@ -64,11 +64,12 @@ func (s *returns) take(now, first int64, perSecond float64, burst int) int64 {
 
 // takeLocked is take with the mutex held.
 func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int64 {
+	low := now + 1 // the first second after the present
 	if s.n == nil {
 		s.n = make([]uint32, returnHorizon)
-		s.low, s.epoch, s.hint = now+1, now+1, now+1
+		s.low, s.epoch, s.hint = low, low, low
 	}
-	s.advance(now + 1)
+	s.advance(low)
 	first = max(first, s.low)
 	end := s.low + returnHorizon
 	if first >= end {
@@ -98,20 +99,14 @@ func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int
 	return first
 }
 
-// advance moves the schedule's first second to low, forgetting the seconds before it.
+// advance moves the schedule's first second to low, if later, forgetting the seconds before it
+// (the whole ring at most).
 func (s *returns) advance(low int64) {
-	if low <= s.low {
-		return
+	for b := s.low; b < min(low, s.low+returnHorizon); b++ {
+		s.n[returnSlot(b)] = 0
 	}
-	if low-s.low >= returnHorizon {
-		clear(s.n)
-	} else {
-		for b := s.low; b < low; b++ {
-			s.n[returnSlot(b)] = 0
-		}
-	}
-	s.low = low
-	s.hint = max(s.hint, low)
+	s.low = max(s.low, low)
+	s.hint = max(s.hint, s.low)
 }
 
 // returnSlot returns the index of second b in the schedule's ring.
@@ -126,17 +121,15 @@ func returnSlot(b int64) int {
 // maxShare bounds a second's share, so that a rate too high to count is taken as no bound.
 const maxShare = 1 << 30
 
-// share returns how many clients second b may take: the clients of a stream at perSecond a
-// second that fall in it (so that a rate of 2.5 gives seconds of 2 and 3, and one of 0.2 a
-// client every fifth second), at most burst when burst > 0.
+// share returns how many clients second b may take at a perSecond below maxShare (book takes
+// any other as no bound): the clients of a stream at perSecond a second that fall in it (so
+// that a rate of 2.5 gives seconds of 2 and 3, and one of 0.2 a client every fifth second), at
+// most burst when burst > 0.
 func (s *returns) share(b int64, perSecond float64, burst int) uint32 {
-	n := uint32(maxShare)
-	if perSecond < maxShare {
-		x := float64(b - s.epoch)
-		n = uint32(math.Floor((x+1)*perSecond) - math.Floor(x*perSecond))
-	}
-	if burst > 0 && uint32(min(burst, maxShare)) < n {
-		n = uint32(burst)
+	x := float64(b - s.epoch)
+	n := uint32(math.Floor((x+1)*perSecond) - math.Floor(x*perSecond))
+	if burst > 0 {
+		n = min(n, uint32(min(burst, maxShare)))
 	}
 	return n
 }
@@ -208,7 +201,7 @@ type spread struct {
 // Decide implements [Limiter]: l's Decision, with the wait of a refusal spread.
 func (s *spread) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
 	d, err := s.l.Decide(ctx, key, cost, now)
-	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter >= rate.InfDuration {
+	if err != nil || d.Allowed || d.RetryAfter <= 0 {
 		return d, err
 	}
 	limit, burst := s.limit, s.burst
@@ -223,6 +216,7 @@ func (s *spread) Decide(ctx context.Context, key string, cost int, now time.Time
 	if burst > 0 {
 		perInstant = max(burst/n, 1)
 	}
+	// A wait beyond the schedule's hour, rate.InfDuration (never) included, stays as it is.
 	d.RetryAfter = s.ret.spreadWait(now, d.RetryAfter, float64(limit)/float64(n), perInstant)
 	return d, nil
 }

@@ -216,11 +216,37 @@ func TestSpreadPassesThrough(t *testing.T) {
 			t.Errorf("refusal %d of cost 2 at 4/s: %v, want %v", i, d.RetryAfter, want*time.Second)
 		}
 	}
-	// Errors and admissions pass unchanged.
+	// And against the burst: 4 at once is two of cost 2, though 10/s is 5 of them a second.
+	p = Spread(pol, 10, 4)
+	for i, want := range []time.Duration{1, 1, 2, 2} {
+		if d, _ := p.Decide(ctx, "a", 2, t0); d.RetryAfter != want*time.Second {
+			t.Errorf("refusal %d of cost 2 at 10/s, burst 4: %v, want %v", i, d.RetryAfter, want*time.Second)
+		}
+	}
+	// A burst of 0 bounds nothing at one instant: the rate alone spreads.
+	p = Spread(pol, 3, 0)
+	for i, want := range []time.Duration{1, 1, 1, 2} {
+		if d, _ := p.Decide(ctx, "a", 1, t0); d.RetryAfter != want*time.Second {
+			t.Errorf("refusal %d at 3/s, burst 0: %v, want %v", i, d.RetryAfter, want*time.Second)
+		}
+	}
+	p = Spread(pol, 4, 0)
+	for i, want := range []time.Duration{1, 1, 2, 2} {
+		if d, _ := p.Decide(ctx, "a", 2, t0); d.RetryAfter != want*time.Second {
+			t.Errorf("refusal %d of cost 2 at 4/s, burst 0: %v, want %v", i, d.RetryAfter, want*time.Second)
+		}
+	}
+	// Errors, whatever Decision comes with them, and refusals without a wait pass unchanged.
 	boom := errors.New("boom")
-	e := Spread(limiterFunc(func(context.Context) (Decision, error) { return Decision{}, boom }), 1, 1)
-	if _, err := e.Decide(ctx, "a", 1, t0); err != boom {
-		t.Errorf("err = %v, want the limiter's", err)
+	late := Decision{RetryAfter: time.Second, Policy: Policy{Limit: 1, Burst: 1}}
+	e := Spread(limiterFunc(func(context.Context) (Decision, error) { return late, boom }), 1, 1)
+	if d, err := e.Decide(ctx, "a", 1, t0); err != boom || d != late {
+		t.Errorf("an error with a wait: %+v, %v; want the limiter's", d, err)
+	}
+	noWait := Decision{Policy: Policy{Limit: 1, Burst: 1}}
+	z := Spread(limiterFunc(func(context.Context) (Decision, error) { return noWait, nil }), 1, 1)
+	if d, err := z.Decide(ctx, "a", 1, t0); err != nil || d != noWait {
+		t.Errorf("a refusal without a wait: %+v, %v; want it unchanged", d, err)
 	}
 	// A Charger stays one.
 	if _, ok := Spread(b, 1, 1).(Charger); !ok {
@@ -341,5 +367,77 @@ func TestReturnsRateRises(t *testing.T) {
 	}
 	if b := w.take(1000, 1001, 1.2, 0); b != 1020 {
 		t.Errorf("at 1.2/s: second %d, want 1020, the last looked at (not 1005, the first with room)", b)
+	}
+}
+
+// TestReturnsHoldsAnHour: as time goes on the schedule holds the hour after the present, and
+// no second past it, even one whose share of a rate that does not divide the hour has room.
+func TestReturnsHoldsAnHour(t *testing.T) {
+	var s returns
+	s.take(0, 1, 1, 0) // the schedule starts at second 1
+	for i := range int64(returnHorizon) {
+		if b := s.take(10, 11, 1, 0); b != 11+i {
+			t.Fatalf("ten seconds on, booking %d: second %d, want %d", i, b, 11+i)
+		}
+	}
+	if b := s.take(10, 11, 1, 0); b != 11 {
+		t.Fatalf("the hour from second 11 booked out: second %d, want 11, the first allowed", b)
+	}
+	// A second on, only the second passed is forgotten: 1002 to 1005 stay booked, looked at
+	// afresh (another burst).
+	var k returns
+	for range 5 {
+		k.take(1000, 1001, 1, 0)
+	}
+	if b := k.take(1001, 1002, 1, 1); b != 1006 {
+		t.Fatalf("a second on: second %d, want 1006, after the four still booked", b)
+	}
+	// At 0.9999 a second, 3599 seconds of the hour from second 1 take one client each, and the
+	// second after the hour would take one too.
+	var f returns
+	last := int64(1)
+	for i := range 3599 {
+		b := f.take(0, 1, 0.9999, 0)
+		if b <= last || b > returnHorizon {
+			t.Fatalf("at 0.9999/s, booking %d: second %d, want one after %d within the hour", i, b, last)
+		}
+		last = b
+	}
+	if b := f.take(0, 1, 0.9999, 0); b != 1 {
+		t.Fatalf("at 0.9999/s, booked out: second %d, want 1, the first allowed", b)
+	}
+}
+
+// TestReturnsRateRisesAQuarter: seconds found full are looked at again at a rate more than a
+// quarter higher than the one they were found full at, and not at a quarter.
+func TestReturnsRateRisesAQuarter(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		want int64
+	}{{5, 1005}, {5.04, 1001}} {
+		var s returns
+		for range 20 { // 4 a second: 1001 to 1005 full
+			s.take(1000, 1001, 4, 0)
+		}
+		if b := s.take(1000, 1001, c.rate, 0); b != c.want {
+			t.Errorf("at %v/s after 4/s: second %d, want %d", c.rate, b, c.want)
+		}
+	}
+}
+
+// TestReturnsTooHighToCount: a rate of maxShare a second or more is no bound: its clients are
+// told the earliest second and not counted, so they take no room from a rate that is.
+func TestReturnsTooHighToCount(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, r := range []float64{maxShare, math.Inf(1)} {
+		var s returns
+		for range 3 {
+			if b := s.book(now, now.Add(time.Second), r, 0, false); b != 1001 {
+				t.Fatalf("at %v/s: second %d, want 1001", r, b)
+			}
+		}
+		if b := s.book(now, now.Add(time.Second), 1, 0, false); b != 1001 {
+			t.Errorf("at 1/s after three at %v/s: second %d, want 1001, which they did not take", r, b)
+		}
 	}
 }

@@ -1,9 +1,12 @@
 package retryafter
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -23,6 +26,7 @@ import (
 // A table must be locked (mu) for every method but init.
 type table struct {
 	mu     sync.Mutex
+	rank   uint64    // its place in the one order in which a decision of several locks its tables
 	latest time.Time // the latest instant a decision in this table was made at
 
 	keys   map[string]*rate.Limiter
@@ -95,7 +99,12 @@ func (t *table) need(n int) int {
 // grownBy returns the slots a heap of n slots grows by when it is full.
 func grownBy(n int) int { return n/4 + 1 }
 
+// tableRanks numbers the tables of the process, for the one order in which a decision of several
+// layers locks them.
+var tableRanks atomic.Uint64
+
 func (t *table) init(budget int) {
+	t.rank = tableRanks.Add(1)
 	t.budget = budget
 	t.keys = make(map[string]*rate.Limiter)
 }
@@ -250,11 +259,9 @@ func fullAt(lim *rate.Limiter, now time.Time) int64 {
 	if missing <= 0 {
 		return ns
 	}
-	refill := refill(lim.Limit(), missing)
-	if refill >= rate.InfDuration || int64(refill) >= math.MaxInt64-ns {
-		return math.MaxInt64
-	}
-	return ns + max(int64(refill), 1) // at least a nanosecond on: refill is truncated
+	// At least a nanosecond on, since refill is truncated, and at most the largest int64, which
+	// a refill of rate.InfDuration reaches.
+	return ns + min(max(int64(refill(lim.Limit(), missing)), 1), math.MaxInt64-ns)
 }
 
 // refill returns how long a rate of limit takes to add missing tokens: 0 when none are missing,
@@ -263,8 +270,8 @@ func refill(limit rate.Limit, missing float64) time.Duration {
 	if missing <= 0 {
 		return 0
 	}
-	ns := missing / float64(limit) * float64(time.Second)
-	if limit <= 0 || ns >= float64(rate.InfDuration) {
+	ns := missing / float64(limit) * float64(time.Second) // +Inf at a rate of 0
+	if ns >= float64(rate.InfDuration) {
 		return rate.InfDuration
 	}
 	return time.Duration(ns)
@@ -316,8 +323,7 @@ func (t *table) down(i int) {
 	}
 }
 
+// heapify orders the heap: a sorted slice is one.
 func (t *table) heapify() {
-	for i := len(t.due)/2 - 1; i >= 0; i-- {
-		t.down(i)
-	}
+	slices.SortFunc(t.due, func(a, b due) int { return cmp.Compare(a.at, b.at) })
 }

@@ -409,17 +409,33 @@ func TestTableShrinks(t *testing.T) {
 // allocator hands out for it, and by no more than a quarter and a size class: the bound holds in
 // bytes, and a key is not counted twice its size.
 func TestKeyBytesCoverAllocation(t *testing.T) {
-	sizes := []int{1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 100, 255, 256, 257, 300, 1000, 1024, 1025, 3000, 4096, 5000, 8192, 10000, 32 << 10, 32<<10 + 1, 33_000, 40_000, 100_000}
+	sizes := []int{1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 100, 255, 256, 257, 300, 1000, 1024, 1025, 3000, 4096, 5000, 8192, 10000, 32 << 10, 32<<10 + 1, 33_000, 40_000, 40 << 10, 100_000, 128 << 10}
 	for _, n := range sizes {
 		// append rounds a slice's capacity up to the allocator's size class, as it allocates.
 		got := uint64(cap(append([]byte(nil), make([]byte, n)...)))
-		if kb := uint64(keyBytes(n)); kb < got || kb > got+got/4+16 {
-			t.Errorf("a key of %d bytes: counted %d, allocated %d", n, kb, got)
+		if kb := uint64(keyBytes(n)); kb < got || kb > got+got/4+16 || (n > 32<<10 && kb != got) {
+			t.Errorf("a key of %d bytes: counted %d, allocated %d (whole pages above 32 KiB)", n, kb, got)
 		}
 	}
 	if keyBytes(0) != 0 {
 		t.Errorf("an empty key counted %d bytes", keyBytes(0))
 	}
+}
+
+// TestTableExactFitBesideAWait: a part refuses a long key until a key it holds refills; a short
+// key that fits what is left exactly is held at once, without that wait.
+func TestTableExactFitBesideAWait(t *testing.T) {
+	var tb table
+	tb.init(2 * (entryBytes(10) + slotBytes + dueBytes))
+	held, _ := tb.add(strings.Repeat("a", 10), t0, 1, 1, nil)
+	held.ReserveN(t0, 1) // full again a second on
+	if lim, wait := tb.add(strings.Repeat("l", 100), t0, 1, 1, nil); lim != nil || wait != time.Second {
+		t.Fatalf("a long key: %v, %v; want refused until the held key refills", lim, wait)
+	}
+	if lim, wait := tb.add(strings.Repeat("b", 10), t0, 1, 1, nil); lim == nil {
+		t.Fatalf("a short key that fits exactly: refused for %v", wait)
+	}
+	checkPart(t, &tb)
 }
 
 // TestTableExactFit fills a part's budget exactly with one key: it is held, and one byte less
@@ -431,6 +447,23 @@ func TestTableExactFit(t *testing.T) {
 		tb.init(entryBytes(n) + slotBytes + dueBytes)
 		if lim, wait := tb.add(key, t0, 1, 1, nil); lim == nil {
 			t.Fatalf("a key of %d bytes in a budget it fills exactly: refused for %v", n, wait)
+		}
+		checkPart(t, &tb)
+		// Once it has refilled, another key of its length takes its place, exactly; one of the
+		// next size class never fits, and the key held stays.
+		m := n + 1
+		for keyBytes(m) == keyBytes(n) {
+			m++
+		}
+		if lim, wait := tb.add(strings.Repeat("l", m), t0.Add(time.Second), 1, 1, nil); lim != nil || wait != rate.InfDuration {
+			t.Fatalf("a key of %d bytes after one of %d that fills the budget: %v, %v; want refused for ever", m, n, lim, wait)
+		}
+		if tb.keys[key] == nil {
+			t.Fatalf("a key of %d bytes that never fits dropped the one held", m)
+		}
+		other := strings.Repeat("o", n)
+		if lim, wait := tb.add(other, t0.Add(time.Second), 1, 1, nil); lim == nil || tb.keys[key] != nil {
+			t.Fatalf("another key of %d bytes once the first refilled: refused for %v, or the first kept", n, wait)
 		}
 		checkPart(t, &tb)
 		tb = table{}

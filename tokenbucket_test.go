@@ -473,6 +473,24 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 	}
 }
 
+// TestTokenBucketLargestBurst decides with the largest bursts an int holds, which a float64
+// rounds up to 2^63, past the largest int: every answer comes at once (it hung, counting
+// Remaining up from the smallest int), Remaining never above the burst.
+func TestTokenBucketLargestBurst(t *testing.T) {
+	for _, burst := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt - 511} {
+		b := NewTokenBucket(1, burst)
+		for _, cost := range []int{0, 1, burst} {
+			d := decide(t, b, "k", cost, t0)
+			if !d.Allowed || d.Limit != burst || d.Remaining < 0 || d.Remaining > burst {
+				t.Fatalf("burst %d, cost %d: %+v, want admitted, within the burst", burst, cost, d)
+			}
+		}
+		if d := decide(t, b, "k", 1, t0); d.Allowed || d.Remaining != 0 {
+			t.Fatalf("burst %d, spent whole: %+v, want refused with nothing left", burst, d)
+		}
+	}
+}
+
 // TestTokenBucketRemainingAtTheEdges checks that Remaining is the largest cost admitted at the
 // instants where it changes: the end of every RetryAfter and every Reset, and a nanosecond and a
 // microsecond before each, where the slack the bucket lends decides. (At 1 per 7 s with a burst
@@ -606,6 +624,33 @@ func TestTokenBucketRemainingInDebt(t *testing.T) {
 	}
 	if d := decide(t, b, "k", 0, t0.Add(2*time.Second)); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("debt repaid: %+v, want admitted with Remaining 0", d)
+	}
+}
+
+// TestTokenBucketRateZero spends a bucket that never refills, a token at a time: Remaining
+// counts each whole token left, Reset is never, and once none is left every cost is refused for
+// ever.
+func TestTokenBucketRateZero(t *testing.T) {
+	b := NewTokenBucket(0, 3)
+	for left := 2; left >= 0; left-- {
+		if d := decide(t, b, "k", 1, t0); !d.Allowed || d.Remaining != left || d.Reset != rate.InfDuration {
+			t.Fatalf("rate 0, a token spent: %+v, want admitted with %d left and Reset never", d, left)
+		}
+	}
+	if d := decide(t, b, "k", 1, t0.Add(time.Hour)); d.Allowed || d.RetryAfter != rate.InfDuration || d.Remaining != 0 {
+		t.Fatalf("rate 0, none left an hour on: %+v, want refused for ever", d)
+	}
+	// A debt at rate 0 is never repaid, and kept whole: only what is given back repays it, and
+	// no more than the burst is held.
+	ctx := context.Background()
+	b = NewTokenBucket(0, 3)
+	for _, c := range []struct{ cost, admitted int }{{5, 0}, {-1, 0}, {-1, 0}, {-1, 1}, {-5, 3}} {
+		if err := b.Charge(ctx, "k", c.cost, t0); err != nil {
+			t.Fatal(err)
+		}
+		if d := decide(t, b, "k", 0, t0.Add(time.Hour)); d.Remaining != c.admitted {
+			t.Fatalf("rate 0, charged %d: %+v, want %d left", c.cost, d, c.admitted)
+		}
 	}
 }
 
