@@ -479,13 +479,13 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 func TestTokenBucketLargestBurst(t *testing.T) {
 	for _, burst := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt - 511} {
 		b := NewTokenBucket(1, burst)
-		for _, cost := range []int{0, 1, burst} {
-			d := decide(t, b, "k", cost, t0)
+		for _, cost := range []int{0, 1, burst} { // each of a full bucket, a key of its own
+			d := decide(t, b, fmt.Sprint("k", cost), cost, t0)
 			if !d.Allowed || d.Limit != burst || d.Remaining < 0 || d.Remaining > burst {
 				t.Fatalf("burst %d, cost %d: %+v, want admitted, within the burst", burst, cost, d)
 			}
 		}
-		if d := decide(t, b, "k", 1, t0); d.Allowed || d.Remaining != 0 {
+		if d := decide(t, b, fmt.Sprint("k", burst), 1, t0); d.Allowed || d.Remaining != 0 {
 			t.Fatalf("burst %d, spent whole: %+v, want refused with nothing left", burst, d)
 		}
 	}
