@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 )
@@ -59,7 +60,7 @@ func (s *Store) hold(key string, tokens int64, at int64) bool {
 	if !ok && len(q.m) >= maxDeferredKeys {
 		return false
 	}
-	q.m[key] = owed{tokens: min(o.tokens+tokens, maxHorizon), at: max(o.at, at)}
+	q.m[key] = owed{tokens: min(o.tokens+tokens, math.MaxInt), at: max(o.at, at)} // an int, for charge
 	if !q.armed {
 		q.armed = true
 		time.AfterFunc(q.delay, s.flushDue)
