@@ -1028,3 +1028,19 @@ func TestCombineLayers(t *testing.T) {
 		t.Fatalf("five layers of one bucket: %+v, want admitted, listing five, 2 left of 10", d)
 	}
 }
+
+// TestAllLayersOfAGroup decides two TokenBuckets, which All decides as one group whose Decision
+// lists both, and a limiter of another kind after them: the Decision lists the three, in order.
+func TestAllLayersOfAGroup(t *testing.T) {
+	d, err := All(NewTokenBucket(1, 1), NewTokenBucket(1, 2), &otherKind{NewTokenBucket(1, 3)}).Decide(context.Background(), "k", 1, t0)
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	var limits []int
+	for _, l := range d.Layers() {
+		limits = append(limits, l.Limit)
+	}
+	if !slices.Equal(limits, []int{1, 2, 3}) {
+		t.Fatalf("the layers' limits %v, want [1 2 3]", limits)
+	}
+}
