@@ -6,6 +6,7 @@ package retryaftercaddy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -355,8 +357,18 @@ func postLoad(t *testing.T, config, contentType string) (int, string) {
 	t.Helper()
 	// A new connection each time: Caddy restarts its admin endpoint with each load, refused
 	// ones included, and a kept-alive connection to the one before would answer EOF.
+	// A connection made as the endpoint restarts can reach the listener being closed, which
+	// resets it before reading the request: sent again, a load is the same load.
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := client.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), contentType, strings.NewReader(config))
+	var resp *http.Response
+	var err error
+	for try := 0; ; try++ {
+		resp, err = client.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), contentType, strings.NewReader(config))
+		if err == nil || try == 10 || !(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.EOF)) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the endpoint, a real server's, is starting again
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
