@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,5 +198,30 @@ func TestRememberedWaitNeverShort(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no refusal was remembered: the test checks nothing")
+	}
+}
+
+// TestRefusalBytes checks that what the memory counts for a refusal besides its key's bytes is at
+// least what an entry takes of the heap, its share of the map included, for maps of sizes that
+// fall at each point of the map's growth.
+func TestRefusalBytes(t *testing.T) {
+	for n := 500; n <= 9000; n += 500 {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%019d", i)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		m := map[string]refusal{}
+		for _, k := range keys {
+			m[k] = refusal{}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if per := float64(after.HeapAlloc-before.HeapAlloc) / float64(len(m)); per > refusalBytes {
+			t.Errorf("%d refusals take %.0f bytes each besides their keys; refusalBytes is %d", n, per, refusalBytes)
+		}
+		runtime.KeepAlive(m)
 	}
 }
