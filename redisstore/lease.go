@@ -67,13 +67,6 @@ type lease struct {
 	gone   bool    // removed from leases: look the key up again
 }
 
-// A flight is one round trip on a key, which the key's other requests wait for.
-type flight struct {
-	done chan struct{}
-	err  error
-	down bool // err is a failure of Redis, which the waiters share
-}
-
 // A leaseOp is what one round trip asks of lease.lua.
 type leaseOp struct {
 	cost   int   // n
@@ -189,7 +182,7 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 		return retryafter.Decision{Allowed: true, Limit: s.own.policy.Burst, Remaining: s.own.policy.Burst, Policy: s.own.policy}, nil
 	}
 	at := s.instant(now)
-	b := l.budget(ctx)
+	b := l.s.budget(ctx)
 	need := int64(cost) * s.own.interval
 	horizon := s.own.interval * int64(s.own.policy.Burst)
 	fresh := false // a call that began after this request arrived answered the key
@@ -292,7 +285,7 @@ func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time
 		return nil
 	}
 	at := s.instant(now)
-	b := l.budget(ctx)
+	b := l.s.budget(ctx)
 	amount := int64(cost) * s.own.interval // negative for a refund
 	for {
 		e := l.entry(key, at)
@@ -352,7 +345,7 @@ func (l *Leased) Release(ctx context.Context) error {
 	l.leases.Range(func(k, v any) bool {
 		key, e := k.(string), v.(*lease)
 		now := time.Now()
-		b := l.budget(ctx)
+		b := l.s.budget(ctx)
 		e.mu.Lock()
 		for e.flight != nil {
 			f := e.flight
@@ -531,45 +524,4 @@ func (l *Leased) evict(at int64) {
 		e.mu.Unlock()
 		return true
 	})
-}
-
-// A budget is how long one request may wait for Redis in all, its calls and its waits for
-// others' calls: the store's timeout from its arrival, or the caller's deadline if sooner.
-type budget struct {
-	deadline time.Time
-	own      bool // the deadline is the caller's
-}
-
-func (l *Leased) budget(ctx context.Context) budget {
-	b := budget{deadline: time.Now().Add(l.s.timeout)}
-	if d, ok := ctx.Deadline(); ok && d.Before(b.deadline) {
-		b.deadline, b.own = d, true
-	}
-	return b
-}
-
-// wait waits for f to land, until the budget's deadline, and reports whether it did.
-func (b budget) wait(f *flight) bool {
-	select {
-	case <-f.done:
-		return true
-	default:
-	}
-	timer := time.NewTimer(time.Until(b.deadline))
-	defer timer.Stop()
-	select {
-	case <-f.done:
-		return true
-	case <-timer.C:
-		return false
-	}
-}
-
-// expired returns the error of a request whose budget ran out: the caller's own deadline, or
-// Redis's failure to answer within the store's timeout.
-func (b budget) expired() error {
-	if b.own {
-		return fmt.Errorf("redisstore: %w", context.DeadlineExceeded)
-	}
-	return &unavailableError{cause: context.DeadlineExceeded}
 }
