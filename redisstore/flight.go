@@ -7,7 +7,8 @@ import (
 )
 
 // A flight is one round trip to Redis on a key, which the key's other requests on the replica
-// wait for rather than each make their own.
+// wait for rather than each make their own: a [Leased] key's always, and a [Store]'s when its
+// bucket, as last seen, may hold one request but not two (see refusals.board).
 type flight struct {
 	done chan struct{}
 	err  error

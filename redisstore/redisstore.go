@@ -328,10 +328,26 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	at := s.instant(now)
 	sig := pl.mix(0)
+	timeout := s.timeout
+	var failure error // a failure of Redis that the round trip met, for the requests waiting on it
 	if s.refusals != nil {
 		if d, ok := s.refusals.answer(key, cost, at, 0, sig); ok {
 			s.localAnswers.Add(1)
 			return d, nil
+		}
+		switch f, lead := s.refusals.board(key, cost, at, sig); {
+		case lead:
+			defer func() { s.refusals.land(key, f, failure) }()
+		case f != nil:
+			b := s.budget(ctx)
+			if d, ok, err := s.ride(ctx, b, f, key, cost, now, sig); ok {
+				return d, err
+			}
+			if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
+				if timeout = time.Until(b.deadline); timeout <= 0 {
+					return retryafter.Decision{}, b.expired()
+				}
+			}
 		}
 	}
 	refunds := s.refunds.Load()
@@ -340,7 +356,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if carries {
 		c.extend(carried.tokens, max(at-carried.at, 0))
 	}
-	rt, cancel := newRoundTrip(ctx, s.timeout)
+	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
 	health := s.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
@@ -348,6 +364,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		if carries {
 			s.giveBack(key, carried) // never sent
 		}
+		failure = err
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	res, err := decideScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
@@ -362,6 +379,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		if !down {
 			return retryafter.Decision{}, err
 		}
+		failure = err
 		return s.orLocal(ctx, key, cost, now, err)
 	}
 	health.ok()
@@ -382,6 +400,30 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		}
 	}
 	return d, nil
+}
+
+// ride waits, within the budget b, for f, the round trip in the air of another request of key
+// (see refusals.board), and answers this request as what that round trip taught the memory of
+// refusals says (ok); if the memory does not cover it, not (!ok), and the request then asks
+// Redis itself, within what is left of b. A round trip that met a failure of Redis fails the
+// requests waiting on it with its error (or has them decided locally, as it was), rather than
+// send them into the same failure.
+func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost int, now time.Time, plans uint64) (_ retryafter.Decision, ok bool, _ error) {
+	if testHookBoarded != nil {
+		testHookBoarded(ctx)
+	}
+	if !b.wait(f) {
+		return retryafter.Decision{}, true, b.expired()
+	}
+	if f.err != nil && f.down {
+		d, err := s.orLocal(ctx, key, cost, now, f.err)
+		return d, true, err
+	}
+	if d, ok := s.refusals.answer(key, cost, s.instant(now), 0, plans); ok {
+		s.localAnswers.Add(1)
+		return d, true, nil
+	}
+	return retryafter.Decision{}, false, nil
 }
 
 // A call is the key and the script's arguments of one round trip, in one allocation.

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"hash/maphash"
 	"math/bits"
 	"sync"
@@ -32,6 +33,15 @@ const DefaultRefusalMemory = 1 << 20
 // for having come back too early. It is longer by at most the round trip, so that in the last
 // round trip before the instant a remembered refusal may refuse a request that Redis would
 // admit, with a Retry-After of a second. Remembered refusals are answered while Redis is down too.
+//
+// When the key's bucket, as last seen, may hold the tokens of one request but not of two (its
+// remembered wait just over, as at each token of a flood), one request goes to Redis, and the
+// key's requests that come while it is in the air wait for its answer rather than each send
+// their own: it most likely refuses them too, and they are answered from it as above, or else
+// ask Redis themselves. So at each new token a replica asks Redis once, not once for every
+// request of the round trip. They wait within the store's timeout (or their own deadline) in all,
+// and a round trip that Redis fails fails them with it, or has them decided locally (see
+// [WithLocalFallback]). When the bucket may hold more, each request asks as it comes.
 //
 // What can make a remembered refusal refuse what Redis would admit, until its instant at the
 // latest, never longer than the wait Redis gave:
@@ -102,6 +112,7 @@ type refusal struct {
 	plans    uint64              // the fingerprint of the plans it was given at (see plan.mix)
 	dec      retryafter.Decision // what Redis answered
 	refunds  uint64              // the count of refunds when the request was sent (group only)
+	flight   *flight             // the key's round trip in the air, if one is (see board)
 }
 
 // expires returns the instant after which e covers no request: its bucket is full then, and
@@ -172,6 +183,51 @@ func (r *refusals) answer(key string, cost int, at int64, refunds, plans uint64)
 	}
 	d.Reset = time.Duration((left+999)/1000) * time.Microsecond
 	return d, true
+}
+
+// testHookBoarded, if set, is called when a request of a Store starts to wait for a flight.
+var testHookBoarded func(context.Context)
+
+// board returns, if key's remembered bucket holds the cost tokens of a request at the instant at
+// but not twice as many (so that it may admit this request, but not a second), a flight to take:
+// the key's round trip in the air, to wait for, or a new one, which the caller leads and must
+// land. The key's requests that come while a round trip is in the air would most likely be
+// refused by its answer: they wait for it rather than each ask Redis. It returns nil if the
+// bucket may hold more, or nothing is remembered of key.
+func (r *refusals) board(key string, cost int, at int64, plans uint64) (f *flight, lead bool) {
+	sh := r.shard(key)
+	if cost <= 0 || r.group || sh.n.Load() == 0 {
+		return nil, false
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key]
+	if !ok || e.plans != plans || at < e.learned || at >= e.expires() || cost > e.burst {
+		return nil, false
+	}
+	if e.d-(at-e.learned)-e.horizon+2*int64(cost)*e.interval <= 0 {
+		return nil, false // room for two: each asks
+	}
+	if e.flight != nil {
+		return e.flight, false
+	}
+	e.flight = &flight{done: make(chan struct{})}
+	sh.m[key] = e
+	return e.flight, true
+}
+
+// land ends f, the flight of key that the caller led, once its answer is remembered, with the
+// failure of Redis that it met, if any, which its waiters share.
+func (r *refusals) land(key string, f *flight, failure error) {
+	sh := r.shard(key)
+	sh.mu.Lock()
+	if e, ok := sh.m[key]; ok && e.flight == f {
+		e.flight = nil
+		sh.m[key] = e
+	}
+	sh.mu.Unlock()
+	f.err, f.down = failure, failure != nil
+	close(f.done)
 }
 
 // remember records e as key's refusal, in place of any before.

@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,6 +202,170 @@ func TestRememberedWaitNeverShort(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no refusal was remembered: the test checks nothing")
 	}
+}
+
+// heldSends holds the first script call sent after hold is armed until release is closed (and
+// answers it with fail, if set, instead of Redis's); every other call arrives (see arrive).
+type heldSends struct {
+	redis.Scripter
+	hold    atomic.Bool
+	held    chan struct{} // the held call is in
+	release chan struct{}
+	fail    error
+	calls   atomic.Int64
+}
+
+func (h *heldSends) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	h.calls.Add(1)
+	if h.hold.CompareAndSwap(true, false) {
+		h.held <- struct{}{}
+		<-h.release
+		if h.fail != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(h.fail)
+			return cmd
+		}
+	} else {
+		arrive(ctx)
+	}
+	return h.Scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestRefusalMemoryOneRoundTripAtTheLastToken checks, on a real Redis and an injected clock,
+// that when a key's bucket, as the Store last saw it, holds one request's tokens but not two
+// requests', the key's requests that come while one of them is in the air to Redis wait for its
+// answer rather than each ask: one round trip for all, each answered exactly as Redis answers a
+// twin Store that remembers nothing. With room for two they each ask; a round trip that Redis
+// fails fails its waiters with it, and a waiter whose own deadline passes fails with that.
+func TestRefusalMemoryOneRoundTripAtTheLastToken(t *testing.T) {
+	addr := sharedAddr(t)
+	prefix := testPrefix(t)
+	const every, burst, waiters = time.Second, 3, 6
+	arrived := make(chan struct{}, waiters)
+	s := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock())
+	h := &heldSends{Scripter: s.client, held: make(chan struct{})}
+	s.client = h
+	twin := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithRefusalMemory(0))
+	boarded := atomic.Int64{}
+	testHookBoarded = func(ctx context.Context) { boarded.Add(1); arrive(ctx) }
+	t.Cleanup(func() { testHookBoarded = nil })
+	rng := rand.New(rand.NewPCG(3, 4))
+
+	// flood has a refusal of key remembered at start, then sends one request at at, held in
+	// the air, and waiters more at random instants in [at, at + within), while it is held; it
+	// releases it once each of them has waited for it, sent a call of its own or been answered,
+	// and returns the held request's answer and theirs, and the calls and local answers since
+	// the held one.
+	flood := func(key string, start, at time.Time, within time.Duration, waiters int, fail error, ctx context.Context) (lead result, rest []result, calls, local int64) {
+		t.Helper()
+		if d := decide(t, s, key, burst, start); !d.Allowed {
+			t.Fatalf("%s, the burst: %+v", key, d)
+		}
+		if d := decide(t, s, key, 1, start); d.Allowed {
+			t.Fatalf("%s, after the burst: %+v, want refused", key, d)
+		}
+		h.release, h.fail = make(chan struct{}), fail
+		h.hold.Store(true)
+		calls, local = h.calls.Load(), int64(s.LocalAnswers())
+		done := make(chan result)
+		go func() {
+			d, err := s.Decide(context.Background(), key, 1, at)
+			done <- result{d, err, at}
+		}()
+		<-h.held
+		results := make(chan result, waiters)
+		for range waiters {
+			now := at.Add(time.Duration(rng.Int64N(int64(within/time.Microsecond))) * time.Microsecond)
+			ctx := context.WithValue(ctx, arrival{}, sync.OnceFunc(func() { arrived <- struct{}{} }))
+			go func() {
+				d, err := s.Decide(ctx, key, 1, now)
+				arrive(ctx)
+				results <- result{d, err, now}
+			}()
+		}
+		for range waiters {
+			<-arrived
+		}
+		close(h.release)
+		lead = <-done
+		for range waiters {
+			rest = append(rest, <-results)
+		}
+		return lead, rest, h.calls.Load() - calls, int64(s.LocalAnswers()) - local
+	}
+
+	t.Run("one token", func(t *testing.T) {
+		start := t0
+		lead, rest, calls, local := flood("one", start, start.Add(every), every, waiters, nil, context.Background())
+		if lead.err != nil || !lead.d.Allowed {
+			t.Fatalf("the request at the token: %+v, %v; want admitted", lead.d, lead.err)
+		}
+		if calls != 1 || local != waiters {
+			t.Fatalf("%d script calls and %d local answers for %d requests in the air together, want 1 and %d", calls, local, waiters+1, waiters)
+		}
+		for _, r := range rest {
+			if want := decide(t, twin, "one", 1, r.at); r.err != nil || r != (result{want, nil, r.at}) {
+				t.Fatalf("a waiter at +%v: %+v, %v; Redis says %+v", r.at.Sub(start), r.d, r.err, want)
+			}
+		}
+	})
+	t.Run("two tokens", func(t *testing.T) {
+		start := t0.Add(time.Hour)
+		before := boarded.Load()
+		// At start + 2 s the bucket holds exactly two tokens: the second request asks too.
+		lead, rest, calls, _ := flood("two", start, start.Add(2*every), time.Microsecond, 1, nil, context.Background())
+		if calls != 2 || boarded.Load() != before {
+			t.Fatalf("%d script calls, %d waits for another's, for 2 requests with room for two; want one each, none waiting", calls, boarded.Load()-before)
+		}
+		for _, r := range append(rest, lead) {
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+		}
+	})
+	t.Run("Redis fails", func(t *testing.T) {
+		start := t0.Add(2 * time.Hour)
+		lead, rest, calls, _ := flood("failed", start, start.Add(every), every, waiters, errors.New("connection reset by peer"), context.Background())
+		if !errors.Is(lead.err, ErrUnavailable) {
+			t.Fatalf("the held request: %v, want ErrUnavailable", lead.err)
+		}
+		for _, r := range rest {
+			if !errors.Is(r.err, ErrUnavailable) || !strings.Contains(r.err.Error(), "connection reset") {
+				t.Fatalf("a waiter: %+v, %v; want the held request's failure", r.d, r.err)
+			}
+		}
+		if calls != 1 {
+			t.Fatalf("%d script calls, want the held one only", calls)
+		}
+	})
+	t.Run("own deadline", func(t *testing.T) {
+		start := t0.Add(3 * time.Hour)
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now())
+		defer cancel()
+		_, rest, _, _ := flood("late", start, start.Add(every), every, waiters, nil, ctx)
+		for _, r := range rest {
+			if !errors.Is(r.err, context.DeadlineExceeded) || errors.Is(r.err, ErrUnavailable) {
+				t.Fatalf("a waiter past its own deadline: %+v, %v; want its deadline's error", r.d, r.err)
+			}
+		}
+	})
+}
+
+// arrival is a context value: arrive calls it once, at the first of the points a request of
+// the context may reach: a call sent to Redis, a wait for another's, or its answer.
+type arrival struct{}
+
+func arrive(ctx context.Context) {
+	if once, ok := ctx.Value(arrival{}).(func()); ok {
+		once()
+	}
+}
+
+// A result is what one Decide returned, and the instant it was asked at.
+type result struct {
+	d   retryafter.Decision
+	err error
+	at  time.Time
 }
 
 // TestRefusalBytes checks that what the memory counts for a refusal besides its key's bytes is at
