@@ -22,7 +22,8 @@ import (
 // servers' own counts (INFO commandstats, INFO cpu, summed over the masters of a cluster): script
 // calls per request and per refused request beyond the admitted ones ("calls/refused", (calls −
 // admitted) / refused), Redis's CPU per request in µs (the scripts' own time and the process's,
-// user and system), the refused share, and the admitted over the bound, burst + limit × the
+// user and system) and the decisions per second one Redis core would take at that cost
+// ("decisions/core-s"), the refused share, and the admitted over the bound, burst + limit × the
 // flood's length by Redis's clock, which must be 0 or less.
 //
 //	REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench FleetFlood -benchtime 1x .
@@ -80,6 +81,7 @@ func BenchmarkFleetFlood(b *testing.B) {
 		b.ReportMetric((calls-float64(admitted.Load()))/float64(refused.Load()), "calls/refused")
 		b.ReportMetric(float64(after.usec-before.usec)/n, "script-µs/req")
 		b.ReportMetric((after.cpu-before.cpu)*1e6/n, "redis-cpu-µs/req")
+		b.ReportMetric(n/(after.cpu-before.cpu), "decisions/core-s")
 		b.ReportMetric(float64(refused.Load())/n, "refused/req")
 		bound := int64(burst) + int64(float64(limit)*elapsed.Seconds()+0.5)
 		b.ReportMetric(float64(admitted.Load()-bound), "over-bound")
