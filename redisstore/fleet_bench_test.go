@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
 )
 
 // BenchmarkFleetFlood floods one key from 3 replicas (3 Stores, each on a client of its own) at
@@ -28,10 +32,6 @@ import (
 //
 //	REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench FleetFlood -benchtime 1x .
 func BenchmarkFleetFlood(b *testing.B) {
-	const (
-		offered = 3000 // requests/s, all replicas
-		flood   = 2 * time.Second
-	)
 	floods := []struct {
 		name         string
 		limit, burst int
@@ -39,89 +39,126 @@ func BenchmarkFleetFlood(b *testing.B) {
 		{"refused=90", 300, 30}, // a token every 10 requests
 		{"refused=99", 10, 10},  // a token every 300, as the flood the issue measured
 	}
-	run := func(b *testing.B, limit, burst int, newClient func() redis.Scripter, stats func() serverStats, opts ...Option) {
-		prefix := testPrefix(b)
-		var stores []*Store
-		for range 3 {
-			stores = append(stores, New(newClient(), rate.Limit(limit), burst, append([]Option{WithPrefix(prefix)}, opts...)...))
-		}
-		ctx := context.Background()
-		var admitted, refused, failed atomic.Int64
-		var wg sync.WaitGroup
-		before := stats()
-		start := time.Now()
-		period := time.Second * 12 / offered // each of 12 goroutines, 4 per replica
-		for r, s := range stores {
-			for g := range 4 {
-				wg.Go(func() {
-					time.Sleep(period * time.Duration(r+3*g) / 12) // arrivals spread evenly, replicas in turn
-					tick := time.NewTicker(period)
-					defer tick.Stop()
-					for time.Since(start) < flood {
-						<-tick.C
-						d, err := s.Decide(ctx, "hot", 1, time.Now())
-						switch {
-						case err != nil:
-							failed.Add(1) // a timeout of a loaded host: counted, not decided
-						case d.Allowed:
-							admitted.Add(1)
-						default:
-							refused.Add(1)
-						}
+	memories := []struct {
+		name string
+		opts []Option
+	}{{"forget", []Option{WithRefusalMemory(0)}}, {"remember", nil}}
+	for _, where := range fleetTargets(b) {
+		for _, f := range floods {
+			for _, m := range memories {
+				b.Run(where.name+"/"+f.name+"/"+m.name, func(b *testing.B) {
+					opts := append([]Option{WithPrefix(testPrefix(b))}, m.opts...)
+					var ls []retryafter.Limiter
+					for range 3 {
+						ls = append(ls, New(where.newClient(), rate.Limit(f.limit), f.burst, opts...))
 					}
+					fleetFlood(b, ls, func(int) string { return "hot" }, where.stats, rate.Limit(f.limit), f.burst, 3000)
 				})
 			}
 		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		after := stats()
-		n := float64(admitted.Load() + refused.Load())
-		calls := float64(after.calls - before.calls)
-		b.ReportMetric(calls/n, "calls/req")
-		b.ReportMetric((calls-float64(admitted.Load()))/float64(refused.Load()), "calls/refused")
-		b.ReportMetric(float64(after.usec-before.usec)/n, "script-µs/req")
-		b.ReportMetric((after.cpu-before.cpu)*1e6/n, "redis-cpu-µs/req")
-		b.ReportMetric(n/(after.cpu-before.cpu), "decisions/core-s")
-		b.ReportMetric(float64(refused.Load())/n, "refused/req")
-		bound := int64(burst) + int64(float64(limit)*elapsed.Seconds()+0.5)
-		b.ReportMetric(float64(admitted.Load()-bound), "over-bound")
-		b.ReportMetric(float64(failed.Load()), "failed")
-		b.Logf("%v: %d admitted, %d refused, %d failed, %.0f script calls; bound %d", elapsed.Round(time.Millisecond), admitted.Load(), refused.Load(), failed.Load(), calls, bound)
 	}
-	addr := sharedAddr(b)
-	server := func() redis.Scripter {
-		c := newClient(b, addr)
-		return c
-	}
-	admin := newClient(b, addr)
-	oneServer := func() serverStats { return statsOf(b, admin) }
-	each := func(b *testing.B, newClient func() redis.Scripter, stats func() serverStats) {
-		for _, f := range floods {
-			b.Run(f.name+"/forget", func(b *testing.B) { run(b, f.limit, f.burst, newClient, stats, WithRefusalMemory(0)) })
-			b.Run(f.name+"/remember", func(b *testing.B) { run(b, f.limit, f.burst, newClient, stats) })
-		}
-	}
-	b.Run("server", func(b *testing.B) { each(b, server, oneServer) })
+}
 
+// A fleetTarget is a Redis for the fleet benchmarks: how to make a replica's client of it, and
+// how to read what its servers have counted, summed over the masters of a cluster.
+type fleetTarget struct {
+	name      string
+	cluster   bool
+	newClient func() redis.Scripter
+	stats     func() []serverStats // one per master, in the same order every call
+}
+
+// fleetTargets returns the redis-server at REDIS_ADDR and the Redis Cluster at
+// REDIS_CLUSTER_ADDRS (or ones the tests start).
+func fleetTargets(b *testing.B) []fleetTarget {
+	addr := sharedAddr(b)
+	admin := newClient(b, addr)
 	addrs := clusterAddrs(b)
-	cluster := func() redis.Scripter { return newClusterClient(b, addrs) }
 	cadmin := newClusterClient(b, addrs)
-	clusterStats := func() serverStats {
+	clusterStats := func() []serverStats {
 		var mu sync.Mutex
-		var sum serverStats
+		byAddr := map[string]serverStats{}
 		err := cadmin.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
 			s := statsOf(b, c)
 			mu.Lock()
-			sum.calls, sum.usec, sum.cpu = sum.calls+s.calls, sum.usec+s.usec, sum.cpu+s.cpu
+			byAddr[c.Options().Addr] = s
 			mu.Unlock()
 			return nil
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return sum
+		var all []serverStats
+		for _, a := range slices.Sorted(maps.Keys(byAddr)) {
+			all = append(all, byAddr[a])
+		}
+		return all
 	}
-	b.Run("cluster", func(b *testing.B) { each(b, cluster, clusterStats) })
+	return []fleetTarget{
+		{"server", false, func() redis.Scripter { return newClient(b, addr) }, func() []serverStats { return []serverStats{statsOf(b, admin)} }},
+		{"cluster", true, func() redis.Scripter { return newClusterClient(b, addrs) }, clusterStats},
+	}
+}
+
+// fleetFlood sends offered requests/s in all for 2 s, from 4 goroutines for each of the 3
+// replicas' limiters ls, evenly spread and in turn, request i of a goroutine on the key keyOf(i),
+// and reports what BenchmarkFleetFlood and BenchmarkFleetHotKey describe; limit and burst are
+// those of the limit that binds the fleet, for the bound.
+func fleetFlood(b *testing.B, ls []retryafter.Limiter, keyOf func(int) string, stats func() []serverStats, limit rate.Limit, burst, offered int) {
+	const (
+		flood   = 2 * time.Second
+		workers = 12 // 4 per replica
+	)
+	ctx := context.Background()
+	var admitted, refused, failed atomic.Int64
+	var wg sync.WaitGroup
+	before := stats()
+	start := time.Now()
+	period := time.Second * workers / time.Duration(offered)
+	for r, l := range ls {
+		for g := range workers / len(ls) {
+			wg.Go(func() {
+				time.Sleep(period * time.Duration(r+len(ls)*g) / workers) // arrivals spread evenly, replicas in turn
+				tick := time.NewTicker(period)
+				defer tick.Stop()
+				for i := g; time.Since(start) < flood; i += workers / len(ls) {
+					<-tick.C
+					d, err := l.Decide(ctx, keyOf(i), 1, time.Now())
+					switch {
+					case err != nil:
+						failed.Add(1) // a timeout of a loaded host: counted, not decided
+					case d.Allowed:
+						admitted.Add(1)
+					default:
+						refused.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	after := stats()
+	n := float64(admitted.Load() + refused.Load())
+	var calls, usec, cpu, busiest float64
+	for i := range after {
+		calls += float64(after[i].calls - before[i].calls)
+		usec += float64(after[i].usec - before[i].usec)
+		c := (after[i].cpu - before[i].cpu) * 1e6 / n
+		cpu += c
+		busiest = max(busiest, c)
+	}
+	b.ReportMetric(calls/n, "calls/req")
+	b.ReportMetric((calls-float64(admitted.Load()))/float64(refused.Load()), "calls/refused")
+	b.ReportMetric(usec/n, "script-µs/req")
+	b.ReportMetric(cpu, "redis-cpu-µs/req")
+	b.ReportMetric(1e6/cpu, "decisions/core-s")
+	b.ReportMetric(1e6/busiest, "ceiling-decisions/s")
+	b.ReportMetric(float64(refused.Load())/n, "refused/req")
+	bound := int64(burst) + int64(float64(limit)*elapsed.Seconds()+0.5)
+	b.ReportMetric(float64(admitted.Load()-bound), "over-bound")
+	b.ReportMetric(float64(failed.Load()), "failed")
+	b.Logf("%v: %d admitted, %d refused, %d failed, %.0f script calls; bound %d", elapsed.Round(time.Millisecond), admitted.Load(), refused.Load(), failed.Load(), calls, bound)
 }
 
 // serverStats is what a server has counted: script calls (EVALSHA and EVAL), their time in µs,

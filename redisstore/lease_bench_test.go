@@ -1,14 +1,8 @@
 package redisstore
 
 import (
-	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
@@ -52,7 +46,7 @@ func BenchmarkFleetHotKey(b *testing.B) {
 		for range 3 {
 			ls = append(ls, newLimiter(New(newClient(), limit, burst, WithPrefix(prefix))))
 		}
-		hotFlood(b, ls, func(int) string { return "hot" }, stats, limit, burst)
+		fleetFlood(b, ls, func(int) string { return "hot" }, stats, limit, burst, 9000)
 	}
 	for _, where := range fleetTargets(b) {
 		for _, load := range loads {
@@ -63,108 +57,6 @@ func BenchmarkFleetHotKey(b *testing.B) {
 			}
 		}
 	}
-}
-
-// A fleetTarget is a Redis for the fleet benchmarks: how to make a replica's client of it, and
-// how to read what its servers have counted, summed over the masters of a cluster.
-type fleetTarget struct {
-	name      string
-	cluster   bool
-	newClient func() redis.Scripter
-	stats     func() []serverStats // one per master, in the same order every call
-}
-
-// fleetTargets returns the redis-server at REDIS_ADDR and the Redis Cluster at
-// REDIS_CLUSTER_ADDRS (or ones the tests start).
-func fleetTargets(b *testing.B) []fleetTarget {
-	addr := sharedAddr(b)
-	admin := newClient(b, addr)
-	addrs := clusterAddrs(b)
-	cadmin := newClusterClient(b, addrs)
-	clusterStats := func() []serverStats {
-		var mu sync.Mutex
-		byAddr := map[string]serverStats{}
-		err := cadmin.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
-			s := statsOf(b, c)
-			mu.Lock()
-			byAddr[c.Options().Addr] = s
-			mu.Unlock()
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var all []serverStats
-		for _, a := range slices.Sorted(maps.Keys(byAddr)) {
-			all = append(all, byAddr[a])
-		}
-		return all
-	}
-	return []fleetTarget{
-		{"server", false, func() redis.Scripter { return newClient(b, addr) }, func() []serverStats { return []serverStats{statsOf(b, admin)} }},
-		{"cluster", true, func() redis.Scripter { return newClusterClient(b, addrs) }, clusterStats},
-	}
-}
-
-// hotFlood sends 9,000 requests/s in all for 2 s, from 4 goroutines for each of the 3 replicas'
-// limiters ls, evenly spread and in turn, request i of a goroutine on the key keyOf(i), and
-// reports what BenchmarkFleetHotKey describes; limit and burst are those of the limit that binds
-// the fleet, for the bound.
-func hotFlood(b *testing.B, ls []retryafter.Limiter, keyOf func(int) string, stats func() []serverStats, limit rate.Limit, burst int) {
-	const (
-		offered = 9000 // requests/s, all replicas
-		flood   = 2 * time.Second
-		workers = 12 // 4 per replica
-	)
-	ctx := context.Background()
-	var admitted, refused, failed atomic.Int64
-	var wg sync.WaitGroup
-	before := stats()
-	start := time.Now()
-	period := time.Second * workers / offered
-	for r, l := range ls {
-		for g := range workers / len(ls) {
-			wg.Go(func() {
-				time.Sleep(period * time.Duration(r+len(ls)*g) / workers) // arrivals spread evenly, replicas in turn
-				tick := time.NewTicker(period)
-				defer tick.Stop()
-				for i := g; time.Since(start) < flood; i += workers / len(ls) {
-					<-tick.C
-					d, err := l.Decide(ctx, keyOf(i), 1, time.Now())
-					switch {
-					case err != nil:
-						failed.Add(1) // a timeout of a loaded host: counted, not decided
-					case d.Allowed:
-						admitted.Add(1)
-					default:
-						refused.Add(1)
-					}
-				}
-			})
-		}
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	after := stats()
-	n := float64(admitted.Load() + refused.Load())
-	var calls, usec, cpu, busiest float64
-	for i := range after {
-		calls += float64(after[i].calls - before[i].calls)
-		usec += float64(after[i].usec - before[i].usec)
-		c := (after[i].cpu - before[i].cpu) * 1e6 / n
-		cpu += c
-		busiest = max(busiest, c)
-	}
-	b.ReportMetric(calls/n, "calls/req")
-	b.ReportMetric(usec/n, "script-µs/req")
-	b.ReportMetric(cpu, "redis-cpu-µs/req")
-	b.ReportMetric(1e6/cpu, "decisions/core-s")
-	b.ReportMetric(1e6/busiest, "ceiling-decisions/s")
-	b.ReportMetric(float64(refused.Load())/n, "refused/req")
-	bound := int64(burst) + int64(float64(limit)*elapsed.Seconds()+0.5)
-	b.ReportMetric(float64(admitted.Load()-bound), "over-bound")
-	b.ReportMetric(float64(failed.Load()), "failed")
-	b.Logf("%v: %d admitted, %d refused, %d failed, %.0f script calls; bound %d", elapsed.Round(time.Millisecond), admitted.Load(), refused.Load(), failed.Load(), calls, bound)
 }
 
 // BenchmarkFleetHotShared floods, as BenchmarkFleetHotKey does, an All of a limit per client
@@ -207,7 +99,7 @@ func BenchmarkFleetHotShared(b *testing.B) {
 						}
 						ls = append(ls, retryafter.All(perClient, retryafter.Shared(sl, "all")))
 					}
-					hotFlood(b, ls, func(i int) string { return fmt.Sprint("client-", i%1000) }, where.stats, load.limit, load.burst)
+					fleetFlood(b, ls, func(i int) string { return fmt.Sprint("client-", i%1000) }, where.stats, load.limit, load.burst, 9000)
 				})
 			}
 		}
