@@ -62,6 +62,10 @@ func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time,
 		s.refunded(key)
 		defer s.refunded(key)
 	} else {
+		if s.refusals != nil {
+			s.refusals.begin(key) // for the answers in flight meanwhile (see ticket)
+			defer s.refusals.end(key)
+		}
 		defer s.charged(key)
 	}
 	c := s.newCall(key, cost, now, &pl)

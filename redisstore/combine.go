@@ -210,6 +210,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 		}
 	}
 	g.carry(c, at)
+	defer g.landed(c)
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
 	health := lead.healthOf(rt.ctx, c.keys[0])
@@ -268,8 +269,9 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 			}
 		}
 		if pl := &c.plans[b]; valid > at {
+			// The group's own count of changes is refunds, checked above and by answer.
 			g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
-				interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds})
+				interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds}, g.refusals.ticket(key, false))
 		}
 	}
 	return d, nil
@@ -307,11 +309,16 @@ func (g *group) admitted(key string, c groupCall, at int64, res []int64, fresh b
 		k := strings.TrimPrefix(c.keys[i], st.prefix)
 		if !fresh {
 			st.refusals.forget(k)
+			st.refusals.changed(k)
 			continue
 		}
 		pl := &c.plans[i]
+		// fresh stands for the changes the Store made (they count in the group's) but those in
+		// flight now; the spending of this request then counts as one, for the Store's answers
+		// in flight.
 		st.refusals.refresh(k, refusal{learned: at, d: res[4*i+3], interval: pl.interval, horizon: pl.horizon(),
-			burst: pl.policy.Burst, plans: pl.mix(0), dec: retryafter.Decision{Limit: pl.policy.Burst, Policy: pl.policy}})
+			burst: pl.policy.Burst, plans: pl.mix(0), dec: retryafter.Decision{Limit: pl.policy.Burst, Policy: pl.policy}}, st.refusals.ticket(k, false))
+		st.refusals.changed(k)
 	}
 }
 
@@ -381,9 +388,19 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 func (g *group) carry(c groupCall, at int64) {
 	for i := range g.layers {
 		st := g.layers[i].store
-		if o, ok := st.deferred.take(strings.TrimPrefix(c.keys[i], st.prefix)); ok {
+		if o, ok := st.takeCharges(strings.TrimPrefix(c.keys[i], st.prefix)); ok {
 			c.carried[i] = o
 			c.args[7+8*i], c.args[8+8*i] = o.tokens, max(at-o.at, 0)
+		}
+	}
+}
+
+// landed records that the round trip of c, which carried what its keys owed, has landed (see
+// Store.takeCharges).
+func (g *group) landed(c groupCall) {
+	for i := range g.layers {
+		if st := g.layers[i].store; c.carried[i] != (owed{}) {
+			st.landed(strings.TrimPrefix(c.keys[i], st.prefix))
 		}
 	}
 }

@@ -82,6 +82,24 @@ func (q *deferred) take(key string) (owed, bool) {
 	return o, ok
 }
 
+// takeCharges removes and returns what key owes, for a round trip to carry: a change in flight
+// of key's bucket for the memory of refusals (see ticket), until landed.
+func (s *Store) takeCharges(key string) (owed, bool) {
+	o, ok := s.deferred.take(key)
+	if ok && s.refusals != nil {
+		s.refusals.begin(key)
+	}
+	return o, ok
+}
+
+// landed records that the round trip that carried what key owed (see takeCharges) has landed,
+// its answer remembered if it was to be, or was never sent.
+func (s *Store) landed(key string) {
+	if s.refusals != nil {
+		s.refusals.end(key)
+	}
+}
+
 // giveBack holds again what a round trip that was never sent was to carry for key.
 func (s *Store) giveBack(key string, o owed) {
 	if o.tokens > 0 {
@@ -113,6 +131,11 @@ func (s *Store) Flush(ctx context.Context) error {
 	m := q.m
 	q.m = make(map[string]owed, len(m))
 	q.mu.Unlock()
+	if s.refusals != nil {
+		for key := range m {
+			s.refusals.begin(key) // until its charge is sent (see takeCharges)
+		}
+	}
 	var errs []error
 	for key, o := range m {
 		now := time.Now()
@@ -125,6 +148,7 @@ func (s *Store) Flush(ctx context.Context) error {
 				s.giveBack(key, o) // for the next decision, or the next flush
 			}
 		}
+		s.landed(key)
 	}
 	return errors.Join(errs...)
 }

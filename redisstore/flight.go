@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/retryafter/retryafter"
 )
 
 // A flight is one round trip to Redis on a key, which the key's other requests on the replica
@@ -20,6 +22,7 @@ type flight struct {
 type budget struct {
 	deadline time.Time
 	own      bool // the deadline is the caller's
+	waited   bool // the request waited for another's round trip
 }
 
 // budget returns the budget of a request of ctx that arrives now.
@@ -32,7 +35,8 @@ func (s *Store) budget(ctx context.Context) budget {
 }
 
 // wait waits for f to land, until the budget's deadline, and reports whether it did.
-func (b budget) wait(f *flight) bool {
+func (b *budget) wait(f *flight) bool {
+	b.waited = true
 	select {
 	case <-f.done:
 		return true
@@ -46,6 +50,16 @@ func (b budget) wait(f *flight) bool {
 	case <-timer.C:
 		return false
 	}
+}
+
+// outOfTime answers a request of key whose budget b ran out as it waited for another's round
+// trip, as Decide answers one whose own round trip timed out: the caller's deadline's error, or
+// Redis's failure to answer within the timeout, which a local fallback then decides.
+func (s *Store) outOfTime(ctx context.Context, b budget, key string, cost int, now time.Time) (retryafter.Decision, error) {
+	if b.own {
+		return retryafter.Decision{}, b.expired()
+	}
+	return s.orLocal(ctx, key, cost, now, b.expired())
 }
 
 // expired returns the error of a request whose budget ran out: the caller's own deadline, or

@@ -229,7 +229,7 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 			f := e.flight
 			e.mu.Unlock()
 			if !b.wait(f) {
-				return retryafter.Decision{}, b.expired()
+				return s.outOfTime(ctx, b, key, cost, now)
 			}
 			if f.err != nil && f.down {
 				return s.orLocal(ctx, key, cost, now, f.err)
@@ -423,7 +423,7 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	s := l.s
 	timeout := time.Until(b.deadline)
 	if timeout <= 0 {
-		return res, false, false, b.expired()
+		return res, !b.own, false, b.expired() // a failure of Redis unless the deadline is the caller's
 	}
 	if b.own {
 		timeout = s.timeout // ctx's deadline, which newRoundTrip reads, is the sooner
@@ -431,6 +431,7 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	keys, args := l.leaseCall(key, op, now)
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
+	rt.short = b.waited && !b.own
 	health := s.healthOf(rt.ctx, keys[0])
 	at, err := health.admit()
 	if err != nil {

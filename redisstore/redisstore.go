@@ -345,19 +345,25 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 			}
 			if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
 				if timeout = time.Until(b.deadline); timeout <= 0 {
-					return retryafter.Decision{}, b.expired()
+					return s.outOfTime(ctx, b, key, cost, now)
 				}
 			}
 		}
 	}
 	refunds := s.refunds.Load()
 	c := s.newCall(key, cost, now, &pl)
-	carried, carries := s.deferred.take(key)
+	carried, carries := s.takeCharges(key)
 	if carries {
+		defer s.landed(key)
 		c.extend(carried.tokens, max(at-carried.at, 0))
+	}
+	var t ticket
+	if s.refusals != nil {
+		t = s.refusals.ticket(key, carries)
 	}
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
+	rt.short = timeout < s.timeout
 	health := s.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
@@ -391,12 +397,15 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		switch fresh := s.refunds.Load() == refunds; {
 		case d.Allowed && cost > 0 && fresh:
 			s.changes.Add(1)
-			s.refusals.refresh(key, e) // the request spent what the refusal remembered did not
+			s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
 		case d.Allowed && cost > 0:
 			s.changes.Add(1)
 			s.refusals.forget(key) // its answer may be from before a refund
 		case !d.Allowed && d.RetryAfter < rate.InfDuration && fresh:
-			s.refusals.remember(key, e)
+			s.refusals.remember(key, e, t)
+		}
+		if d.Allowed && cost > 0 {
+			s.refusals.changed(key) // for the answers in flight meanwhile, which lack it
 		}
 	}
 	return d, nil
@@ -413,7 +422,8 @@ func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost 
 		testHookBoarded(ctx)
 	}
 	if !b.wait(f) {
-		return retryafter.Decision{}, true, b.expired()
+		d, err := s.outOfTime(ctx, b, key, cost, now)
+		return d, true, err
 	}
 	if f.err != nil && f.down {
 		d, err := s.orLocal(ctx, key, cost, now, f.err)
@@ -472,6 +482,7 @@ type roundTrip struct {
 	ctx      context.Context
 	deadline time.Time
 	own      bool // the deadline is the caller's
+	short    bool // the round trip has what a wait for another's left of the store's timeout
 }
 
 // newRoundTrip returns the round trip of a call of the caller's ctx with the store's timeout,
@@ -505,6 +516,11 @@ func isTimeout(err error) bool {
 func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
 	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
 		return fmt.Errorf("redisstore: %w", err), false
+	}
+	if rt.short && isTimeout(err) {
+		// The round trip had only what a wait for another's left of the timeout: that it ran
+		// out says nothing of Redis, which the round trip waited for may have.
+		return &unavailableError{cause: err}, true
 	}
 	if late := time.Since(rt.deadline); late > starved(s.timeout) && isTimeout(err) {
 		// The timeout was seen long after the deadline: this process did not run in time to

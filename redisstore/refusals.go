@@ -39,9 +39,16 @@ const DefaultRefusalMemory = 1 << 20
 // key's requests that come while it is in the air wait for its answer rather than each send
 // their own: it most likely refuses them too, and they are answered from it as above, or else
 // ask Redis themselves. So at each new token a replica asks Redis once, not once for every
-// request of the round trip. They wait within the store's timeout (or their own deadline) in all,
-// and a round trip that Redis fails fails them with it, or has them decided locally (see
-// [WithLocalFallback]). When the bucket may hold more, each request asks as it comes.
+// request of the round trip. They wait within the store's timeout (or their own deadline) in all:
+// one that runs out of time, or whose round trip Redis fails, fails as a round trip of its own
+// would have, or is decided locally (see [WithLocalFallback]); one that then asks Redis itself
+// has what is left of the timeout, so that against a Redis slower than half the timeout it may
+// fail where it would not have waited, a failure not counted against Redis's health. When the
+// bucket may hold more, each request asks as it comes.
+//
+// An answer that Redis gave while the Store charged the key (a Charge sent, held back, or carried
+// to Redis by another decision) is not remembered, since it may predate the charge and tell too
+// short a wait; nor one given while the Store's own decision spent the key, for the same reason.
 //
 // What can make a remembered refusal refuse what Redis would admit, until its instant at the
 // latest, never longer than the wait Redis gave:
@@ -86,7 +93,14 @@ type refusals struct {
 	group  bool
 	seed   maphash.Seed
 	shards [refusalShards]refusalShard
+	// gens and changing count, for the keys 256 ways, the changes the Store made to their
+	// buckets in Redis and those in flight (see ticket).
+	gens     [refusalGens]atomic.Uint64
+	changing [refusalGens]atomic.Int32
 }
+
+// refusalGens is how many counters of changes a refusals keeps for its keys (see ticket).
+const refusalGens = 256
 
 type refusalShard struct {
 	mu    sync.Mutex
@@ -230,11 +244,58 @@ func (r *refusals) land(key string, f *flight, failure error) {
 	close(f.done)
 }
 
-// remember records e as key's refusal, in place of any before.
-func (r *refusals) remember(key string, e refusal) {
+// A ticket is what the answer to a round trip on a key needs to be taken into the memory: the
+// count of the changes that the Store made to the key's bucket in Redis (its charges, sent or
+// held back, its refunds, and the decisions that spent it) when the round trip was sent, and how
+// many of those in flight on the key's counter were its own. An answer is taken only if no
+// change was made since, and none but its own is in flight (see valid): an answer that Redis
+// gave before a change lacks it, and would tell too short a wait. The keys share 256 counters,
+// so that a change to another key of the same counter costs an answer, no more.
+type ticket struct {
+	i   int
+	gen uint64
+	own int32
+}
+
+// ticket returns the ticket of a round trip on key, own saying whether a change in flight on
+// key is the round trip's own (see begin).
+func (r *refusals) ticket(key string, own bool) ticket {
+	t := ticket{i: int(maphash.String(r.seed, key) >> 32 % refusalGens)}
+	t.gen = r.gens[t.i].Load()
+	if own {
+		t.own = 1
+	}
+	return t
+}
+
+// valid reports whether an answer to the round trip of t may be taken.
+func (r *refusals) valid(t ticket) bool {
+	return r.gens[t.i].Load() == t.gen && r.changing[t.i].Load() == t.own
+}
+
+// changed counts a change made to key's bucket (see ticket).
+func (r *refusals) changed(key string) { r.gens[r.ticket(key, false).i].Add(1) }
+
+// begin counts a change to key's bucket in flight, until end: a charge sent, or held back and
+// taken to be sent.
+func (r *refusals) begin(key string) { r.changing[r.ticket(key, false).i].Add(1) }
+
+// end counts the change in flight on key that begin counted as made.
+func (r *refusals) end(key string) {
+	i := r.ticket(key, false).i
+	r.gens[i].Add(1)
+	r.changing[i].Add(-1)
+}
+
+// remember records e as key's refusal, in place of any before, if the ticket t of its round
+// trip is still valid.
+func (r *refusals) remember(key string, e refusal, t ticket) {
 	sh := r.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if !r.valid(t) {
+		return // the answer may predate a change: what is remembered, if anything, is newer
+	}
 	if old, ok := sh.m[key]; ok {
 		sh.remove(key, old)
 	}
@@ -260,8 +321,11 @@ func (r *refusals) remember(key string, e refusal) {
 	sh.n.Store(int32(len(sh.m)))
 }
 
-// refresh replaces key's refusal, if it has one, by e: an answer of Redis's for it since.
-func (r *refusals) refresh(key string, e refusal) {
+// refresh replaces key's refusal, if it has one, by e: an answer of Redis's for it since, to a
+// round trip that spent the key's quota. If the ticket t of that round trip is no longer valid,
+// it forgets the refusal instead: the answer may predate a change, and what is remembered may
+// lack the spending.
+func (r *refusals) refresh(key string, e refusal, t ticket) {
 	if r.shard(key).n.Load() == 0 {
 		return
 	}
@@ -269,7 +333,7 @@ func (r *refusals) refresh(key string, e refusal) {
 	sh.mu.Lock()
 	old, ok := sh.m[key]
 	if ok {
-		if e.plans == old.plans {
+		if e.plans == old.plans && r.valid(t) {
 			e.dec.Policy = old.dec.Policy
 			sh.m[key] = e
 		} else {
@@ -320,15 +384,17 @@ func (s *Store) refunded(key string) {
 	s.refunds.Add(1)
 	s.changes.Add(1)
 	if s.refusals != nil {
+		s.refusals.changed(key)
 		s.refusals.forget(key)
 	}
 }
 
-// charged records that key was charged, so that its remembered refusal, and those of the groups
-// of the Store, would tell too short a wait.
+// charged records that key was charged, so that its remembered refusal, those of the groups of
+// the Store, and the answers in flight meanwhile would tell too short a wait.
 func (s *Store) charged(key string) {
 	s.changes.Add(1)
 	if s.refusals != nil {
+		s.refusals.changed(key)
 		s.refusals.forget(key)
 	}
 }

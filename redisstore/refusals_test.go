@@ -132,7 +132,7 @@ func TestRefusalMemoryBound(t *testing.T) {
 		rng := rand.New(rand.NewPCG(9, uint64(budget)))
 		for i := range 5000 {
 			key := fmt.Sprint(i, ":", string(make([]byte, rng.IntN(300))))
-			r.remember(key, refusal{cost: 1, learned: int64(i), d: int64(1 + rng.IntN(10000)), interval: 1, horizon: 10, burst: 10})
+			r.remember(key, refusal{cost: 1, learned: int64(i), d: int64(1 + rng.IntN(10000)), interval: 1, horizon: 10, burst: 10}, r.ticket(key, false))
 			var bytes, n int
 			for j := range r.shards {
 				sh := &r.shards[j]
@@ -204,29 +204,42 @@ func TestRememberedWaitNeverShort(t *testing.T) {
 	}
 }
 
-// heldSends holds the first script call sent after hold is armed until release is closed (and
-// answers it with fail, if set, instead of Redis's); every other call arrives (see arrive).
+// heldSends holds the first script call sent after hold is armed until release is closed or its
+// deadline passes (and answers it with fail, if set, instead of Redis's); every other call
+// arrives (see arrive), and with stall set waits out its deadline.
 type heldSends struct {
 	redis.Scripter
 	hold    atomic.Bool
 	held    chan struct{} // the held call is in
 	release chan struct{}
 	fail    error
+	stall   atomic.Bool // the other calls wait out their deadline
 	calls   atomic.Int64
 }
 
 func (h *heldSends) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	h.calls.Add(1)
+	fail := func(err error) *redis.Cmd {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
 	if h.hold.CompareAndSwap(true, false) {
 		h.held <- struct{}{}
-		<-h.release
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
 		if h.fail != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(h.fail)
-			return cmd
+			return fail(h.fail)
 		}
 	} else {
 		arrive(ctx)
+		if h.stall.Load() { // a Redis that does not answer in time
+			<-ctx.Done()
+			return fail(ctx.Err())
+		}
 	}
 	return h.Scripter.EvalSha(ctx, sha, keys, args...)
 }
@@ -390,5 +403,190 @@ func TestRefusalBytes(t *testing.T) {
 			t.Errorf("%d refusals take %.0f bytes each besides their keys; refusalBytes is %d", n, per, refusalBytes)
 		}
 		runtime.KeepAlive(m)
+	}
+}
+
+// TestRefusalMemoryChargeInFlight checks, on a real Redis and an injected clock, that a refusal
+// whose answer was in flight while the Store charged the key is not remembered: Redis gave it
+// before the charge, and it would tell too short a wait. The charge is sent, or held back
+// (WithDeferredCharges); another replica spends the key's last token meanwhile, so that Redis
+// refuses the request in flight. The next request goes to Redis, and gets its answer.
+func TestRefusalMemoryChargeInFlight(t *testing.T) {
+	addr := sharedAddr(t)
+	const every, burst = time.Second, 3
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprint("held back ", held), func(t *testing.T) {
+			prefix := testPrefix(t)
+			opts := []Option{WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock()}
+			if held {
+				opts = append(opts, WithDeferredCharges(time.Hour))
+			}
+			s := New(newClient(t, addr), rate.Every(every), burst, opts...)
+			h := &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
+			s.client = h
+			other := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithRefusalMemory(0))
+			start := t0
+			if d := decide(t, s, "k", burst, start); !d.Allowed {
+				t.Fatalf("the burst: %+v", d)
+			}
+			if d := decide(t, s, "k", 1, start); d.Allowed {
+				t.Fatalf("after the burst: %+v, want refused", d)
+			}
+			at := start.Add(every) // a token
+			h.hold.Store(true)
+			done := make(chan result)
+			go func() {
+				d, err := s.Decide(context.Background(), "k", 1, at)
+				done <- result{d, err, at}
+			}()
+			<-h.held
+			if d := decide(t, other, "k", 1, at); !d.Allowed {
+				t.Fatalf("the other replica at the token: %+v, want admitted", d)
+			}
+			charge(t, s, "k", 2, at)
+			close(h.release)
+			if r := <-done; r.err != nil || r.d.Allowed {
+				t.Fatalf("the request in flight: %+v, %v; want refused", r.d, r.err)
+			}
+			calls, local := h.calls.Load(), s.LocalAnswers()
+			got := decide(t, s, "k", 1, at)
+			if h.calls.Load() == calls || s.LocalAnswers() != local {
+				t.Fatalf("the next request was answered from memory: %+v", got)
+			}
+			if want := decide(t, other, "k", 1, at); got != want {
+				t.Fatalf("the next request: %+v, Redis says %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestRefusalMemoryWaitOutOfTime checks, on a real Redis, that a request that waits for another's
+// round trip at the key's last token and runs out of time meanwhile is answered as one whose own
+// round trip timed out: decided locally with WithLocalFallback, and else failed, wrapping
+// ErrUnavailable. Its wait is no evidence against Redis either way.
+func TestRefusalMemoryWaitOutOfTime(t *testing.T) {
+	const every, burst, timeout = time.Hour, 2, 20 * time.Millisecond
+	for _, local := range []bool{false, true} {
+		t.Run(fmt.Sprint("local fallback ", local), func(t *testing.T) {
+			opts := []Option{WithTimeout(timeout), WithProbeInterval(time.Hour)}
+			if local {
+				opts = append(opts, WithLocalFallback(3))
+			}
+			s, h, at, boarded := atLastToken(t, every, burst, opts...)
+			h.hold.Store(true)
+			done := make(chan error)
+			go func() {
+				_, err := s.Decide(context.Background(), "k", 1, at)
+				done <- err
+			}()
+			<-h.held
+			calls := h.calls.Load()
+			d, err := s.Decide(context.Background(), "k", 1, at) // waits out its budget
+			if boarded.Load() != 1 || h.calls.Load() != calls {
+				t.Fatalf("%d waits, %d calls: want the request to wait for the one in flight", boarded.Load(), h.calls.Load()-calls)
+			}
+			switch {
+			case local && (err != nil || d.Limit != 1):
+				t.Fatalf("with a local fallback: %+v, %v; want decided locally, on its share of the burst", d, err)
+			case !local && !errors.Is(err, ErrUnavailable):
+				t.Fatalf("%+v, %v; want ErrUnavailable", d, err)
+			}
+			close(h.release)
+			<-done
+		})
+	}
+}
+
+// atLastToken returns a Store of every, burst on a real Redis and an injected clock, whose client
+// holds calls (heldSends), with a refusal of "k" remembered at t0, and the instant of the key's
+// next token; boarded counts the requests that wait for another's round trip.
+func atLastToken(t *testing.T, every time.Duration, burst int, opts ...Option) (s *Store, h *heldSends, at time.Time, boarded *atomic.Int64) {
+	t.Helper()
+	s = New(newClient(t, sharedAddr(t)), rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), withInjectedClock()}, opts...)...)
+	h = &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
+	s.client = h
+	if d := decide(t, s, "k", burst, t0); !d.Allowed {
+		t.Fatalf("the burst: %+v", d)
+	}
+	if d := decide(t, s, "k", 1, t0); d.Allowed {
+		t.Fatalf("after the burst: %+v, want refused", d)
+	}
+	boarded = new(atomic.Int64)
+	testHookBoarded = func(context.Context) { boarded.Add(1) }
+	t.Cleanup(func() { testHookBoarded = nil })
+	return s, h, t0.Add(every), boarded
+}
+
+// TestRefusalMemoryShortRoundTripNoEvidence checks, on a real Redis, that a request that waited
+// for another's round trip at the key's last token, and then asks Redis itself with what is left
+// of its timeout, does not count that round trip's timing out against Redis's health: it had
+// less than the store's timeout. The one waited for fails on its caller's deadline here, so that
+// the request asks for itself; Redis then stalls.
+func TestRefusalMemoryShortRoundTripNoEvidence(t *testing.T) {
+	const every, burst, timeout = time.Hour, 2, 50 * time.Millisecond
+	s, h, at, boarded := atLastToken(t, every, burst, WithTimeout(timeout), WithProbeInterval(time.Hour))
+	h.hold.Store(true)
+	done := make(chan error)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout/5)
+		defer cancel()
+		_, err := s.Decide(ctx, "k", 1, at)
+		done <- err
+	}()
+	<-h.held
+	h.stall.Store(true)
+	_, err := s.Decide(context.Background(), "k", 1, at)
+	if lead := <-done; !errors.Is(lead, context.DeadlineExceeded) || errors.Is(lead, ErrUnavailable) {
+		t.Fatalf("the request waited for: %v, want its own deadline's error", lead)
+	}
+	if boarded.Load() != 1 || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("%d waits, %v: want a wait, then a round trip of its own that timed out", boarded.Load(), err)
+	}
+	s.health.mu.Lock()
+	failures := s.health.failures
+	s.health.mu.Unlock()
+	if failures != 0 {
+		t.Fatalf("%d failures counted against Redis, want none", failures)
+	}
+}
+
+// TestRefusalMemoryCarriedChargeInFlight checks, on a real Redis and an injected clock, that
+// while a round trip carries a charge held back (WithDeferredCharges) to Redis, the refusals
+// that other round trips of the key bring back meanwhile are not remembered: Redis may have
+// given them before the charge it carries, and they would tell too short a wait.
+func TestRefusalMemoryCarriedChargeInFlight(t *testing.T) {
+	addr := sharedAddr(t)
+	const every, burst = time.Second, 3
+	prefix := testPrefix(t)
+	s := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithDeferredCharges(time.Hour))
+	h := &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
+	s.client = h
+	other := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithRefusalMemory(0))
+	if d := decide(t, other, "k", burst, t0); !d.Allowed {
+		t.Fatalf("the burst: %+v", d)
+	}
+	charge(t, s, "k", 2, t0) // held back
+	at := t0.Add(every / 2)
+	h.hold.Store(true)
+	done := make(chan result)
+	go func() {
+		d, err := s.Decide(context.Background(), "k", 1, at) // carries the charge
+		done <- result{d, err, at}
+	}()
+	<-h.held
+	if d := decide(t, s, "k", 1, at); d.Allowed {
+		t.Fatalf("a request beside the one in flight: %+v, want refused", d)
+	}
+	calls, local := h.calls.Load(), s.LocalAnswers()
+	if d := decide(t, s, "k", 1, at); h.calls.Load() == calls || s.LocalAnswers() != local {
+		t.Fatalf("a refusal Redis gave while a charge was in flight was remembered: %+v", d)
+	}
+	close(h.release)
+	if r := <-done; r.err != nil || r.d.Allowed {
+		t.Fatalf("the request that carried the charge: %+v, %v; want refused", r.d, r.err)
+	}
+	got := decide(t, s, "k", 1, at)
+	if want := decide(t, other, "k", 1, at); got != want {
+		t.Fatalf("after the charge: %+v, Redis says %+v", got, want)
 	}
 }
