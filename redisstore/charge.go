@@ -56,18 +56,15 @@ func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time,
 	if err != nil || pl.unlimited() {
 		return err
 	}
-	if cost < 0 {
-		// Before, so that no refusal in flight is remembered; after, for one remembered while
-		// the refund was.
-		s.refunded(key)
-		defer s.refunded(key)
-	} else {
-		if s.refusals != nil {
-			s.refusals.begin(key) // for the answers in flight meanwhile (see ticket)
-			defer s.refusals.end(key)
-		}
-		defer s.charged(key)
+	// The memory of refusals forgets key before, so that no refusal it remembers outlives the
+	// charge, and after, for one remembered while the charge was in flight, which its ticket
+	// keeps from being taken too (see ticket).
+	s.charged(key)
+	if s.refusals != nil {
+		s.refusals.begin(key)
+		defer s.refusals.end(key)
 	}
+	defer s.charged(key)
 	c := s.newCall(key, cost, now, &pl)
 	if age > 0 {
 		c.extend(age)

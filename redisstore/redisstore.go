@@ -145,7 +145,6 @@ type Store struct {
 	deferred      *deferred     // the charges held back, with WithDeferredCharges; nil without
 	refusalBudget int           // WithRefusalMemory's bytes
 	refusals      *refusals     // the refusals remembered; nil without
-	refunds       atomic.Uint64 // how many Charges have given quota back (see refunded)
 	changes       atomic.Uint64 // refunds, charges and admissions outside groups (see group)
 	epoch         time.Time     // origin of the instants of refusals on the local clock
 	localAnswers  atomic.Uint64 // the requests a remembered refusal answered (see LocalAnswers)
@@ -350,7 +349,6 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 			}
 		}
 	}
-	refunds := s.refunds.Load()
 	c := s.newCall(key, cost, now, &pl)
 	carried, carries := s.takeCharges(key)
 	if carries {
@@ -394,18 +392,13 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		// Timed from the answer's arrival, which is after Redis's reading: so a remembered
 		// wait is never shorter than Redis's (see WithRefusalMemory).
 		e := refusal{cost: cost, learned: s.instant(now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
-		switch fresh := s.refunds.Load() == refunds; {
-		case d.Allowed && cost > 0 && fresh:
-			s.changes.Add(1)
-			s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
+		switch {
 		case d.Allowed && cost > 0:
 			s.changes.Add(1)
-			s.refusals.forget(key) // its answer may be from before a refund
-		case !d.Allowed && d.RetryAfter < rate.InfDuration && fresh:
+			s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
+			s.refusals.changed(key)       // for the answers in flight meanwhile, which lack it
+		case !d.Allowed && d.RetryAfter < rate.InfDuration:
 			s.refusals.remember(key, e, t)
-		}
-		if d.Allowed && cost > 0 {
-			s.refusals.changed(key) // for the answers in flight meanwhile, which lack it
 		}
 	}
 	return d, nil

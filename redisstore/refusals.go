@@ -378,19 +378,8 @@ func (s *Store) instant(now time.Time) int64 {
 	return int64(time.Since(s.epoch))
 }
 
-// refunded records that key may have been given quota back: its remembered refusal is forgotten,
-// and no refusal of a round trip in flight meanwhile is remembered.
-func (s *Store) refunded(key string) {
-	s.refunds.Add(1)
-	s.changes.Add(1)
-	if s.refusals != nil {
-		s.refusals.changed(key)
-		s.refusals.forget(key)
-	}
-}
-
-// charged records that key was charged, so that its remembered refusal, those of the groups of
-// the Store, and the answers in flight meanwhile would tell too short a wait.
+// charged records that key was charged, or given quota back, so that its remembered refusal,
+// those of the groups of the Store, and the answers in flight meanwhile would tell a wrong wait.
 func (s *Store) charged(key string) {
 	s.changes.Add(1)
 	if s.refusals != nil {

@@ -214,7 +214,9 @@ type heldSends struct {
 	release chan struct{}
 	fail    error
 	stall   atomic.Bool // the other calls wait out their deadline
-	calls   atomic.Int64
+	// answered holds the answer rather than the call: Redis decides it before what follows.
+	answered bool
+	calls    atomic.Int64
 }
 
 func (h *heldSends) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
@@ -225,6 +227,10 @@ func (h *heldSends) EvalSha(ctx context.Context, sha string, keys []string, args
 		return cmd
 	}
 	if h.hold.CompareAndSwap(true, false) {
+		var answer *redis.Cmd
+		if h.answered {
+			answer = h.Scripter.EvalSha(ctx, sha, keys, args...)
+		}
 		h.held <- struct{}{}
 		select {
 		case <-h.release:
@@ -233,6 +239,9 @@ func (h *heldSends) EvalSha(ctx context.Context, sha string, keys []string, args
 		}
 		if h.fail != nil {
 			return fail(h.fail)
+		}
+		if answer != nil {
+			return answer
 		}
 	} else {
 		arrive(ctx)
@@ -408,21 +417,26 @@ func TestRefusalBytes(t *testing.T) {
 
 // TestRefusalMemoryChargeInFlight checks, on a real Redis and an injected clock, that a refusal
 // whose answer was in flight while the Store charged the key is not remembered: Redis gave it
-// before the charge, and it would tell too short a wait. The charge is sent, or held back
-// (WithDeferredCharges); another replica spends the key's last token meanwhile, so that Redis
-// refuses the request in flight. The next request goes to Redis, and gets its answer.
+// before the charge, and it would tell too short a wait, or too long a one, refusing what Redis
+// admits, after a charge that gives quota back. The charge is sent, or held back
+// (WithDeferredCharges), while Redis's refusal is on its way back (another replica spent the
+// key's token). The next request goes to Redis, and gets its answer.
 func TestRefusalMemoryChargeInFlight(t *testing.T) {
 	addr := sharedAddr(t)
 	const every, burst = time.Second, 3
-	for _, held := range []bool{false, true} {
-		t.Run(fmt.Sprint("held back ", held), func(t *testing.T) {
+	for _, tc := range []struct {
+		held bool
+		cost int
+	}{{false, 2}, {true, 2}, {false, -2}} {
+		held := tc.held
+		t.Run(fmt.Sprintf("cost %d, held back %v", tc.cost, held), func(t *testing.T) {
 			prefix := testPrefix(t)
 			opts := []Option{WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock()}
 			if held {
 				opts = append(opts, WithDeferredCharges(time.Hour))
 			}
 			s := New(newClient(t, addr), rate.Every(every), burst, opts...)
-			h := &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
+			h := &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{}), answered: true}
 			s.client = h
 			other := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithRefusalMemory(0))
 			start := t0
@@ -433,17 +447,17 @@ func TestRefusalMemoryChargeInFlight(t *testing.T) {
 				t.Fatalf("after the burst: %+v, want refused", d)
 			}
 			at := start.Add(every) // a token
+			if d := decide(t, other, "k", 1, at); !d.Allowed {
+				t.Fatalf("the other replica at the token: %+v, want admitted", d)
+			}
 			h.hold.Store(true)
 			done := make(chan result)
 			go func() {
 				d, err := s.Decide(context.Background(), "k", 1, at)
 				done <- result{d, err, at}
 			}()
-			<-h.held
-			if d := decide(t, other, "k", 1, at); !d.Allowed {
-				t.Fatalf("the other replica at the token: %+v, want admitted", d)
-			}
-			charge(t, s, "k", 2, at)
+			<-h.held // Redis refused it
+			charge(t, s, "k", tc.cost, at)
 			close(h.release)
 			if r := <-done; r.err != nil || r.d.Allowed {
 				t.Fatalf("the request in flight: %+v, %v; want refused", r.d, r.err)
@@ -453,8 +467,13 @@ func TestRefusalMemoryChargeInFlight(t *testing.T) {
 			if h.calls.Load() == calls || s.LocalAnswers() != local {
 				t.Fatalf("the next request was answered from memory: %+v", got)
 			}
-			if want := decide(t, other, "k", 1, at); got != want {
-				t.Fatalf("the next request: %+v, Redis says %+v", got, want)
+			switch {
+			case tc.cost < 0 && !got.Allowed:
+				t.Fatalf("the next request, after quota given back: %+v, want admitted", got)
+			case tc.cost > 0:
+				if want := decide(t, other, "k", 1, at); got != want {
+					t.Fatalf("the next request: %+v, Redis says %+v", got, want)
+				}
 			}
 		})
 	}
