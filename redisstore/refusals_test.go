@@ -569,43 +569,57 @@ func TestRefusalMemoryShortRoundTripNoEvidence(t *testing.T) {
 	}
 }
 
-// TestRefusalMemoryCarriedChargeInFlight checks, on a real Redis and an injected clock, that
-// while a round trip carries a charge held back (WithDeferredCharges) to Redis, the refusals
-// that other round trips of the key bring back meanwhile are not remembered: Redis may have
-// given them before the charge it carries, and they would tell too short a wait.
-func TestRefusalMemoryCarriedChargeInFlight(t *testing.T) {
+// TestRefusalMemoryChangeInFlight checks, on a real Redis and an injected clock, that while a
+// charge is on its way to Redis, carried by a decision (held back by WithDeferredCharges) or sent
+// by Charge, the refusals that Redis gives the key meanwhile are not remembered: Redis may have
+// given them before the charge, and they would tell too short a wait once it lands.
+func TestRefusalMemoryChangeInFlight(t *testing.T) {
 	addr := sharedAddr(t)
 	const every, burst = time.Second, 3
-	prefix := testPrefix(t)
-	s := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithDeferredCharges(time.Hour))
-	h := &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
-	s.client = h
-	other := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithRefusalMemory(0))
-	if d := decide(t, other, "k", burst, t0); !d.Allowed {
-		t.Fatalf("the burst: %+v", d)
-	}
-	charge(t, s, "k", 2, t0) // held back
-	at := t0.Add(every / 2)
-	h.hold.Store(true)
-	done := make(chan result)
-	go func() {
-		d, err := s.Decide(context.Background(), "k", 1, at) // carries the charge
-		done <- result{d, err, at}
-	}()
-	<-h.held
-	if d := decide(t, s, "k", 1, at); d.Allowed {
-		t.Fatalf("a request beside the one in flight: %+v, want refused", d)
-	}
-	calls, local := h.calls.Load(), s.LocalAnswers()
-	if d := decide(t, s, "k", 1, at); h.calls.Load() == calls || s.LocalAnswers() != local {
-		t.Fatalf("a refusal Redis gave while a charge was in flight was remembered: %+v", d)
-	}
-	close(h.release)
-	if r := <-done; r.err != nil || r.d.Allowed {
-		t.Fatalf("the request that carried the charge: %+v, %v; want refused", r.d, r.err)
-	}
-	got := decide(t, s, "k", 1, at)
-	if want := decide(t, other, "k", 1, at); got != want {
-		t.Fatalf("after the charge: %+v, Redis says %+v", got, want)
+	for _, carried := range []bool{true, false} {
+		t.Run(fmt.Sprint("carried by a decision ", carried), func(t *testing.T) {
+			prefix := testPrefix(t)
+			opts := []Option{WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock()}
+			if carried {
+				opts = append(opts, WithDeferredCharges(time.Hour))
+			}
+			s := New(newClient(t, addr), rate.Every(every), burst, opts...)
+			h := &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
+			s.client = h
+			other := New(newClient(t, addr), rate.Every(every), burst, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithRefusalMemory(0))
+			if d := decide(t, other, "k", burst, t0); !d.Allowed {
+				t.Fatalf("the burst: %+v", d)
+			}
+			at := t0.Add(every / 2)
+			inFlight := func() error { return s.Charge(context.Background(), "k", 2, at) }
+			if carried {
+				charge(t, s, "k", 2, t0) // held back, for the next decision to carry
+				inFlight = func() error {
+					if d, err := s.Decide(context.Background(), "k", 1, at); err != nil || d.Allowed {
+						return fmt.Errorf("the decision that carried the charge: %+v, %v; want refused", d, err)
+					}
+					return nil
+				}
+			}
+			h.hold.Store(true)
+			done := make(chan error)
+			go func() { done <- inFlight() }()
+			<-h.held // the charge, not yet sent
+			if d := decide(t, s, "k", 1, at); d.Allowed {
+				t.Fatalf("a request while the charge is in flight: %+v, want refused", d)
+			}
+			calls, local := h.calls.Load(), s.LocalAnswers()
+			if d := decide(t, s, "k", 1, at); h.calls.Load() == calls || s.LocalAnswers() != local {
+				t.Fatalf("a refusal Redis gave while a charge was in flight was remembered: %+v", d)
+			}
+			close(h.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			got := decide(t, s, "k", 1, at)
+			if want := decide(t, other, "k", 1, at); got != want {
+				t.Fatalf("after the charge: %+v, Redis says %+v", got, want)
+			}
+		})
 	}
 }
