@@ -260,7 +260,7 @@ type ticket struct {
 // ticket returns the ticket of a round trip on key, own saying whether a change in flight on
 // key is the round trip's own (see begin).
 func (r *refusals) ticket(key string, own bool) ticket {
-	t := ticket{i: int(maphash.String(r.seed, key) >> 32 % refusalGens)}
+	t := ticket{i: r.counter(key)}
 	t.gen = r.gens[t.i].Load()
 	if own {
 		t.own = 1
@@ -273,16 +273,21 @@ func (r *refusals) valid(t ticket) bool {
 	return r.gens[t.i].Load() == t.gen && r.changing[t.i].Load() == t.own
 }
 
+// counter returns the index of key's counters of changes (see ticket).
+func (r *refusals) counter(key string) int {
+	return int(maphash.String(r.seed, key) >> 32 % refusalGens)
+}
+
 // changed counts a change made to key's bucket (see ticket).
-func (r *refusals) changed(key string) { r.gens[r.ticket(key, false).i].Add(1) }
+func (r *refusals) changed(key string) { r.gens[r.counter(key)].Add(1) }
 
 // begin counts a change to key's bucket in flight, until end: a charge sent, or held back and
 // taken to be sent.
-func (r *refusals) begin(key string) { r.changing[r.ticket(key, false).i].Add(1) }
+func (r *refusals) begin(key string) { r.changing[r.counter(key)].Add(1) }
 
 // end counts the change in flight on key that begin counted as made.
 func (r *refusals) end(key string) {
-	i := r.ticket(key, false).i
+	i := r.counter(key)
 	r.gens[i].Add(1)
 	r.changing[i].Add(-1)
 }
