@@ -114,12 +114,14 @@ type bucketConfig struct {
 }
 
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
-// with bursts of up to burst. A limit of [rate.Inf] admits everything; a limit of 0 admits each
-// key's first burst requests and refuses the rest with no Retry-After. It panics if limit is
-// not a number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit
-// everything) or burst is below 1.
+// with bursts of up to burst. A limit of [rate.Inf] admits everything, and so does +Inf (from
+// rate.Limit(n / d) with d = 0), which is taken for rate.Inf; a limit of 0 admits each key's
+// first burst requests and refuses the rest with no Retry-After. It panics if limit is not a
+// number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit everything) or
+// burst is below 1.
 func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
 	checkPolicy(Policy{Limit: limit, Burst: burst})
+	limit = unlimited(limit)
 	c := bucketConfig{maxMemory: defaultMaxMemory}
 	for _, o := range opts {
 		if o == nil {
@@ -137,6 +139,11 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 	}
 	return b
 }
+
+// unlimited returns limit, or rate.Inf for a limit above it. x/time/rate takes only rate.Inf
+// for no limit: at +Inf it counts 0·Inf tokens for no time, a NaN, which admits everything for
+// good while the bucket reports no tokens left.
+func unlimited(limit rate.Limit) rate.Limit { return min(limit, rate.Inf) }
 
 // checkPolicy panics if p's limit is not a number at least 0 or its burst is below 1.
 func checkPolicy(p Policy) {
@@ -174,8 +181,9 @@ func WithMaxMemory(bytes int) TokenBucketOption {
 // the key holds, capped at the new burst: an upgrade gives no fresh burst for what was spent,
 // and a downgrade keeps at most the new burst. A zero Policy (or a Limit or Burst of 0) means
 // the bucket's own limit or burst, and so does a limit that is negative or not a number, or a
-// negative burst. fn runs under no lock, on the request's goroutine,
-// and must be safe for concurrent use and cheap (a map lookup): it is called on every decision.
+// negative burst; a limit above [rate.Inf] (+Inf) is rate.Inf, and time spent on it counts at
+// the key's rate before it. fn runs under no lock, on the request's goroutine, and must be safe
+// for concurrent use and cheap (a map lookup): it is called on every decision.
 func WithPolicyFunc(fn func(key string) Policy) TokenBucketOption {
 	if fn == nil {
 		panic("retryafter: WithPolicyFunc(nil)")
@@ -198,6 +206,7 @@ func (b *TokenBucket) askPolicy(key string) Policy {
 	if !(p.Limit > 0) {
 		p.Limit = b.policy.Limit
 	}
+	p.Limit = unlimited(p.Limit)
 	if p.Burst <= 0 {
 		p.Burst = b.policy.Burst
 	}

@@ -745,3 +745,58 @@ func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
 		t.Fatalf("Remaining %d; admits 1: %v, 2: %v", d.Remaining, admits(pol, 1, tokens), admits(pol, 2, tokens))
 	}
 }
+
+// TestTokenBucketInfiniteRate gives NewTokenBucket a limit of +Inf, as rate.Limit(n / d) gives
+// for a window d of 0, which is not rate.Inf: it is rate.Inf, on every path (Decide, the
+// middleware's fast path, Charge, an All, the RateLimit fields), and holds nothing. It once
+// made the buckets' tokens NaN, which admitted everything while Remaining said 0.
+func TestTokenBucketInfiniteRate(t *testing.T) {
+	ctx := context.Background()
+	inf := rate.Limit(math.Inf(1))
+	for _, cost := range []int{0, 1, 3, 4} {
+		want := decide(t, NewTokenBucket(rate.Inf, 3), "k", cost, t0)
+		wantAll, _ := All(NewTokenBucket(rate.Inf, 3), NewTokenBucket(rate.Inf, 1)).Decide(ctx, "k", cost, t0)
+		b := NewTokenBucket(inf, 3)
+		for i := range 10 {
+			now := t0.Add(time.Duration(i) * time.Millisecond)
+			if got := decide(t, b, "k", cost, now); got != want {
+				t.Fatalf("cost %d, request %d at +Inf: %+v, want as at rate.Inf: %+v", cost, i, got, want)
+			}
+			if got, _ := All(b, NewTokenBucket(inf, 1)).Decide(ctx, "k", cost, now); plain(got) != plain(wantAll) {
+				t.Fatalf("cost %d, request %d of an All at +Inf: %+v, want as at rate.Inf: %+v", cost, i, got, wantAll)
+			}
+			if !b.allow("k", cost, now) {
+				t.Fatalf("cost %d, request %d at +Inf refused by the middleware's path", cost, i)
+			}
+			if err := b.Charge(ctx, "k", cost, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b.Len() != 0 {
+			t.Fatalf("cost %d at +Inf: %d keys held, want none, as at rate.Inf", cost, b.Len())
+		}
+	}
+	fields := func(limit rate.Limit) string {
+		h := LimitWith(NewTokenBucket(limit, 3), WithRateLimitFields(""), WithClock(func() time.Time { return t0 }))(ok)
+		w := serve(h, "GET", "192.0.2.1:1")
+		return w.Header().Get("RateLimit") + " " + w.Header().Get("RateLimit-Policy")
+	}
+	if got, want := fields(inf), fields(rate.Inf); got != want {
+		t.Fatalf("the fields at +Inf: %q, want as at rate.Inf: %q", got, want)
+	}
+}
+
+// noNaN fails t if a bucket b holds has tokens that are not a number at now.
+func noNaN(t *testing.T, b *TokenBucket, now time.Time) {
+	t.Helper()
+	for i := range b.parts {
+		p := &b.parts[i]
+		p.mu.Lock()
+		for k, lim := range p.keys {
+			if tokens := lim.TokensAt(now); math.IsNaN(tokens) || math.IsNaN(float64(lim.Limit())) {
+				t.Errorf("key %q: %v tokens at a limit of %v", k, tokens, lim.Limit())
+			}
+		}
+		p.mu.Unlock()
+	}
+}
