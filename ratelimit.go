@@ -372,26 +372,70 @@ func late(wait, lag time.Duration) time.Duration {
 // quota sets d's Limit, Remaining, Reset and Policy from the tokens left in a bucket of pol.
 func quota(d *Decision, pol Policy, tokens float64) {
 	d.Policy, d.Limit = pol, pol.Burst
-	// Remaining is exactly the largest cost that decide admits now, the tokens the slack lends
-	// included: a first guess from the whole tokens, then the admission rule itself, down to a
-	// cost it admits and up to the largest. A guess that reaches the burst is the burst: a
-	// float64 of the largest ints is past them.
-	n := pol.Burst
-	if whole := math.Floor(tokens); whole < float64(pol.Burst) {
-		n = int(max(0, whole))
-	}
-	for n > 0 && !admits(pol, n, tokens) {
-		n--
-	}
-	for n < pol.Burst && admits(pol, n+1, tokens) {
-		n++
-	}
-	d.Remaining = n
+	d.Remaining = remaining(pol, tokens)
 	d.Reset = refill(pol.Limit, float64(pol.Burst)-tokens)
 	if d.RetryAfter != rate.InfDuration {
 		d.Reset = max(d.Reset, d.RetryAfter)
 	}
 }
+
+// remaining returns exactly the largest cost that decide admits at once from a bucket of pol
+// holding tokens, the tokens the slack lends included, or 0 when it admits none: the admission
+// rule itself (admits) asked from a first guess in a few steps, whatever the rate and burst.
+func remaining(pol Policy, tokens float64) int {
+	return largest(pol.Burst, guessRemaining(pol, tokens), func(n int) bool { return admits(pol, n, tokens) })
+}
+
+// guessRemaining returns a first guess of remaining: the tokens and what the slack lends (a
+// wait truncated to the slack is under one nanosecond more), within a few float64 steps of the
+// answer. A guess that reaches the burst is the burst: a float64 of the largest ints is past
+// them.
+func guessRemaining(pol Policy, tokens float64) int {
+	guess := math.Floor(tokens + float64(pol.Limit)*(slack+1).Seconds())
+	if guess >= float64(pol.Burst) {
+		return pol.Burst
+	}
+	return int(max(0, guess))
+}
+
+// largest returns the largest n from 0 to most for which ok holds, 0 when none does, ok holding
+// up to some n and not above it. From guess it takes steps that double until one passes the
+// answer, then halve: O(log d) calls of ok, d the distance from guess to the answer.
+func largest(most, guess int, ok func(int) bool) int {
+	guess = min(max(guess, 0), most)
+	lo, hi := guess, most // ok(lo) or lo is 0, and the answer is from lo to hi
+	if !ok(guess) {
+		lo, hi = 0, guess-1
+		for step := 1; hi > 0; step = doubled(step) {
+			if n := max(0, hi+1-step); ok(n) {
+				lo = n
+				break
+			} else {
+				hi = n - 1
+			}
+		}
+	} else {
+		for step := 1; lo < hi; step = doubled(step) {
+			if n := lo + min(step, hi-lo); ok(n) {
+				lo = n
+			} else {
+				hi = n - 1
+				break
+			}
+		}
+	}
+	for lo < hi {
+		if mid := hi - (hi-lo)/2; ok(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return max(lo, 0)
+}
+
+// doubled returns step twice, short of overflowing.
+func doubled(step int) int { return min(step, math.MaxInt/2) * 2 }
 
 // admits reports whether a bucket of pol holding tokens admits a cost of n: x/time/rate's
 // reservation is due at once, or within the slack, computed as x/time/rate computes it.
