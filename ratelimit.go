@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -96,6 +97,7 @@ type TokenBucket struct {
 	policy   Policy
 	policyOf func(key string) Policy // nil: every key has policy
 	seed     maphash.Seed
+	shift    atomic.Int64 // the steps back of the clock, added to its readings (see table.at)
 	parts    [partCount]table
 }
 
@@ -135,7 +137,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		seed:     maphash.MakeSeed(),
 	}
 	for i := range b.parts {
-		b.parts[i].init(c.maxMemory / partCount)
+		b.parts[i].init(c.maxMemory/partCount, &b.shift)
 	}
 	return b
 }
@@ -242,6 +244,12 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 // lock); a now earlier than one already decided for a key of the same part is decided at that
 // later instant, and the waits reported are still measured from now. So a bucket's clock never
 // runs backwards, which would credit the same time twice (golang/go#65508).
+//
+// A clock without monotonic readings (see [WithClock]) may step back. A now more than a second
+// behind the latest instant of its part is taken for such a step: from then on the TokenBucket
+// adds the step to that clock's readings, in every part, so that all its buckets count on from
+// the new reading as from the latest instant, neither frozen nor refilled for the step. (A
+// reading more than a second stale is taken for a step too, and credits every key its age once.)
 //
 // The Decision also carries the key's quota after this request and its Policy:
 //   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit
