@@ -126,13 +126,11 @@ func (t *table) init(budget int, shift *atomic.Int64) {
 func (t *table) at(now time.Time) (at time.Time, lag time.Duration) {
 	for {
 		shift := t.shift.Load()
-		at := now.Add(time.Duration(shift))
-		if !at.Before(t.latest) {
+		if at = now.Add(time.Duration(shift)); !at.Before(t.latest) {
 			t.latest = at
 			return at, 0
 		}
-		lag := t.latest.Sub(at)
-		if lag <= maxLag || now != now.Round(0) || lag > math.MaxInt64-time.Duration(shift) {
+		if lag = t.latest.Sub(at); lag <= maxLag || now != now.Round(0) || lag > math.MaxInt64-time.Duration(shift) {
 			return t.latest, lag
 		}
 		if t.shift.CompareAndSwap(shift, shift+int64(lag)) {
