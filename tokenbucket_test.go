@@ -800,6 +800,12 @@ func TestTokenBucketInfiniteRate(t *testing.T) {
 	if got, want := fields(inf), fields(rate.Inf); got != want {
 		t.Fatalf("the fields at +Inf: %q, want as at rate.Inf: %q", got, want)
 	}
+	// Below 0, or not a number, a limit is a programmer's error.
+	wantPanics(t, map[string]func(){
+		"NaN":  func() { NewTokenBucket(rate.Limit(math.NaN()), 1) },
+		"-1":   func() { NewTokenBucket(-1, 1) },
+		"-Inf": func() { NewTokenBucket(rate.Limit(math.Inf(-1)), 1) },
+	})
 }
 
 // noNaN fails t if a bucket b holds has tokens that are not a number at now.
