@@ -37,7 +37,8 @@ type bucketGroup struct {
 type layerState struct {
 	key string
 	pol Policy
-	t   *table // nil for a limit of rate.Inf
+	t   *table    // nil for a limit of rate.Inf
+	at  time.Time // the instant it is decided at, on t's side (see table.at)
 	lim *rate.Limiter
 	r   rate.Reservation
 	d   Decision
@@ -65,14 +66,17 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	}
 	var order [maxLayers]*table
 	locked := lockInOrder(order[:0], st)
-	at := now
-	for _, t := range locked {
-		if lat, _ := t.at(now); at.Before(lat) {
-			at = lat
-		}
+	// Every layer is decided at one instant, the latest any has seen: as far after now in each
+	// table as in the one furthest ahead. (Tables of different TokenBuckets may have shifted the
+	// readings of their clock by different steps back.)
+	var lags [maxLayers]time.Duration
+	var lag time.Duration
+	for i, t := range locked {
+		_, lags[i] = t.at(now)
+		lag = max(lag, lags[i])
 	}
-	for _, t := range locked {
-		t.latest = at // every layer decided at one instant, the latest any has seen
+	for i, t := range locked {
+		t.latest = t.latest.Add(lag - lags[i])
 	}
 
 	admitted := true
@@ -83,22 +87,23 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		if s.t == nil {
 			continue
 		}
-		lim, full := g.buckets[i].bucket(s.t, s.key, s.pol, at, held)
+		s.at = s.t.latest
+		lim, full := g.buckets[i].bucket(s.t, s.key, s.pol, s.at, held)
 		if lim == nil {
 			admitted = false
 			s.d = Decision{RetryAfter: full, Limit: s.pol.Burst, Reset: full, Policy: s.pol}
 			continue
 		}
 		held = append(held, lim)
-		s.lim, s.r = lim, *lim.ReserveN(at, g.layers[i].cost(cost))
-		if ok, wait := settle(s.r.DelayFrom(at)); !ok {
+		s.lim, s.r = lim, *lim.ReserveN(s.at, g.layers[i].cost(cost))
+		if ok, wait := settle(s.r.DelayFrom(s.at)); !ok {
 			admitted = false
 			s.d.RetryAfter = wait
 		}
 	}
 	if !admitted {
 		for i := len(st) - 1; i >= 0; i-- {
-			st[i].r.CancelAt(at) // a zero Reservation cancels nothing
+			st[i].r.CancelAt(st[i].at) // a zero Reservation cancels nothing
 		}
 	}
 	var d Decision
@@ -109,14 +114,13 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 			s.d = Decision{Allowed: true, Limit: s.pol.Burst, Remaining: s.pol.Burst, Policy: s.pol}
 		case s.lim != nil:
 			s.d.Allowed = s.d.RetryAfter == 0
-			quota(&s.d, s.pol, s.lim.TokensAt(at))
+			quota(&s.d, s.pol, s.lim.TokensAt(s.at))
 		}
 		d = tighter(d, s.d, i == 0)
 	}
 	for _, t := range locked {
 		t.mu.Unlock()
 	}
-	lag := at.Sub(now)
 	d.Allowed = admitted
 	d.late(lag)
 	if len(st) > 1 {

@@ -2,6 +2,8 @@ package retryafter
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -280,5 +282,74 @@ func TestPolicyFuncOneDimension(t *testing.T) {
 	}
 	if d := decide(t, b, "k", 3, t0.Add(time.Hour)); d.Allowed || d.RetryAfter != rate.InfDuration {
 		t.Fatalf("a cost of 3 above the lowered burst: %+v, want never", d)
+	}
+}
+
+// TestPolicyFuncInfiniteRate moves keys' plans between 1/s with bursts of 5 and a limit of +Inf
+// (a quota over a window of 0), both ways, at one instant and as time passes: at +Inf a key is
+// unlimited, as at rate.Inf, and back on 1/s it holds what it held before, so that 1,000
+// requests are admitted exactly as the plan allows. A limit that is not a number or negative is
+// the bucket's own. A key that once had +Inf was admitted for good: its tokens were NaN.
+func TestPolicyFuncInfiniteRate(t *testing.T) {
+	var plan atomic.Pointer[Policy]
+	slow := Policy{Name: "slow", Limit: 1, Burst: 5}
+	inf := Policy{Name: "inf", Limit: rate.Limit(math.Inf(1)), Burst: 5}
+	b := NewTokenBucket(2, 3, WithPolicyFunc(func(string) Policy { return *plan.Load() }))
+	admitted := func(key string, now time.Time) (n int) {
+		t.Helper()
+		for i := range 1000 {
+			// Every path of the middleware: the fast one, then a decision.
+			if i%2 == 0 && b.allow(key, 1, now) || i%2 == 1 && decide(t, b, key, 1, now).Allowed {
+				n++
+			}
+		}
+		noNaN(t, b, now)
+		return n
+	}
+	plan.Store(&slow)
+	if n := admitted("k", t0); n != 5 {
+		t.Fatalf("on 1/s: %d of 1,000 admitted, want the burst of 5", n)
+	}
+	plan.Store(&inf)
+	if n := admitted("k", t0); n != 1000 {
+		t.Fatalf("on +Inf: %d of 1,000 admitted, want all", n)
+	}
+	if d := decide(t, b, "k", 1, t0); d.Policy != (Policy{Name: "inf", Limit: rate.Inf, Burst: 5}) || d.Remaining != 5 || d.Reset != 0 {
+		t.Fatalf("on +Inf: %+v, want the policy at rate.Inf, its whole burst left", d)
+	}
+	plan.Store(&slow)
+	if n := admitted("k", t0); n != 0 {
+		t.Fatalf("back on 1/s at the same instant: %d of 1,000 admitted, want none: the burst was spent", n)
+	}
+	if d := decide(t, b, "k", 1, t0); d.Allowed || d.RetryAfter != time.Second-slack {
+		t.Fatalf("back on 1/s: %+v, want refused for a second", d)
+	}
+	if n := admitted("k", t0.Add(2*time.Second)); n != 2 {
+		t.Fatalf("back on 1/s, 2 s on: %d of 1,000 admitted, want 2", n)
+	}
+	// Time on +Inf counts at the rate the key had before, as for any change of plan.
+	plan.Store(&inf)
+	admitted("k", t0.Add(time.Hour))
+	plan.Store(&slow)
+	if n := admitted("k", t0.Add(time.Hour)); n != 5 {
+		t.Fatalf("an hour on +Inf, then on 1/s: %d of 1,000 admitted, want the burst of 5", n)
+	}
+	// A key first seen on +Inf starts on 1/s with a full bucket.
+	plan.Store(&inf)
+	admitted("new", t0)
+	plan.Store(&slow)
+	if n := admitted("new", t0); n != 5 {
+		t.Fatalf("a key new on +Inf, then on 1/s: %d of 1,000 admitted, want the burst of 5", n)
+	}
+	// A limit that is not a number, or negative, is the bucket's own: 2/s with bursts of 5.
+	for _, limit := range []rate.Limit{rate.Limit(math.NaN()), -1, rate.Limit(math.Inf(-1))} {
+		plan.Store(&Policy{Limit: limit, Burst: 5})
+		key := fmt.Sprint("odd", limit)
+		if d := decide(t, b, key, 0, t0); d.Policy != (Policy{Limit: 2, Burst: 5}) {
+			t.Fatalf("a limit of %v: %+v, want the bucket's own", limit, d.Policy)
+		}
+		if n := admitted(key, t0.Add(time.Second)); n != 5 {
+			t.Fatalf("a limit of %v: %d of 1,000 admitted, want the burst of 5", limit, n)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -96,6 +97,7 @@ type TokenBucket struct {
 	policy   Policy
 	policyOf func(key string) Policy // nil: every key has policy
 	seed     maphash.Seed
+	shift    atomic.Int64 // the steps back of the clock, added to its readings (see table.at)
 	parts    [partCount]table
 }
 
@@ -114,12 +116,14 @@ type bucketConfig struct {
 }
 
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
-// with bursts of up to burst. A limit of [rate.Inf] admits everything; a limit of 0 admits each
-// key's first burst requests and refuses the rest with no Retry-After. It panics if limit is
-// not a number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit
-// everything) or burst is below 1.
+// with bursts of up to burst. A limit of [rate.Inf] admits everything, and so does +Inf (from
+// rate.Limit(n / d) with d = 0), which is taken for rate.Inf; a limit of 0 admits each key's
+// first burst requests and refuses the rest with no Retry-After. It panics if limit is not a
+// number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit everything) or
+// burst is below 1.
 func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
 	checkPolicy(Policy{Limit: limit, Burst: burst})
+	limit = unlimited(limit)
 	c := bucketConfig{maxMemory: defaultMaxMemory}
 	for _, o := range opts {
 		if o == nil {
@@ -133,10 +137,15 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		seed:     maphash.MakeSeed(),
 	}
 	for i := range b.parts {
-		b.parts[i].init(c.maxMemory / partCount)
+		b.parts[i].init(c.maxMemory/partCount, &b.shift)
 	}
 	return b
 }
+
+// unlimited returns limit, or rate.Inf for a limit above it. x/time/rate takes only rate.Inf
+// for no limit: at +Inf it counts 0·Inf tokens for no time, a NaN, which admits everything for
+// good while the bucket reports no tokens left.
+func unlimited(limit rate.Limit) rate.Limit { return min(limit, rate.Inf) }
 
 // checkPolicy panics if p's limit is not a number at least 0 or its burst is below 1.
 func checkPolicy(p Policy) {
@@ -174,8 +183,9 @@ func WithMaxMemory(bytes int) TokenBucketOption {
 // the key holds, capped at the new burst: an upgrade gives no fresh burst for what was spent,
 // and a downgrade keeps at most the new burst. A zero Policy (or a Limit or Burst of 0) means
 // the bucket's own limit or burst, and so does a limit that is negative or not a number, or a
-// negative burst. fn runs under no lock, on the request's goroutine,
-// and must be safe for concurrent use and cheap (a map lookup): it is called on every decision.
+// negative burst; a limit above [rate.Inf] (+Inf) is rate.Inf, and time spent on it counts at
+// the key's rate before it. fn runs under no lock, on the request's goroutine, and must be safe
+// for concurrent use and cheap (a map lookup): it is called on every decision.
 func WithPolicyFunc(fn func(key string) Policy) TokenBucketOption {
 	if fn == nil {
 		panic("retryafter: WithPolicyFunc(nil)")
@@ -198,6 +208,7 @@ func (b *TokenBucket) askPolicy(key string) Policy {
 	if !(p.Limit > 0) {
 		p.Limit = b.policy.Limit
 	}
+	p.Limit = unlimited(p.Limit)
 	if p.Burst <= 0 {
 		p.Burst = b.policy.Burst
 	}
@@ -233,6 +244,12 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 // lock); a now earlier than one already decided for a key of the same part is decided at that
 // later instant, and the waits reported are still measured from now. So a bucket's clock never
 // runs backwards, which would credit the same time twice (golang/go#65508).
+//
+// A clock without monotonic readings (see [WithClock]) may step back. A now more than a second
+// behind the latest instant of its part is taken for such a step: from then on the TokenBucket
+// adds the step to that clock's readings, in every part, so that all its buckets count on from
+// the new reading as from the latest instant, neither frozen nor refilled for the step. (A
+// reading more than a second stale is taken for a step too, and credits every key its age once.)
 //
 // The Decision also carries the key's quota after this request and its Policy:
 //   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit
@@ -363,26 +380,70 @@ func late(wait, lag time.Duration) time.Duration {
 // quota sets d's Limit, Remaining, Reset and Policy from the tokens left in a bucket of pol.
 func quota(d *Decision, pol Policy, tokens float64) {
 	d.Policy, d.Limit = pol, pol.Burst
-	// Remaining is exactly the largest cost that decide admits now, the tokens the slack lends
-	// included: a first guess from the whole tokens, then the admission rule itself, down to a
-	// cost it admits and up to the largest. A guess that reaches the burst is the burst: a
-	// float64 of the largest ints is past them.
-	n := pol.Burst
-	if whole := math.Floor(tokens); whole < float64(pol.Burst) {
-		n = int(max(0, whole))
-	}
-	for n > 0 && !admits(pol, n, tokens) {
-		n--
-	}
-	for n < pol.Burst && admits(pol, n+1, tokens) {
-		n++
-	}
-	d.Remaining = n
+	d.Remaining = remaining(pol, tokens)
 	d.Reset = refill(pol.Limit, float64(pol.Burst)-tokens)
 	if d.RetryAfter != rate.InfDuration {
 		d.Reset = max(d.Reset, d.RetryAfter)
 	}
 }
+
+// remaining returns exactly the largest cost that decide admits at once from a bucket of pol
+// holding tokens, the tokens the slack lends included, or 0 when it admits none: the admission
+// rule itself (admits) asked from a first guess in a few steps, whatever the rate and burst.
+func remaining(pol Policy, tokens float64) int {
+	return largest(pol.Burst, guessRemaining(pol, tokens), func(n int) bool { return admits(pol, n, tokens) })
+}
+
+// guessRemaining returns a first guess of remaining: the tokens and what the slack lends (a
+// wait truncated to the slack is under one nanosecond more), within a few float64 steps of the
+// answer. A guess that reaches the burst is the burst: a float64 of the largest ints is past
+// them.
+func guessRemaining(pol Policy, tokens float64) int {
+	guess := math.Floor(tokens + float64(pol.Limit)*(slack+1).Seconds())
+	if guess >= float64(pol.Burst) {
+		return pol.Burst
+	}
+	return int(max(0, guess))
+}
+
+// largest returns the largest n from 0 to most for which ok holds, 0 when none does, ok holding
+// up to some n and not above it. From guess it takes steps that double until one passes the
+// answer, then halve: O(log d) calls of ok, d the distance from guess to the answer.
+func largest(most, guess int, ok func(int) bool) int {
+	guess = min(max(guess, 0), most)
+	lo, hi := guess, most // ok(lo) or lo is 0, and the answer is from lo to hi
+	if !ok(guess) {
+		lo, hi = 0, guess-1
+		for step := 1; hi > 0; step = doubled(step) {
+			if n := max(0, hi+1-step); ok(n) {
+				lo = n
+				break
+			} else {
+				hi = n - 1
+			}
+		}
+	} else {
+		for step := 1; lo < hi; step = doubled(step) {
+			if n := lo + min(step, hi-lo); ok(n) {
+				lo = n
+			} else {
+				hi = n - 1
+				break
+			}
+		}
+	}
+	for lo < hi {
+		if mid := hi - (hi-lo)/2; ok(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return max(lo, 0)
+}
+
+// doubled returns step twice, short of overflowing.
+func doubled(step int) int { return min(step, math.MaxInt/2) * 2 }
 
 // admits reports whether a bucket of pol holding tokens admits a cost of n: x/time/rate's
 // reservation is due at once, or within the slack, computed as x/time/rate computes it.

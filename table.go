@@ -26,8 +26,9 @@ import (
 // A table must be locked (mu) for every method but init.
 type table struct {
 	mu     sync.Mutex
-	rank   uint64    // its place in the one order in which a decision of several locks its tables
-	latest time.Time // the latest instant a decision in this table was made at
+	rank   uint64        // its place in the one order in which a decision of several locks its tables
+	shift  *atomic.Int64 // added to every reading of the clock (see at), shared by the tables of a TokenBucket
+	latest time.Time     // the latest instant a decision in this table was made at
 
 	keys   map[string]*rate.Limiter
 	budget int // the most bytes it counts (see counted)
@@ -103,8 +104,10 @@ func grownBy(n int) int { return n/4 + 1 }
 // layers locks them.
 var tableRanks atomic.Uint64
 
-func (t *table) init(budget int) {
+// init readies t to hold budget bytes, its readings of the clock shifted by shift.
+func (t *table) init(budget int, shift *atomic.Int64) {
 	t.rank = tableRanks.Add(1)
+	t.shift = shift
 	t.budget = budget
 	t.keys = make(map[string]*rate.Limiter)
 }
@@ -113,27 +116,28 @@ func (t *table) init(budget int) {
 // seen, and how far that is after now; it records it.
 //
 // A clock without monotonic readings (an injected one, or a wall clock that was set back) can
-// step back. Were the table to wait for it to reach the latest instant again, every key would
-// be frozen for the length of the step: so a now more than maxLag behind is taken as the clock's
-// new reading, the buckets count on from it, and what the table knew of when they refill is
-// forgotten. time.Now's readings are monotonic and never step back.
+// step back. Were the table to wait for it to reach the latest instant again, every key would be
+// frozen for the length of the step. So a now more than maxLag behind is taken for a step: the
+// table's shift, which every table of its TokenBucket adds to the clock's readings, grows by the
+// step, so that this reading is the latest instant and the buckets count on from there, in every
+// part. The step is neither credited nor frozen, and instants on the table's side never step back,
+// so that what it knows of when buckets refill stays true. time.Now's readings are monotonic and
+// never step back.
 func (t *table) at(now time.Time) (at time.Time, lag time.Duration) {
-	if !now.Before(t.latest) {
-		t.latest = now
-		return now, 0
+	for {
+		shift := t.shift.Load()
+		if at = now.Add(time.Duration(shift)); !at.Before(t.latest) {
+			t.latest = at
+			return at, 0
+		}
+		if lag = t.latest.Sub(at); lag <= maxLag || now != now.Round(0) || lag > math.MaxInt64-time.Duration(shift) {
+			return t.latest, lag
+		}
+		if t.shift.CompareAndSwap(shift, shift+int64(lag)) {
+			return t.latest, 0
+		}
+		// Another table took a step first, maybe this one.
 	}
-	return t.behind(now)
-}
-
-// behind is at for a now before the latest instant the table has seen.
-func (t *table) behind(now time.Time) (at time.Time, lag time.Duration) {
-	if lag := t.latest.Sub(now); lag <= maxLag || now != now.Round(0) {
-		return t.latest, lag
-	}
-	t.latest = now
-	t.full = time.Time{}
-	t.due = nil // its instants are the old clock's: made again when next needed
-	return now, 0
 }
 
 // maxLag is how far behind the latest instant a table has seen a reading can be and still be

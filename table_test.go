@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,6 +307,106 @@ func TestTableClockStepsBack(t *testing.T) {
 	checkPart(t, &b.parts[0])
 }
 
+// TestTableClockStepsBackInEveryPart fills NewTokenBucket(10, 1, WithMaxMemory(16 KiB)), a key
+// a part, with keys spent at t0 until it refuses new keys, in every part, then peeks at one key
+// at t0 − 1 h (a clock without monotonic readings stepped back) and asks for a new key in each
+// part at t0 − 1 h + 10 s: each is admitted, since every held bucket has had 10 s to refill since
+// the bucket saw the step. Only the part of the peek once learnt of the step: each other part
+// took the later reading for the step, kept its buckets at t0, and refused new keys for the hour,
+// each time with a RetryAfter of 100 ms.
+func TestTableClockStepsBackInEveryPart(t *testing.T) {
+	b := NewTokenBucket(10, 1, WithMaxMemory(16<<10))
+	var held, fresh []string
+	for i := range partCount {
+		ks := keysInPart(b, i, 3, 10, "k")
+		held, fresh = append(held, ks[0]), append(fresh, ks[2])
+		decide(t, b, ks[0], 1, t0)
+		if d := decide(t, b, ks[1], 1, t0); d.Allowed || d.RetryAfter != 100*time.Millisecond {
+			t.Fatalf("part %d, a new key at the bound: %+v, want refused for 100 ms", i, d)
+		}
+	}
+	back := t0.Add(-time.Hour)
+	decide(t, b, held[0], 0, back)
+	for i, k := range fresh {
+		if d := decide(t, b, k, 1, back.Add(10*time.Second)); !d.Allowed {
+			t.Fatalf("part %d, a new key 10 s after the step: %+v, want admitted", i, d)
+		}
+		checkPart(t, &b.parts[i])
+	}
+	// The key that took the place of a held one refills on the new clock, as any other.
+	if d := decide(t, b, fresh[1], 1, back.Add(10*time.Second)); d.Allowed || d.RetryAfter != 100*time.Millisecond-slack {
+		t.Fatalf("a new key spent after the step: %+v, want refused for 100 ms", d)
+	}
+	if d := decide(t, b, fresh[1], 1, back.Add(10*time.Second+100*time.Millisecond)); !d.Allowed {
+		t.Fatalf("a new key spent after the step, 100 ms on: %+v, want admitted", d)
+	}
+}
+
+// TestTableClockStepsBackConcurrently steps a clock without monotonic readings back an hour while
+// 8 goroutines decide keys in every part at the new reading: the step is taken once, whichever
+// part sees it first, so that a key spent at t0 is refused at the step with its whole wait, and
+// admitted exactly a second later.
+func TestTableClockStepsBackConcurrently(t *testing.T) {
+	b := NewTokenBucket(1, 1)
+	var keys []string
+	for i := range partCount {
+		k := keysInPart(b, i, 1, 10, "k")[0]
+		keys = append(keys, k)
+		decide(t, b, k, 1, t0)
+	}
+	back := t0.Add(-time.Hour)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys {
+				b.Decide(context.Background(), keys[(i+g*8)%len(keys)], 0, back)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := time.Duration(b.shift.Load()); got != time.Hour {
+		t.Fatalf("the readings are shifted by %v, want the step of an hour", got)
+	}
+	for _, k := range keys {
+		if d := decide(t, b, k, 1, back); d.Allowed || d.RetryAfter != time.Second-slack {
+			t.Fatalf("a key spent at t0, at the step: %+v, want refused for a second", d)
+		}
+		if d := decide(t, b, k, 1, back.Add(time.Second)); !d.Allowed {
+			t.Fatalf("a key spent at t0, a second after the step: %+v, want admitted", d)
+		}
+	}
+}
+
+// TestAllClockStepsBack decides an All of two TokenBuckets, a key a part in each and every part
+// held by a key spent at t0, whose clock without monotonic readings steps back an hour: 10 s
+// after the step, as the All saw it, every held bucket has refilled, and new keys find room in
+// every part of both (peeks, whose full buckets make room for the next).
+func TestAllClockStepsBack(t *testing.T) {
+	a, b := NewTokenBucket(10, 1, WithMaxMemory(16<<10)), NewTokenBucket(1, 10, WithMaxMemory(16<<10))
+	all := All(a, b)
+	ctx := context.Background()
+	var fresh []string
+	for i := range partCount {
+		ks := keysInPart(a, i, 2, 10, "k")
+		decide(t, a, ks[0], 1, t0)
+		fresh = append(fresh, ks[1])
+		ks = keysInPart(b, i, 2, 10, "k")
+		decide(t, b, ks[0], 10, t0)
+		fresh = append(fresh, ks[1])
+	}
+	back := t0.Add(-time.Hour)
+	if _, err := all.Decide(ctx, fresh[0], 0, back); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range fresh {
+		if d, err := all.Decide(ctx, k, 0, back.Add(10*time.Second)); err != nil || !d.Allowed {
+			t.Fatalf("a new key %q 10 s after the step: %+v, %v, want admitted", k, d, err)
+		}
+	}
+}
+
 // TestTableBoundInBytes fills buckets bounded to 8 MiB with each mix of keys a flood can bring
 // (IPv4 addresses, IPv6 /64s, 4 KiB keys, 33 KB keys, 200,000 short keys followed by 3 KB ones,
 // which leave the map's slots behind) and measures the heap after a collection: within 2% of
@@ -426,7 +528,7 @@ func TestKeyBytesCoverAllocation(t *testing.T) {
 // key that fits what is left exactly is held at once, without that wait.
 func TestTableExactFitBesideAWait(t *testing.T) {
 	var tb table
-	tb.init(2 * (entryBytes(10) + slotBytes + dueBytes))
+	tb.init(2*(entryBytes(10)+slotBytes+dueBytes), new(atomic.Int64))
 	held, _ := tb.add(strings.Repeat("a", 10), t0, 1, 1, nil)
 	held.ReserveN(t0, 1) // full again a second on
 	if lim, wait := tb.add(strings.Repeat("l", 100), t0, 1, 1, nil); lim != nil || wait != time.Second {
@@ -444,7 +546,7 @@ func TestTableExactFit(t *testing.T) {
 	for _, n := range []int{10, 300, 40_000} {
 		key := strings.Repeat("k", n)
 		var tb table
-		tb.init(entryBytes(n) + slotBytes + dueBytes)
+		tb.init(entryBytes(n)+slotBytes+dueBytes, new(atomic.Int64))
 		if lim, wait := tb.add(key, t0, 1, 1, nil); lim == nil {
 			t.Fatalf("a key of %d bytes in a budget it fills exactly: refused for %v", n, wait)
 		}
@@ -467,7 +569,7 @@ func TestTableExactFit(t *testing.T) {
 		}
 		checkPart(t, &tb)
 		tb = table{}
-		tb.init(entryBytes(n) + slotBytes + dueBytes - 1)
+		tb.init(entryBytes(n)+slotBytes+dueBytes-1, new(atomic.Int64))
 		if lim, wait := tb.add(key, t0, 1, 1, nil); lim != nil || wait != rate.InfDuration {
 			t.Fatalf("a key of %d bytes in a budget a byte short: %v, %v; want refused for ever", n, lim, wait)
 		}

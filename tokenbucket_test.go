@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	mathrand "math/rand/v2"
 	"net/http"
 	"runtime"
@@ -410,6 +411,21 @@ func BenchmarkTokenBucketDecide(b *testing.B) {
 	})
 }
 
+// BenchmarkTokenBucketHugeBurst measures a peek at a key that spent a burst of the largest int,
+// at 1e6 and 1e12 tokens a second: the slack lends 1 and 1e6 tokens, which Remaining counts.
+func BenchmarkTokenBucketHugeBurst(b *testing.B) {
+	for _, limit := range []rate.Limit{1e6, 1e12} {
+		b.Run(fmt.Sprint(limit), func(b *testing.B) {
+			tb := NewTokenBucket(limit, math.MaxInt)
+			tb.Decide(context.Background(), "k", math.MaxInt, t0)
+			b.ReportAllocs()
+			for b.Loop() {
+				tb.Decide(context.Background(), "k", 0, t0)
+			}
+		})
+	}
+}
+
 // TestTokenBucketBoundInBytes sends 2,000 clients with keys of 64 KiB each, as a key function
 // that returns a header value allows: the table holds no more bytes than its bound, whatever
 // the keys weigh, and refuses the keys that do not fit rather than admitting them.
@@ -736,12 +752,163 @@ func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
 	b := NewTokenBucket(1.2e-10, 2)
 	tokens := math.Nextafter(2, 0)
 	pol := b.policy
-	if guess := math.Floor(tokens + float64(pol.Limit)*slack.Seconds()); guess != 2 {
+	if guess := guessRemaining(pol, tokens); guess != 2 {
 		t.Fatalf("the guess is %v: the case is not reached", guess)
 	}
 	var d Decision
 	quota(&d, pol, tokens)
 	if d.Remaining != 1 || admits(pol, 2, tokens) || !admits(pol, 1, tokens) {
 		t.Fatalf("Remaining %d; admits 1: %v, 2: %v", d.Remaining, admits(pol, 1, tokens), admits(pol, 2, tokens))
+	}
+}
+
+// TestTokenBucketInfiniteRate gives NewTokenBucket a limit of +Inf, as rate.Limit(n / d) gives
+// for a window d of 0, which is not rate.Inf: it is rate.Inf, on every path (Decide, the
+// middleware's fast path, Charge, an All, the RateLimit fields), and holds nothing. It once
+// made the buckets' tokens NaN, which admitted everything while Remaining said 0.
+func TestTokenBucketInfiniteRate(t *testing.T) {
+	ctx := context.Background()
+	inf := rate.Limit(math.Inf(1))
+	for _, cost := range []int{0, 1, 3, 4} {
+		want := decide(t, NewTokenBucket(rate.Inf, 3), "k", cost, t0)
+		wantAll, _ := All(NewTokenBucket(rate.Inf, 3), NewTokenBucket(rate.Inf, 1)).Decide(ctx, "k", cost, t0)
+		b := NewTokenBucket(inf, 3)
+		for i := range 10 {
+			now := t0.Add(time.Duration(i) * time.Millisecond)
+			if got := decide(t, b, "k", cost, now); got != want {
+				t.Fatalf("cost %d, request %d at +Inf: %+v, want as at rate.Inf: %+v", cost, i, got, want)
+			}
+			if got, _ := All(b, NewTokenBucket(inf, 1)).Decide(ctx, "k", cost, now); plain(got) != plain(wantAll) {
+				t.Fatalf("cost %d, request %d of an All at +Inf: %+v, want as at rate.Inf: %+v", cost, i, got, wantAll)
+			}
+			if !b.allow("k", cost, now) {
+				t.Fatalf("cost %d, request %d at +Inf refused by the middleware's path", cost, i)
+			}
+			if err := b.Charge(ctx, "k", cost, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b.Len() != 0 {
+			t.Fatalf("cost %d at +Inf: %d keys held, want none, as at rate.Inf", cost, b.Len())
+		}
+	}
+	fields := func(limit rate.Limit) string {
+		h := LimitWith(NewTokenBucket(limit, 3), WithRateLimitFields(""), WithClock(func() time.Time { return t0 }))(ok)
+		w := serve(h, "GET", "192.0.2.1:1")
+		return w.Header().Get("RateLimit") + " " + w.Header().Get("RateLimit-Policy")
+	}
+	if got, want := fields(inf), fields(rate.Inf); got != want {
+		t.Fatalf("the fields at +Inf: %q, want as at rate.Inf: %q", got, want)
+	}
+	// Below 0, or not a number, a limit is a programmer's error.
+	wantPanics(t, map[string]func(){
+		"NaN":  func() { NewTokenBucket(rate.Limit(math.NaN()), 1) },
+		"-1":   func() { NewTokenBucket(-1, 1) },
+		"-Inf": func() { NewTokenBucket(rate.Limit(math.Inf(-1)), 1) },
+	})
+}
+
+// noNaN fails t if a bucket b holds has tokens that are not a number at now.
+func noNaN(t *testing.T, b *TokenBucket, now time.Time) {
+	t.Helper()
+	for i := range b.parts {
+		p := &b.parts[i]
+		p.mu.Lock()
+		for k, lim := range p.keys {
+			if tokens := lim.TokensAt(now); math.IsNaN(tokens) || math.IsNaN(float64(lim.Limit())) {
+				t.Errorf("key %q: %v tokens at a limit of %v", k, tokens, lim.Limit())
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// TestTokenBucketHugeBurstAtHugeRate spends a burst of the largest int whole at rates up to
+// 1e18 a second, where the microsecond of slack lends up to 1e12 tokens, and peeks at instants
+// just after: Remaining is the largest cost admitted. It was counted up a token at a time, a
+// loop as long as the rate: 1.3 ms a decision at 1e12 a second, hours at 1e18, where this test
+// timed out.
+func TestTokenBucketHugeBurstAtHugeRate(t *testing.T) {
+	for _, limit := range []rate.Limit{1e6, 1e12, 1e15, 1e18, 1e300} {
+		for _, at := range []time.Duration{0, time.Nanosecond, time.Microsecond, time.Millisecond} {
+			b := NewTokenBucket(limit, math.MaxInt)
+			decide(t, b, "k", math.MaxInt, t0)
+			now := t0.Add(at)
+			d := decide(t, b, "k", 0, now)
+			if d.Remaining < math.MaxInt {
+				if got := decide(t, b, "k", d.Remaining+1, now); got.Allowed {
+					t.Fatalf("%v/s, %v after the burst was spent: Remaining %d, but %d is admitted", limit, at, d.Remaining, d.Remaining+1)
+				}
+			}
+			if got := decide(t, b, "k", d.Remaining, now); !got.Allowed {
+				t.Fatalf("%v/s, %v after the burst was spent: Remaining %d, but that cost is refused: %+v", limit, at, d.Remaining, got)
+			}
+		}
+	}
+}
+
+// TestLargest checks largest over random thresholds in the whole range of an int, each with a
+// random guess near it or far: it finds the largest n that passes, 0 when none does, in at most
+// 2·log2 of its distance from the guess, plus 3, calls of ok, whatever the range.
+func TestLargest(t *testing.T) {
+	rng := mathrand.New(mathrand.NewPCG(9, 10))
+	for range 100_000 {
+		most := []int{0, 1, 2, 10, math.MaxInt, math.MaxInt - 1, 1 + rng.IntN(math.MaxInt)}[rng.IntN(7)]
+		threshold := upTo(rng, most) - 1 // below 0: none passes
+		if rng.IntN(4) == 0 {
+			threshold = []int{-1, 0, most}[rng.IntN(3)]
+		}
+		guess := threshold + int(rng.Int64N(1<<rng.IntN(62))) - int(rng.Int64N(1<<rng.IntN(62)))
+		if guess < 0 || guess > most {
+			guess = upTo(rng, most)
+		}
+		calls := 0
+		got := largest(most, guess, func(n int) bool {
+			calls++
+			if n < 0 || n > most {
+				t.Fatalf("largest(%d, %d) asked about %d", most, guess, n)
+			}
+			return n <= threshold
+		})
+		want := max(0, threshold)
+		dist := uint(max(want-guess, guess-want))
+		if got != want || calls > 2*bits.Len(dist)+3 {
+			t.Fatalf("largest(%d, %d) with ok up to %d: %d in %d calls, want %d in at most %d", most, guess, threshold, got, calls, want, 2*bits.Len(dist)+3)
+		}
+	}
+}
+
+// upTo returns a random int from 0 to n.
+func upTo(rng *mathrand.Rand, n int) int {
+	if n == math.MaxInt {
+		return int(rng.Uint64() & math.MaxInt)
+	}
+	return rng.IntN(n + 1)
+}
+
+// TestRemainingGuess checks remaining over random buckets, rates from 1e-12 to 1e20 a second
+// and bursts up to the largest int, holding any tokens from a debt of the burst to the burst:
+// the answer is the largest cost admits admits, and the first guess is within 2048 of it, the
+// widest step between float64s of ints, so that largest finds it in a few calls whatever the
+// rate and burst.
+func TestRemainingGuess(t *testing.T) {
+	rng := mathrand.New(mathrand.NewPCG(11, 12))
+	for range 100_000 {
+		burst := []int{1, 2, 5, 1000, 1 << 30, math.MaxInt, 1 + rng.IntN(math.MaxInt)}[rng.IntN(7)]
+		pol := Policy{Limit: rate.Limit(math.Pow(10, -12+32*rng.Float64())), Burst: burst}
+		tokens := float64(burst) * (2*rng.Float64() - 1)
+		switch rng.IntN(4) {
+		case 0:
+			tokens = math.Nextafter(float64(burst), 0)
+		case 1:
+			tokens = math.Round(tokens)
+		}
+		n := remaining(pol, tokens)
+		if n > 0 && !admits(pol, n, tokens) || n < burst && admits(pol, n+1, tokens) {
+			t.Fatalf("%v/s, burst %d, %v tokens: remaining %d, which is not the largest cost admitted", pol.Limit, burst, tokens, n)
+		}
+		if guess := guessRemaining(pol, tokens); max(n-guess, guess-n) > 2048 {
+			t.Fatalf("%v/s, burst %d, %v tokens: the guess %d is %d from the answer", pol.Limit, burst, tokens, guess, n-guess)
+		}
 	}
 }
