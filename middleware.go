@@ -119,7 +119,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // 503. A limiter with layers charged afterwards ([ChargedAfter]) is charged by the caller, which
 // knows the key: with [Charger]'s Charge.
 func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) bool {
-	return m.decide(w, r, m.c.now(), key)
+	return m.decide(w, r, key)
 }
 
 // limitHandler is the handler a Middleware wraps around next.
@@ -148,11 +148,8 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	// A request of cost 1 that the limiter admits at once needs no Decision (see allower).
-	if now := m.c.now(); m.quick == nil || m.c.cost != nil || !m.quick.allow(key, 1, now) {
-		if !m.decide(w, r, now, key) {
-			return
-		}
+	if !m.decide(w, r, key) {
+		return
 	}
 	if m.after == nil {
 		h.serve(w, r)
@@ -200,12 +197,18 @@ func (m *Middleware) chargeAfter(r *http.Request, key string, slot *chargeSlot) 
 	}
 }
 
-// decide asks the limiter about r under key at now, writes the rate-limit fields, and reports
-// whether r may reach next; if not, it has answered r.
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Time, key string) bool {
+// decide asks the limiter about r under key, writes the rate-limit fields, and reports whether
+// r may reach next; if not, it has answered r. It reads the clock after the cost function, which
+// may take long (reading a body), so that r is decided at a reading no older than its decision.
+func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, key string) bool {
 	cost := 1
 	if m.c.cost != nil {
 		cost = max(1, m.c.cost(r))
+	}
+	now := m.c.now()
+	// A request of cost 1 that the limiter admits at once needs no Decision (see allower).
+	if m.quick != nil && m.c.cost == nil && m.quick.allow(key, 1, now) {
+		return true
 	}
 	d, err := m.limiter.Decide(r.Context(), key, cost, now)
 	if err != nil {

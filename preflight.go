@@ -64,7 +64,7 @@ func (w *preflightWriter) admit() bool {
 	restore(h, w.saved)
 	var ok bool
 	if key, passed := m.key(rw, r); passed {
-		ok = m.decide(rw, r, m.c.now(), key)
+		ok = m.decide(rw, r, key)
 	} else {
 		ok = m.c.failOpen
 	}
