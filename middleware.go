@@ -2,6 +2,7 @@ package retryafter
 
 import (
 	"context"
+	"hash/maphash"
 	"net/http"
 	"time"
 
@@ -44,8 +45,9 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // error hook, since the store did not fail. LimitWith does not change l, which may serve other
 // middleware at the same time.
 //
-// A CORS preflight is never counted or refused; see the package doc's Browsers section for
-// where to mount CORS middleware.
+// A CORS preflight that CORS middleware answers is never counted or refused, and a request
+// shaped as one that it does not is limited as any other; see the package doc's Browsers section
+// for where to mount CORS middleware.
 func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 	return NewMiddleware(l, opts...).Handler
 }
@@ -109,7 +111,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Middleware.Handler(nil)")
 	}
-	return &limitHandler{next: next, m: m}
+	h := &limitHandler{next: next, m: m}
+	h.preflights.seed = maphash.MakeSeed()
+	return h
 }
 
 // Allow decides r under key, rather than the key function's, and reports whether it was
@@ -124,8 +128,9 @@ func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) b
 
 // limitHandler is the handler a Middleware wraps around next.
 type limitHandler struct {
-	next http.Handler
-	m    *Middleware
+	next       http.Handler
+	m          *Middleware
+	preflights preflightMemory // what next does with requests shaped as preflights
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -135,9 +140,9 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serve(w, r)
 		return
 	}
-	if isPreflight(r) {
-		// Free when it is one, which only the answer tells: see preflight.go.
-		h.servePreflight(w, r)
+	// Free when it is one, which only the answer tells: see preflight.go.
+	preflight := isPreflight(r)
+	if preflight && h.passPreflight(w, r) {
 		return
 	}
 	key, err := m.c.key(r)
@@ -153,13 +158,20 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.after == nil {
 		h.serve(w, r)
-		return
+	} else {
+		h.serveCharged(w, r, key)
 	}
-	// Layers charged afterwards: the handler reports what the request cost with Charge, and
-	// the request is charged whatever becomes of the handler, a panic included.
+	if preflight {
+		h.preflights.learn(r, answersPreflight(w.Header()))
+	}
+}
+
+// serveCharged passes r to next and charges the layers of the limiter charged afterwards what
+// the handler reports with Charge, whatever becomes of the handler, a panic included.
+func (h *limitHandler) serveCharged(w http.ResponseWriter, r *http.Request, key string) {
 	slot := new(chargeSlot)
 	r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))
-	defer m.chargeAfter(r, key, slot)
+	defer h.m.chargeAfter(r, key, slot)
 	h.serve(w, r)
 }
 
