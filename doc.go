@@ -78,7 +78,9 @@
 // A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not the request
 // it asks about: answered by CORS middleware on either side of the limiter, it is never counted
 // or refused. A request shaped as one that no CORS middleware answers, behind a handler that
-// serves every method, is counted and limited as any other (see preflight.go).
+// serves every method, is counted and limited as any other, and reaches the handler only when
+// admitted. The middleware tells them apart by what next has answered before; preflight.go says
+// how, and what a router with CORS middleware on some routes only costs.
 //
 // # Traefik
 //

@@ -2,6 +2,7 @@ package retryafter
 
 import (
 	"context"
+	"hash/maphash"
 	"net/http"
 	"time"
 
@@ -44,8 +45,9 @@ func Limit(limit rate.Limit, burst int, opts ...Option) func(http.Handler) http.
 // error hook, since the store did not fail. LimitWith does not change l, which may serve other
 // middleware at the same time.
 //
-// A CORS preflight is never counted or refused; see the package doc's Browsers section for
-// where to mount CORS middleware.
+// A CORS preflight that CORS middleware answers is never counted or refused, and a request
+// shaped as one that it does not is limited as any other; see the package doc's Browsers section
+// for where to mount CORS middleware.
 func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 	return NewMiddleware(l, opts...).Handler
 }
@@ -109,7 +111,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Middleware.Handler(nil)")
 	}
-	return &limitHandler{next: next, m: m}
+	h := &limitHandler{next: next, m: m}
+	h.preflights.seed = maphash.MakeSeed()
+	return h
 }
 
 // Allow decides r under key, rather than the key function's, and reports whether it was
@@ -119,13 +123,14 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // 503. A limiter with layers charged afterwards ([ChargedAfter]) is charged by the caller, which
 // knows the key: with [Charger]'s Charge.
 func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) bool {
-	return m.decide(w, r, m.c.now(), key)
+	return m.decide(w, r, key)
 }
 
 // limitHandler is the handler a Middleware wraps around next.
 type limitHandler struct {
-	next http.Handler
-	m    *Middleware
+	next       http.Handler
+	m          *Middleware
+	preflights preflightMemory // what next does with requests shaped as preflights
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -135,9 +140,9 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serve(w, r)
 		return
 	}
-	if isPreflight(r) {
-		// Free when it is one, which only the answer tells: see preflight.go.
-		h.servePreflight(w, r)
+	// Free when it is one, which only the answer tells: see preflight.go.
+	preflight := isPreflight(r)
+	if preflight && h.passPreflight(w, r) {
 		return
 	}
 	key, err := m.c.key(r)
@@ -148,21 +153,25 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	// A request of cost 1 that the limiter admits at once needs no Decision (see allower).
-	if now := m.c.now(); m.quick == nil || m.c.cost != nil || !m.quick.allow(key, 1, now) {
-		if !m.decide(w, r, now, key) {
-			return
-		}
+	if !m.decide(w, r, key) {
+		return
 	}
 	if m.after == nil {
 		h.serve(w, r)
-		return
+	} else {
+		h.serveCharged(w, r, key)
 	}
-	// Layers charged afterwards: the handler reports what the request cost with Charge, and
-	// the request is charged whatever becomes of the handler, a panic included.
+	if preflight {
+		h.preflights.learn(r, answersPreflight(w.Header()))
+	}
+}
+
+// serveCharged passes r to next and charges the layers of the limiter charged afterwards what
+// the handler reports with Charge, whatever becomes of the handler, a panic included.
+func (h *limitHandler) serveCharged(w http.ResponseWriter, r *http.Request, key string) {
 	slot := new(chargeSlot)
 	r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))
-	defer m.chargeAfter(r, key, slot)
+	defer h.m.chargeAfter(r, key, slot)
 	h.serve(w, r)
 }
 
@@ -200,12 +209,18 @@ func (m *Middleware) chargeAfter(r *http.Request, key string, slot *chargeSlot) 
 	}
 }
 
-// decide asks the limiter about r under key at now, writes the rate-limit fields, and reports
-// whether r may reach next; if not, it has answered r.
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, now time.Time, key string) bool {
+// decide asks the limiter about r under key, writes the rate-limit fields, and reports whether
+// r may reach next; if not, it has answered r. It reads the clock after the cost function, which
+// may take long (reading a body), so that r is decided at a reading no older than its decision.
+func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, key string) bool {
 	cost := 1
 	if m.c.cost != nil {
 		cost = max(1, m.c.cost(r))
+	}
+	now := m.c.now()
+	// A request of cost 1 that the limiter admits at once needs no Decision (see allower).
+	if m.quick != nil && m.c.cost == nil && m.quick.allow(key, 1, now) {
+		return true
 	}
 	d, err := m.limiter.Decide(r.Context(), key, cost, now)
 	if err != nil {

@@ -60,3 +60,44 @@ func TestOneClockReading(t *testing.T) {
 		}
 	}
 }
+
+// TestClockReadAfterCost checks that the middleware reads its clock after the cost function,
+// just before the limiter decides. Each slow request's cost function takes a second and a half
+// (a body sent slowly), and quick requests of the same client are decided meanwhile and right
+// after; the clock has no monotonic readings. Decided at a reading taken before its cost
+// function, the slow request would look to the bucket like a step back of the clock, after which
+// the same time is credited twice. So at 1/s with bursts of 1, no more requests are admitted
+// than the rate allows over the time that passed, and every refusal's Date and Retry-After come
+// from the reading its decision was made at.
+func TestClockReadAfterCost(t *testing.T) {
+	const client = "192.0.2.1:1"
+	clk := newClock(t0)
+	var h http.Handler
+	var during *httptest.ResponseRecorder
+	cost := func(r *http.Request) int {
+		if r.Header.Get("X-Slow") != "" {
+			clk.Advance(1500 * time.Millisecond)
+			during = serve(h, "GET", client)
+		}
+		return 1
+	}
+	h = Limit(1, 1, WithClock(clk.Now), WithCost(cost))(ok)
+	admitted := 0
+	count := func(w *httptest.ResponseRecorder) {
+		t.Helper()
+		if w.Code == http.StatusOK {
+			admitted++
+			return
+		}
+		wantRefusal(t, w, http.StatusTooManyRequests, clk.Now())
+	}
+	for range 20 {
+		slow := serveWith(h, "GET", client, "X-Slow", "yes")
+		count(during)
+		count(slow)
+		count(serve(h, "GET", client))
+	}
+	if most := 1 + int(clk.Now().Sub(t0)/time.Second); admitted > most {
+		t.Fatalf("%d requests admitted in %v at 1/s with bursts of 1, want at most %d", admitted, clk.Now().Sub(t0), most)
+	}
+}

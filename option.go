@@ -46,9 +46,17 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// WithClock sets the clock, which the middleware reads once per request and uses that one
-// reading for the limiter, the Retry-After it computes and the Date it writes. The default is
-// [time.Now]. (A [Maintenance], a struct whose zero value works, has a Now field instead.)
+// WithClock sets the clock. The middleware reads it once per request, after the key and cost
+// functions, just before the limiter decides, and uses that one reading for the limiter, the
+// Retry-After it computes and the Date it writes. The default is [time.Now]. (A [Maintenance],
+// a struct whose zero value works, has a Now field instead.)
+//
+// A clock without monotonic readings (time.Now().UTC(), a clock of the test's) follows the wall
+// clock when it is set back: a [TokenBucket] takes a reading more than a second behind the
+// latest it has seen for the clock's new time and counts on from it, so its clients may spend
+// the quota of the time the clock went back once more. Readings less than a second out of order
+// are taken for requests that read the clock before others decided, and decided at the latest.
+// time.Now's readings are monotonic: they never go back.
 func WithClock(now func() time.Time) Option {
 	if now == nil {
 		panic("retryafter: WithClock(nil)")

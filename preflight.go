@@ -1,17 +1,98 @@
 package retryafter
 
 import (
+	"hash/maphash"
 	"net/http"
+	"sync/atomic"
 )
 
 // A request shaped as a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
-// is free when it is one: when CORS middleware answers it, mounted after the limiter, as its
-// preflight. Whether it is, only the answer tells, so the middleware passes it to next and looks
-// at the response before its header goes out: a preflight answer (Access-Control-Allow-Methods
-// or Access-Control-Allow-Headers set) goes out uncounted; any other is decided first, as the
-// request it is, and answered 429 in its place when the limiter refuses it. So an OPTIONS that
-// no CORS middleware answers, behind a handler that serves every method, is counted and limited
-// like a GET. (Its handler has then run; it is its answer that the client does not get.)
+// is free when it is one: when CORS middleware answers it as its preflight. Whether it is, only
+// the answer tells, and the limit is there to protect the handler, which must not run for a
+// client more often than the limit admits. So the handler a Middleware wraps around next learns
+// what next does with such requests:
+//
+//   - Until next has answered one other than as a preflight, each is passed to next uncounted,
+//     and its answer looked at before its header goes out: a preflight answer
+//     (Access-Control-Allow-Methods or Access-Control-Allow-Headers set, or Vary naming
+//     Access-Control-Request-Method) goes out; any other is decided first, as the request it
+//     is, and answered 429 in its place when the limiter refuses it.
+//   - From then on, one is passed on so only when next has answered a preflight to its route
+//     (host and path) as one; any other is decided first, as any request, and reaches next only
+//     when admitted. When next then answers it as a preflight, its route is remembered.
+//
+// A request that CORS middleware before the limiter answered and passes on (go-chi/cors's
+// OptionsPassthrough), its preflight answer set already, is passed on uncounted.
+//
+// So behind CORS middleware on every route, on either side of the limiter, no preflight is
+// counted or refused. Behind a handler that serves every method and no CORS middleware, a
+// request shaped as a preflight reaches the handler only when admitted, except the first such
+// request next is ever sent (and any sent at the same moment), which reaches it before it is
+// decided: if its client is over its limit, the handler runs once more than the limit admits,
+// once for the life of the middleware. Behind a router with CORS middleware on some routes only,
+// a preflight to a route not remembered is counted, and refused to a client over its limit,
+// until one is admitted. The routes remembered are a fixed number (answeredRoutes), so that no
+// flood of routes grows the memory, and one is replaced only when next answers a preflight to
+// another route as one: once next has answered one other than as a preflight, only an admitted
+// request can do that.
+
+// answeredRoutes is how many routes whose preflights next answers a preflightMemory remembers.
+const answeredRoutes = 64
+
+// A preflightMemory is what the handler of a Middleware has learned of what next does with
+// requests shaped as preflights. It is safe for concurrent use; its seed is set before use.
+type preflightMemory struct {
+	seed     maphash.Seed
+	handled  atomic.Bool                   // next has answered one other than as a preflight
+	answered [answeredRoutes]atomic.Uint64 // hashes of routes next answered preflights to, one a slot
+}
+
+// answers reports whether next is taken to answer r, shaped as a preflight, as CORS middleware
+// does.
+func (p *preflightMemory) answers(r *http.Request) bool {
+	if !p.handled.Load() {
+		return true
+	}
+	k := p.route(r)
+	return p.answered[(k>>1)%answeredRoutes].Load() == k
+}
+
+// learn records whether next answered r, shaped as a preflight, as a preflight.
+func (p *preflightMemory) learn(r *http.Request, preflight bool) {
+	k := p.route(r)
+	slot := &p.answered[(k>>1)%answeredRoutes]
+	if preflight {
+		slot.Store(k)
+		return
+	}
+	p.handled.Store(true)
+	slot.CompareAndSwap(k, 0)
+}
+
+// route returns the hash of r's route, its host and path: never 0, which is an empty slot.
+func (p *preflightMemory) route(r *http.Request) uint64 {
+	var h maphash.Hash
+	h.SetSeed(p.seed)
+	h.WriteString(r.Host)
+	h.WriteByte(0)
+	h.WriteString(r.URL.Path)
+	return h.Sum64() | 1
+}
+
+// passPreflight passes r, shaped as a preflight, to next uncounted and reports true when it is
+// taken for one: answered by CORS middleware before the limiter, or sent where next is taken to
+// answer preflights. Otherwise it reports false, and r is to be decided first.
+func (h *limitHandler) passPreflight(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case answersPreflight(w.Header()):
+		h.serve(w, r)
+	case h.preflights.answers(r):
+		h.servePreflight(w, r)
+	default:
+		return false
+	}
+	return true
+}
 
 // servePreflight passes r, shaped as a preflight, to next through a preflightWriter.
 func (h *limitHandler) servePreflight(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +120,9 @@ const (
 func (w *preflightWriter) check() bool {
 	if w.state == 0 {
 		w.state = preflightPassing
-		if !answersPreflight(w.ResponseWriter.Header()) && !w.admit() {
+		answered := answersPreflight(w.ResponseWriter.Header())
+		w.h.preflights.learn(w.r, answered)
+		if !answered && !w.admit() {
 			w.state = preflightRefused
 		}
 	}
@@ -64,7 +147,7 @@ func (w *preflightWriter) admit() bool {
 	restore(h, w.saved)
 	var ok bool
 	if key, passed := m.key(rw, r); passed {
-		ok = m.decide(rw, r, m.c.now(), key)
+		ok = m.decide(rw, r, key)
 	} else {
 		ok = m.c.failOpen
 	}

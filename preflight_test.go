@@ -3,9 +3,13 @@ package retryafter
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,7 +60,7 @@ func corsRequest(method, origin string, preflight bool) *http.Request {
 // TestPreflightNotCounted sends many CORS preflights, then the actual requests, through a
 // limiter with a burst of 2, with CORS middleware mounted before it, after it, or before it with
 // passthrough: no preflight is counted or refused, so both actual requests are
-// admitted; and a request that only looks like one (OPTIONS without Origin or without
+// admitted, and none is refused to a client that spent its quota before it sent one; and a request that only looks like one (OPTIONS without Origin or without
 // Access-Control-Request-Method) is counted as any other.
 func TestPreflightNotCounted(t *testing.T) {
 	const page = "http://page.test"
@@ -100,6 +104,17 @@ func TestPreflightNotCounted(t *testing.T) {
 			// Preflights are still not refused with the quota spent.
 			if w := serveRequest(h, corsRequest("OPTIONS", page, true)); w.Code != http.StatusNoContent {
 				t.Fatalf("preflight with the quota spent: %d, want 204", w.Code)
+			}
+		})
+		t.Run(tt.name+", the quota spent before any preflight", func(t *testing.T) {
+			h := tt.h(Limit(rate.Every(time.Hour), 2, WithClock(newClock(t0).Now), WithErrorHook(func(*http.Request, error) {})))
+			for range 3 {
+				serveRequest(h, corsRequest("GET", page, false))
+			}
+			for i := range 20 {
+				if w := serveRequest(h, corsRequest("OPTIONS", page, true)); w.Code != http.StatusNoContent {
+					t.Fatalf("preflight %d over the limit: %d, want 204", i+1, w.Code)
+				}
 			}
 		})
 	}
@@ -256,5 +271,131 @@ func TestPreflightShapedCounted(t *testing.T) {
 		if w := serveRequest(h, corsRequest("OPTIONS", page, true)); w.Code != http.StatusNoContent {
 			t.Fatalf("a real preflight %d: %d, want 204", i+1, w.Code)
 		}
+	}
+}
+
+// TestPreflightShapedRunsHandlerWithinLimit sends 50 requests shaped as CORS preflights from one
+// client to a handler that serves every method, with no CORS middleware, under a limit of 2 a
+// minute: the handler runs twice, whether they all ask for one route or each for another, and
+// the others are refused before it runs. Until this was so, it ran 50 times.
+func TestPreflightShapedRunsHandlerWithinLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		path func(i int) string
+	}{
+		{"one route", func(int) string { return "/" }},
+		{"a route each", func(i int) string { return fmt.Sprintf("/page/%d", i) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runs := 0
+			mux := http.NewServeMux()
+			mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { runs++ })
+			h := Limit(rate.Every(30*time.Second), 2, WithClock(newClock(t0).Now))(mux)
+			codes := map[int]int{}
+			for i := range 50 {
+				r := corsRequest("OPTIONS", "http://page.test", true)
+				r.URL.Path = tt.path(i)
+				codes[serveRequest(h, r).Code]++
+			}
+			if runs != 2 || codes[http.StatusOK] != 2 || codes[http.StatusTooManyRequests] != 48 {
+				t.Fatalf("the handler ran %d times, answers %v; want 2 runs, 2 of 200 and 48 of 429", runs, codes)
+			}
+		})
+	}
+	// The first request shaped as a preflight that the handler is ever sent reaches it before it
+	// is decided (it may be a preflight that CORS middleware answers): one run more than the
+	// limit admits, once, to a client that spent its quota before.
+	t.Run("the quota spent first", func(t *testing.T) {
+		runs := 0
+		h := Limit(rate.Every(30*time.Second), 2, WithClock(newClock(t0).Now))(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ }))
+		for range 2 {
+			serveRequest(h, corsRequest("GET", "http://page.test", false))
+		}
+		for i := range 50 {
+			if code := serveRequest(h, corsRequest("OPTIONS", "http://page.test", true)).Code; code != http.StatusTooManyRequests {
+				t.Fatalf("request %d shaped as a preflight, over the limit: %d, want 429", i+1, code)
+			}
+		}
+		if runs != 3 {
+			t.Fatalf("the handler ran %d times, want 3: the 2 GETs and the first request shaped as a preflight", runs)
+		}
+	})
+	// CORS middleware that answers the preflights of one origin and passes the others on: the
+	// route whose preflight it answered is forgotten when it passes one on.
+	t.Run("a route answered for another origin", func(t *testing.T) {
+		runs := 0
+		cors := corsMiddleware(false)(ok)
+		h := Limit(rate.Every(30*time.Second), 2, WithClock(newClock(t0).Now), WithErrorHook(func(*http.Request, error) {}))(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Origin") == "http://page.test" {
+					cors.ServeHTTP(w, r)
+					return
+				}
+				runs++
+			}))
+		if code := serveRequest(h, corsRequest("OPTIONS", "http://page.test", true)).Code; code != http.StatusNoContent {
+			t.Fatalf("the page's preflight: %d, want 204", code)
+		}
+		for range 50 {
+			r := corsRequest("OPTIONS", "http://other.test", true)
+			r.RemoteAddr = "198.51.100.1:1"
+			serveRequest(h, r)
+		}
+		if runs != 2 {
+			t.Fatalf("the handler ran %d times for another origin's 50 requests, want 2", runs)
+		}
+	})
+}
+
+// TestPreflightMixedRoutes mounts the limiter before a router on which only some routes have
+// CORS middleware, and the others a handler that serves every method: a client that floods the
+// latter with requests shaped as preflights, each to another route, runs the handler no more
+// often than its limit admits, while a real preflight to a route whose preflights CORS
+// middleware has answered stays free and is answered for a client over its limit too, from many
+// goroutines at once.
+func TestPreflightMixedRoutes(t *testing.T) {
+	const page = "http://page.test"
+	var runs atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("/api/", corsMiddleware(false)(ok))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })
+	h := Limit(rate.Every(30*time.Second), 2, WithClock(newClock(t0).Now), WithErrorHook(func(*http.Request, error) {}))(mux)
+	send := func(client, method, path string, preflight bool) int {
+		r := corsRequest(method, page, preflight)
+		r.RemoteAddr, r.URL.Path = client, path
+		return serveRequest(h, r).Code
+	}
+	const browser, flooder = "192.0.2.1:1", "198.51.100.1:1"
+	if code := send(browser, "OPTIONS", "/api/items", true); code != http.StatusNoContent {
+		t.Fatalf("the browser's preflight: %d, want 204", code)
+	}
+	for i := range 1000 {
+		send(flooder, "OPTIONS", fmt.Sprintf("/page/%d", i), true)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("1,000 requests shaped as preflights, a route each, ran the handler %d times, want 2", n)
+	}
+	var codes []int
+	for range 3 {
+		codes = append(codes, send(browser, "GET", "/api/items", false))
+	}
+	if !slices.Equal(codes, []int{200, 200, 429}) {
+		t.Fatalf("the browser's GETs after its preflight: %v, want 200 200 429 (the preflight free)", codes)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if code := send(browser, "OPTIONS", "/api/items", true); code != http.StatusNoContent {
+					t.Errorf("the browser's preflight over its limit: %d, want 204", code)
+				}
+				send(flooder, "OPTIONS", fmt.Sprintf("/more/%d", i), true)
+			}
+		})
+	}
+	wg.Wait()
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("with the browser's preflights among them, the flood ran the handler %d times, want 2", n)
 	}
 }

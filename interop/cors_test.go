@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -107,4 +108,59 @@ func TestGoChiCORSOrders(t *testing.T) {
 			t.Fatalf("limiter first: 429 with Access-Control-Allow-Origin %q; reported %v, want ErrCORSMountOrder once", allow, reported)
 		}
 	}
+}
+
+// TestGoChiCORSPreflightShaped mounts the limiter first on a chi router whose /api routes have
+// go-chi/cors and whose other routes a handler that serves every method: a client that spent its
+// quota before it sent a preflight gets every preflight to /api answered, and a client that sends
+// 1,000 requests shaped as preflights to the other routes, each to another, runs that handler no
+// more often than its limit admits.
+func TestGoChiCORSPreflightShaped(t *testing.T) {
+	const origin = "http://127.0.0.1:1"
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	runs := 0
+	r := chi.NewRouter()
+	r.Use(retryafter.Limit(rate.Every(30*time.Second), 2,
+		retryafter.WithClock(func() time.Time { return now }), retryafter.WithErrorHook(func(*http.Request, error) {})))
+	r.Route("/api", func(r chi.Router) {
+		r.Use(cors.Handler(cors.Options{AllowedOrigins: []string{origin}, AllowedMethods: []string{"GET"}, AllowedHeaders: []string{"X-Test"}}))
+		r.Get("/thing", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("thing")) })
+	})
+	r.Handle("/*", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ }))
+	send := func(client, method, path string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, "http://api.test"+path, nil)
+		req.RemoteAddr = client
+		req.Header.Set("Origin", origin)
+		if method == http.MethodOptions {
+			req.Header.Set("Access-Control-Request-Method", "GET")
+			req.Header.Set("Access-Control-Request-Headers", "x-test")
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		return w
+	}
+	const browser, flooder = "192.0.2.1:1234", "198.51.100.1:1234"
+	var codes []int
+	for range 3 {
+		codes = append(codes, send(browser, http.MethodGet, "/api/thing").Code)
+	}
+	if !slices.Equal(codes, []int{200, 200, 429}) {
+		t.Fatalf("GETs answered %v, want 200 200 429", codes)
+	}
+	preflight := func() {
+		t.Helper()
+		for i := range 10 {
+			if w := send(browser, http.MethodOptions, "/api/thing"); w.Code != http.StatusOK || w.Header().Get("Access-Control-Allow-Origin") != origin {
+				t.Fatalf("preflight %d over the limit: %d, Access-Control-Allow-Origin %q", i+1, w.Code, w.Header().Get("Access-Control-Allow-Origin"))
+			}
+		}
+	}
+	preflight()
+	for i := range 1000 {
+		send(flooder, http.MethodOptions, "/page/"+strconv.Itoa(i))
+	}
+	if runs != 2 {
+		t.Fatalf("1,000 requests shaped as preflights ran the handler %d times, want 2", runs)
+	}
+	preflight()
 }
