@@ -53,10 +53,11 @@ func newConfig(opts []Option) config {
 //
 // A clock without monotonic readings (time.Now().UTC(), a clock of the test's) follows the wall
 // clock when it is set back: a [TokenBucket] takes a reading more than a second behind the
-// latest it has seen for the clock's new time and counts on from it, so its clients may spend
-// the quota of the time the clock went back once more. Readings less than a second out of order
-// are taken for requests that read the clock before others decided, and decided at the latest.
-// time.Now's readings are monotonic: they never go back.
+// latest it has seen for a step back of the clock, and all its buckets count on from the new
+// reading as from the latest instant, neither refilled nor frozen for the step (see
+// [TokenBucket.Decide]). Readings less than a second out of order are taken for requests that
+// read the clock before others decided, and decided at the latest. time.Now's readings are
+// monotonic: they never go back.
 func WithClock(now func() time.Time) Option {
 	if now == nil {
 		panic("retryafter: WithClock(nil)")
