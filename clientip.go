@@ -71,7 +71,8 @@ func newClientIP(trusted ...netip.Prefix) *clientKeyer {
 //     process, as a loopback one is, so it is trusted as a proxy when a trusted prefix holds
 //     a loopback address: ClientIP(netip.MustParsePrefix("127.0.0.1/32")) keys each request
 //     by the client its proxy appended to X-Forwarded-For, walked as below. Untrusted, or with
-//     no usable X-Forwarded-For, it is an error whose text says so.
+//     no usable X-Forwarded-For, it is an error wrapping [ErrNoClientIP] whose text says so and
+//     names the field read (see [ClientIPFrom]); the middleware answers it 500.
 //   - With no trusted prefixes, RemoteAddr is the client. X-Forwarded-For, X-Real-IP,
 //     Forwarded and every other request header are ignored, so a client cannot dodge its
 //     limit by sending them.
@@ -111,14 +112,16 @@ func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
 // "True-Client-IP" or "X-Real-IP", which a trusted peer's request names its client by (its
 // last line, when there are several; a value that is not one address leaves the peer as the
 // key). Only field is read, and only from a peer inside trusted, so a client cannot choose
-// its key by sending it or any other; a CDN overwrites its field on every request. It panics
-// as ClientIPPrefix does, or if field is empty.
+// its key by sending it or any other; a CDN overwrites its field on every request. A peer on a
+// Unix socket, trusted as [ClientIPPrefix] says, has no address to fall back on: without a
+// client in field the request fails with an error that wraps [ErrNoClientIP] and names field.
+// It panics as ClientIPPrefix does, or if field is empty.
 func ClientIPFrom(field string, trusted ...netip.Prefix) KeyFunc {
 	if field == "" {
 		panic("retryafter: ClientIPFrom: no field")
 	}
 	k := newClientKeyer(32, 64, trusted...)
-	k.field = http.CanonicalHeaderKey(field)
+	k.field, k.name = http.CanonicalHeaderKey(field), field
 	switch k.field {
 	case clientIPForwardedFor:
 	case "Forwarded":
@@ -138,7 +141,7 @@ func newClientKeyer(v4Bits, v6Bits int, trusted ...netip.Prefix) *clientKeyer {
 	if v6Bits < 1 || v6Bits > 128 {
 		panic(fmt.Sprintf("retryafter: ClientIPPrefix: v6Bits %d is outside 1..128", v6Bits))
 	}
-	k := &clientKeyer{v4Bits: v4Bits, v6Bits: v6Bits, field: clientIPForwardedFor}
+	k := &clientKeyer{v4Bits: v4Bits, v6Bits: v6Bits, field: clientIPForwardedFor, name: clientIPForwardedFor}
 	for _, p := range trusted {
 		if !p.IsValid() {
 			panic(fmt.Sprintf("retryafter: ClientIP: trusted prefix %v is not valid", p))
@@ -157,6 +160,7 @@ type clientKeyer struct {
 	v4Bits, v6Bits int
 	trusted        []netip.Prefix // IPv4-mapped ones unmapped
 	field          string         // the field trusted proxies name the client in, canonical
+	name           string         // field as configured, for errors
 	forwarded      bool           // field is RFC 7239's Forwarded: the for= of each element
 	single         bool           // field holds one address, a CDN's
 }
@@ -190,14 +194,13 @@ func (k *clientKeyer) socketKey(r *http.Request) (string, error) {
 	}
 	if !k.isTrusted(loopback4) && !k.isTrusted(loopback6) {
 		return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket; behind a proxy that connects on one, "+
-			"trust it as a local proxy, ClientIP(netip.MustParsePrefix(\"127.0.0.1/32\")), and have it "+
-			"append the client to X-Forwarded-For", ErrNoClientIP, r.RemoteAddr)
+			"trust it as a local proxy by trusting loopback, netip.MustParsePrefix(\"127.0.0.1/32\"), and have it "+
+			"name the client in %s", ErrNoClientIP, r.RemoteAddr, k.name)
 	}
-	lines := r.Header[k.field]
-	if a := k.walk(lines, netip.Addr{}); a.IsValid() {
+	if a := k.walk(r.Header[k.field], netip.Addr{}); a.IsValid() {
 		return k.format(a, ""), nil
 	}
-	return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket, and X-Forwarded-For names no client", ErrNoClientIP, r.RemoteAddr)
+	return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket, and %s names no client", ErrNoClientIP, r.RemoteAddr, k.name)
 }
 
 var (
@@ -228,7 +231,10 @@ func (k *clientKeyer) isTrusted(a netip.Addr) bool {
 // without an address; the result is then the zero Addr when no entry names a hop.
 func (k *clientKeyer) walk(lines []string, cur netip.Addr) netip.Addr {
 	if k.single {
-		// One address, the client, in the last line; anything else leaves cur.
+		// One address, the client, in the last line; anything else, or no line, leaves cur.
+		if len(lines) == 0 {
+			return cur
+		}
 		if _, a, ok := clientIPParseHost(clientIPTrim(lines[len(lines)-1])); ok {
 			return a
 		}
