@@ -107,11 +107,12 @@ func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
 
 // ClientIPFrom is [ClientIP] for proxies that write the client into field rather than
 // X-Forwarded-For: "Forwarded" (RFC 7239), walked as X-Forwarded-For is, element by element
-// from the right, each element's for= parameter the hop ("unknown" and obfuscated
-// identifiers stop the walk); or a CDN's field of one address, such as "CF-Connecting-IP",
-// "True-Client-IP" or "X-Real-IP", which a trusted peer's request names its client by (its
-// last line, when there are several; a value that is not one address leaves the peer as the
-// key). Only field is read, and only from a peer inside trusted, so a client cannot choose
+// from the right, each element's for= parameter the hop, with its port, obfuscated or not
+// ("192.0.2.43:_hidden"), ignored; a node that names no address ("unknown", an obfuscated
+// "_hidden") stops the walk, so that the clients of a proxy that hides them share its key; or a
+// CDN's field of one address, such as "CF-Connecting-IP", "True-Client-IP" or "X-Real-IP",
+// which a trusted peer's request names its client by (its last line, when there are several;
+// a value that is not one address leaves the peer as the key). Only field is read, and only from a peer inside trusted, so a client cannot choose
 // its key by sending it or any other; a CDN overwrites its field on every request. A peer on a
 // Unix socket, trusted as [ClientIPPrefix] says, has no address to fall back on: without a
 // client in field the request fails with an error that wraps [ErrNoClientIP] and names field.
@@ -393,8 +394,9 @@ func clientIPTrim(s string) string {
 }
 
 // forwardedFor returns the node of the for= parameter of an RFC 7239 Forwarded element, its
-// quotes removed ("[2001:db8::1]:4711"), or "unknown" when the element names none, which stops
-// a walk as any entry that is not an address does.
+// quotes and any obfuscated port removed ("[2001:db8::1]:4711", "192.0.2.43" for
+// "192.0.2.43:_hidden"), or "unknown" when the element names none, which stops a walk as any
+// entry that is not an address does.
 func forwardedFor(element string) string {
 	for element != "" {
 		pair := element
@@ -414,7 +416,26 @@ func forwardedFor(element string) string {
 		if value == "" {
 			return "unknown"
 		}
+		if i := strings.LastIndexByte(value, ':'); i >= 0 && forwardedObfPort(value[i+1:]) {
+			value = value[:i]
+		}
 		return value
 	}
 	return "unknown"
+}
+
+// forwardedObfPort reports whether s is an obfuscated port of RFC 7239 §6.3:
+// "_" 1*(ALPHA / DIGIT / "." / "_" / "-").
+func forwardedObfPort(s string) bool {
+	if len(s) < 2 || s[0] != '_' {
+		return false
+	}
+	for _, c := range []byte(s[1:]) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }

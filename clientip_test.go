@@ -269,6 +269,13 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 				}
 				return r
 			}},
+			{"behind a trusted proxy that hides ports in Forwarded", ClientIPFrom("Forwarded", trusted...), func(spoof []string, port uint16) *http.Request {
+				r := clientIPReq(proxy4.String(), spoof...)
+				node := netip.AddrPortFrom(attacker, 0).String()
+				node = `"` + node[:len(node)-1] + clientIPObfPort(port) + `"`
+				r.Header.Add("Forwarded", "for="+node+";by=_proxy")
+				return r
+			}},
 			{"behind a CDN that sets CF-Connecting-IP", ClientIPFrom("CF-Connecting-IP", trusted...), func(spoof []string, port uint16) *http.Request {
 				r := clientIPReq(proxy6.String(), spoof...)
 				r.Header.Set("CF-Connecting-IP", attacker.String())
@@ -294,6 +301,19 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 					t.Fatalf("%s: attacker %v with headers %q got key %q, want %q", sc.name, attacker, r.Header, got, want)
 				}
 			}
+		}
+	}
+}
+
+// clientIPObfPort returns an RFC 7239 obfuscated port ("_" 1*(ALPHA / DIGIT / "." / "_" / "-"))
+// made from n.
+func clientIPObfPort(n uint16) string {
+	const chars = "abcXYZ019._-"
+	b := []byte{'_'}
+	for {
+		b = append(b, chars[n%uint16(len(chars))])
+		if n /= uint16(len(chars)); n == 0 {
+			return string(b)
 		}
 	}
 }
@@ -802,6 +822,17 @@ func TestClientIPFrom(t *testing.T) {
 		{"over two lines", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1", "Forwarded", "for=10.0.0.9"}, "198.51.100.1"},
 		{"unknown stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=unknown"}, "10.0.0.1"},
 		{"obfuscated stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=_hidden"}, "10.0.0.1"},
+		{"obfuscated, with an obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="_hidden:_p"`}, "10.0.0.1"},
+		{"obfuscated, with a port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="_hidden:80"`}, "10.0.0.1"},
+		{"unknown, with an obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="unknown:_p"`}, "10.0.0.1"},
+		{"an obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for="192.0.2.43:_hidden"`}, "192.0.2.43"},
+		{"an obfuscated port, IPv6", fwd, "10.0.0.1:1", []string{"Forwarded", `for="[2001:db8:cafe::17]:_x1"`}, "2001:db8:cafe::/64"},
+		{"an obfuscated port of every character", fwd, "10.0.0.1:1", []string{"Forwarded", `for="192.0.2.43:_aZ09._-"`}, "192.0.2.43"},
+		{"an obfuscated port on a trusted hop", fwd, "10.0.0.1:1", []string{"Forwarded", `for="192.0.2.43:_c", for="10.0.0.2:_b"`}, "192.0.2.43"},
+		{"an empty obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="192.0.2.43:_"`}, "10.0.0.1"},
+		{"an obfuscated port with a bad character", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="192.0.2.43:_a/b"`}, "10.0.0.1"},
+		{"an obfuscated port on a bare IPv6, read as a bare IPv6 is", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="2001:db8::17:_x"`}, "2001:db8::/64"},
+		{"an obfuscated port in X-Forwarded-For", ClientIP(trusted), "10.0.0.1:1", []string{"X-Forwarded-For", "192.0.2.43:_hidden"}, "10.0.0.1"},
 		{"an element without for", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, proto=https"}, "10.0.0.1"},
 		{"an empty pair before for", fwd, "10.0.0.1:1", []string{"Forwarded", ";for=203.0.113.7"}, "203.0.113.7"},
 		{"X-Forwarded-For is not read", fwd, "10.0.0.1:1", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.1"},
