@@ -181,8 +181,10 @@ type concurrencyState struct {
 	startSum float64 // sum of the start of every running request, in seconds since base
 	base     time.Time
 	// starts holds the start of the request in each slot that has been taken, in seconds since
-	// base, or +Inf while the slot is free; free holds the indices of the free ones.
+	// base, or +Inf while the slot is free; owners its client, when MaxPerKey is set; free the
+	// indices of the free ones.
 	starts []float64
+	owners []*keySlots
 	free   []int
 }
 
@@ -343,10 +345,10 @@ func (c *Concurrency) take(k *keySlots, now time.Time) held {
 	if n := len(st.free); n > 0 {
 		slot := st.free[n-1]
 		st.free = st.free[:n-1]
-		st.starts[slot] = at
+		st.starts[slot], st.owners[slot] = at, k
 		return held{slot, now}
 	}
-	st.starts = append(st.starts, at)
+	st.starts, st.owners = append(st.starts, at), append(st.owners, k)
 	return held{len(st.starts) - 1, now}
 }
 
@@ -359,7 +361,7 @@ func (c *Concurrency) release(k *keySlots, h held) {
 	defer c.mu.Unlock()
 	st.running--
 	st.startSum -= h.start.Sub(st.base).Seconds()
-	st.starts[h.slot] = math.Inf(1)
+	st.starts[h.slot], st.owners[h.slot] = math.Inf(1), nil
 	st.free = append(st.free, h.slot)
 	c.measure(max(now.Sub(h.start).Seconds(), 0))
 	if k != nil {
@@ -425,15 +427,19 @@ func (c *Concurrency) average() float64 {
 	return defaultServiceTime.Seconds()
 }
 
-// pace returns how many slots free a second at now: each slot once per the moving average, or,
-// while its request has run longer, once per that request's age. The mutex is held.
-func (c *Concurrency) pace(now time.Time) float64 {
+// pace returns how many slots free a second at now, of the Max slots, or of the MaxPerKey slots
+// of k when k is not nil: each slot once per the moving average, or, while its request has run
+// longer, once per that request's age. The mutex is held.
+func (c *Concurrency) pace(now time.Time, k *keySlots) float64 {
 	st := &c.state
 	s := c.average()
 	t := now.Sub(st.base).Seconds()
 	young, old := c.Max, 0.0
-	for _, start := range st.starts {
-		if age := t - start; age > s { // never for a free slot, whose start is +Inf
+	if k != nil {
+		young = c.MaxPerKey
+	}
+	for i, start := range st.starts {
+		if age := t - start; age > s && (k == nil || st.owners[i] == k) { // never a free slot, whose start is +Inf
 			young--
 			old += 1 / age
 		}
@@ -445,16 +451,15 @@ func (c *Concurrency) pace(now time.Time) float64 {
 // unlocks it.
 func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time, k *keySlots, reason ShedReason) {
 	st := &c.state
-	perSecond := c.pace(now)
 	var wait time.Duration
 	if reason == ShedKey {
-		// The client's own slots, at the pace of the others: one of them frees for each
-		// waiting request, and one more.
-		wait = fromSeconds(float64(k.queued+1) * float64(c.Max) / (perSecond * float64(c.MaxPerKey)))
+		// The client's own slots: one of them frees for each waiting request, and one more.
+		wait = fromSeconds(float64(k.queued+1) / c.pace(now, k))
 	} else {
 		// The slots free perSecond a second; those waiting go first. The returns are spread
 		// at that rate, and at most as many at one instant as the slots and what of the
 		// queue drains within QueueWait can take.
+		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
 		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
 		wait = c.ret.spreadWait(now, wait, perSecond, absorb)

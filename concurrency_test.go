@@ -838,13 +838,46 @@ func TestConcurrencyAllSlowDown(t *testing.T) {
 		if got := probe(time.Minute); got != time.Second {
 			t.Errorf("before: told %v, want 1s", got)
 		}
-		if got := probe(2*time.Minute + 20*time.Second); got < 4*time.Second {
-			t.Errorf("20 s into the slow-down: told %v, want at least 4s, from the ages", got)
+		if got := probe(2*time.Minute + 20*time.Second); got < 4*time.Second || got > 10*time.Second {
+			t.Errorf("20 s into the slow-down: told %v, want 4s to 10s, from the ages of 20 s", got)
 		}
-		if got := probe(12 * time.Minute); got < 8*time.Second {
+		if got := probe(12 * time.Minute); got < 8*time.Second || got > 30*time.Second {
 			t.Errorf("10 minutes into the slow-down: told %v, want about 10s", got)
 		}
 		close(stop)
+		wg.Wait()
+	})
+}
+
+// TestConcurrencyPerKeyHeld: a client over MaxPerKey is told the pace of its own slots. One of
+// its requests held long changes that by its share: with two slots, one held half an hour and
+// one completing a request a second, it is told at most 2 s. With one slot, held half an hour,
+// it is told that its request has run at least that long.
+func TestConcurrencyPerKeyHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 8, MaxPerKey: 2}
+		h := c.Handler(sleeper)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { serveFor(h, time.Hour) })
+		synctest.Wait()
+		wg.Go(func() { slotLoop(h, stop, func() time.Duration { return time.Second }) })
+		time.Sleep(30*time.Minute + time.Millisecond/2)
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:1"), http.StatusServiceUnavailable, time.Now()); got > 2*time.Second {
+			t.Errorf("with one of two slots held 30 min: told %v, want at most 2s", got)
+		}
+		close(stop)
+		wg.Wait()
+	})
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 8, MaxPerKey: 1}
+		h := c.Handler(sleeper)
+		var wg sync.WaitGroup
+		wg.Go(func() { serveFor(h, time.Hour) })
+		time.Sleep(30 * time.Minute)
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:1"), http.StatusServiceUnavailable, time.Now()); got < 30*time.Minute {
+			t.Errorf("with its one slot held 30 min: told %v, want at least 30m", got)
+		}
 		wg.Wait()
 	})
 }
