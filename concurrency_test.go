@@ -881,3 +881,26 @@ func TestConcurrencyPerKeyHeld(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestConcurrencyMeasureShare: a completion moves the moving average as it always did, unless it
+// would slow the pace of Max slots below that of Max-1; a longer one slows it to exactly that.
+func TestConcurrencyMeasureShare(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 5))
+	for range 10000 {
+		slots := 1 + rng.IntN(100)
+		s := math.Exp(rng.Float64()*20 - 10) // e^-10 s to e^10 s
+		d := math.Exp(rng.Float64()*30 - 10)
+		c := &Concurrency{Max: slots}
+		c.state.service = s
+		c.measure(d)
+		got, plain := c.state.service, s+serviceWeight*(d-s)
+		switch floor := float64(slots-1) / s; {
+		case float64(slots)/plain >= floor:
+			if got != plain {
+				t.Fatalf("Max %d, average %g s, a completion of %g s: average %g, want %g", slots, s, d, got, plain)
+			}
+		case math.Abs(float64(slots)/got-floor) > 1e-9*floor:
+			t.Fatalf("Max %d, average %g s, a completion of %g s: the pace falls to %g, want %g, that of Max-1", slots, s, d, float64(slots)/got, floor)
+		}
+	}
+}
