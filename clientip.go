@@ -71,7 +71,8 @@ func newClientIP(trusted ...netip.Prefix) *clientKeyer {
 //     process, as a loopback one is, so it is trusted as a proxy when a trusted prefix holds
 //     a loopback address: ClientIP(netip.MustParsePrefix("127.0.0.1/32")) keys each request
 //     by the client its proxy appended to X-Forwarded-For, walked as below. Untrusted, or with
-//     no usable X-Forwarded-For, it is an error whose text says so.
+//     no usable X-Forwarded-For, it is an error wrapping [ErrNoClientIP] whose text says so and
+//     names the field read (see [ClientIPFrom]); the middleware answers it 500.
 //   - With no trusted prefixes, RemoteAddr is the client. X-Forwarded-For, X-Real-IP,
 //     Forwarded and every other request header are ignored, so a client cannot dodge its
 //     limit by sending them.
@@ -106,19 +107,22 @@ func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
 
 // ClientIPFrom is [ClientIP] for proxies that write the client into field rather than
 // X-Forwarded-For: "Forwarded" (RFC 7239), walked as X-Forwarded-For is, element by element
-// from the right, each element's for= parameter the hop ("unknown" and obfuscated
-// identifiers stop the walk); or a CDN's field of one address, such as "CF-Connecting-IP",
-// "True-Client-IP" or "X-Real-IP", which a trusted peer's request names its client by (its
-// last line, when there are several; a value that is not one address leaves the peer as the
-// key). Only field is read, and only from a peer inside trusted, so a client cannot choose
-// its key by sending it or any other; a CDN overwrites its field on every request. It panics
-// as ClientIPPrefix does, or if field is empty.
+// from the right, each element's for= parameter the hop, with its port, obfuscated or not
+// ("192.0.2.43:_hidden"), ignored; a node that names no address ("unknown", an obfuscated
+// "_hidden") stops the walk, so that the clients of a proxy that hides them share its key; or a
+// CDN's field of one address, such as "CF-Connecting-IP", "True-Client-IP" or "X-Real-IP",
+// which a trusted peer's request names its client by (its last line, when there are several;
+// a value that is not one address leaves the peer as the key). Only field is read, and only from a peer inside trusted, so a client cannot choose
+// its key by sending it or any other; a CDN overwrites its field on every request. A peer on a
+// Unix socket, trusted as [ClientIPPrefix] says, has no address to fall back on: without a
+// client in field the request fails with an error that wraps [ErrNoClientIP] and names field.
+// It panics as ClientIPPrefix does, or if field is empty.
 func ClientIPFrom(field string, trusted ...netip.Prefix) KeyFunc {
 	if field == "" {
 		panic("retryafter: ClientIPFrom: no field")
 	}
 	k := newClientKeyer(32, 64, trusted...)
-	k.field = http.CanonicalHeaderKey(field)
+	k.field, k.name = http.CanonicalHeaderKey(field), field
 	switch k.field {
 	case clientIPForwardedFor:
 	case "Forwarded":
@@ -138,7 +142,7 @@ func newClientKeyer(v4Bits, v6Bits int, trusted ...netip.Prefix) *clientKeyer {
 	if v6Bits < 1 || v6Bits > 128 {
 		panic(fmt.Sprintf("retryafter: ClientIPPrefix: v6Bits %d is outside 1..128", v6Bits))
 	}
-	k := &clientKeyer{v4Bits: v4Bits, v6Bits: v6Bits, field: clientIPForwardedFor}
+	k := &clientKeyer{v4Bits: v4Bits, v6Bits: v6Bits, field: clientIPForwardedFor, name: clientIPForwardedFor}
 	for _, p := range trusted {
 		if !p.IsValid() {
 			panic(fmt.Sprintf("retryafter: ClientIP: trusted prefix %v is not valid", p))
@@ -157,6 +161,7 @@ type clientKeyer struct {
 	v4Bits, v6Bits int
 	trusted        []netip.Prefix // IPv4-mapped ones unmapped
 	field          string         // the field trusted proxies name the client in, canonical
+	name           string         // field as configured, for errors
 	forwarded      bool           // field is RFC 7239's Forwarded: the for= of each element
 	single         bool           // field holds one address, a CDN's
 }
@@ -190,14 +195,13 @@ func (k *clientKeyer) socketKey(r *http.Request) (string, error) {
 	}
 	if !k.isTrusted(loopback4) && !k.isTrusted(loopback6) {
 		return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket; behind a proxy that connects on one, "+
-			"trust it as a local proxy, ClientIP(netip.MustParsePrefix(\"127.0.0.1/32\")), and have it "+
-			"append the client to X-Forwarded-For", ErrNoClientIP, r.RemoteAddr)
+			"trust it as a local proxy by trusting loopback, netip.MustParsePrefix(\"127.0.0.1/32\"), and have it "+
+			"name the client in %s", ErrNoClientIP, r.RemoteAddr, k.name)
 	}
-	lines := r.Header[k.field]
-	if a := k.walk(lines, netip.Addr{}); a.IsValid() {
+	if a := k.walk(r.Header[k.field], netip.Addr{}); a.IsValid() {
 		return k.format(a, ""), nil
 	}
-	return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket, and X-Forwarded-For names no client", ErrNoClientIP, r.RemoteAddr)
+	return "", fmt.Errorf("%w: RemoteAddr %q is a Unix socket, and %s names no client", ErrNoClientIP, r.RemoteAddr, k.name)
 }
 
 var (
@@ -228,7 +232,10 @@ func (k *clientKeyer) isTrusted(a netip.Addr) bool {
 // without an address; the result is then the zero Addr when no entry names a hop.
 func (k *clientKeyer) walk(lines []string, cur netip.Addr) netip.Addr {
 	if k.single {
-		// One address, the client, in the last line; anything else leaves cur.
+		// One address, the client, in the last line; anything else, or no line, leaves cur.
+		if len(lines) == 0 {
+			return cur
+		}
 		if _, a, ok := clientIPParseHost(clientIPTrim(lines[len(lines)-1])); ok {
 			return a
 		}
@@ -387,8 +394,9 @@ func clientIPTrim(s string) string {
 }
 
 // forwardedFor returns the node of the for= parameter of an RFC 7239 Forwarded element, its
-// quotes removed ("[2001:db8::1]:4711"), or "unknown" when the element names none, which stops
-// a walk as any entry that is not an address does.
+// quotes and any obfuscated port removed ("[2001:db8::1]:4711", "192.0.2.43" for
+// "192.0.2.43:_hidden"), or "unknown" when the element names none, which stops a walk as any
+// entry that is not an address does.
 func forwardedFor(element string) string {
 	for element != "" {
 		pair := element
@@ -408,7 +416,26 @@ func forwardedFor(element string) string {
 		if value == "" {
 			return "unknown"
 		}
+		if i := strings.LastIndexByte(value, ':'); i >= 0 && forwardedObfPort(value[i+1:]) {
+			value = value[:i]
+		}
 		return value
 	}
 	return "unknown"
+}
+
+// forwardedObfPort reports whether s is an obfuscated port of RFC 7239 §6.3:
+// "_" 1*(ALPHA / DIGIT / "." / "_" / "-").
+func forwardedObfPort(s string) bool {
+	if len(s) < 2 || s[0] != '_' {
+		return false
+	}
+	for _, c := range []byte(s[1:]) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }

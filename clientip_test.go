@@ -269,6 +269,13 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 				}
 				return r
 			}},
+			{"behind a trusted proxy that hides ports in Forwarded", ClientIPFrom("Forwarded", trusted...), func(spoof []string, port uint16) *http.Request {
+				r := clientIPReq(proxy4.String(), spoof...)
+				node := netip.AddrPortFrom(attacker, 0).String()
+				node = `"` + node[:len(node)-1] + clientIPObfPort(port) + `"`
+				r.Header.Add("Forwarded", "for="+node+";by=_proxy")
+				return r
+			}},
 			{"behind a CDN that sets CF-Connecting-IP", ClientIPFrom("CF-Connecting-IP", trusted...), func(spoof []string, port uint16) *http.Request {
 				r := clientIPReq(proxy6.String(), spoof...)
 				r.Header.Set("CF-Connecting-IP", attacker.String())
@@ -294,6 +301,19 @@ func TestClientIPRotatingAttacker(t *testing.T) {
 					t.Fatalf("%s: attacker %v with headers %q got key %q, want %q", sc.name, attacker, r.Header, got, want)
 				}
 			}
+		}
+	}
+}
+
+// clientIPObfPort returns an RFC 7239 obfuscated port ("_" 1*(ALPHA / DIGIT / "." / "_" / "-"))
+// made from n.
+func clientIPObfPort(n uint16) string {
+	const chars = "abcXYZ019._-"
+	b := []byte{'_'}
+	for {
+		b = append(b, chars[n%uint16(len(chars))])
+		if n /= uint16(len(chars)); n == 0 {
+			return string(b)
 		}
 	}
 }
@@ -631,34 +651,111 @@ func TestClientIPUnixSocket(t *testing.T) {
 // TestClientIPOverUnixSocket serves requests on a real Unix socket, as behind a local proxy,
 // and checks that each client named in X-Forwarded-For has its own limit.
 func TestClientIPOverUnixSocket(t *testing.T) {
+	var remotes []string
+	limit := Limit(rate.Every(time.Hour), 1, WithKeyFunc(ClientIP(netip.MustParsePrefix("127.0.0.1/32"))))
+	codes := serveUnix(t, limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remotes = append(remotes, r.RemoteAddr)
+	})), "X-Forwarded-For", "203.0.113.7", "203.0.113.8", "203.0.113.7")
+	if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("statuses %v, want %v (RemoteAddr seen: %q)", codes, want, remotes)
+	}
+}
+
+// serveUnix serves h on a Unix socket in a temporary folder, sends it one request for each
+// client, named in field ("": without field), and returns the statuses answered. It skips t where
+// there are no Unix sockets.
+func serveUnix(t *testing.T, h http.Handler, field string, clients ...string) []int {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Skipf("no Unix sockets here: %v", err)
 	}
-	var remotes []string
-	limit := Limit(rate.Every(time.Hour), 1, WithKeyFunc(ClientIP(netip.MustParsePrefix("127.0.0.1/32"))))
-	srv := &http.Server{Handler: limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		remotes = append(remotes, r.RemoteAddr)
-	}))}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	defer srv.Close()
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
 	var codes []int
-	for _, client := range []string{"203.0.113.7", "203.0.113.8", "203.0.113.7"} {
+	for _, client := range clients {
 		req, _ := http.NewRequest("GET", "http://proxy/", nil)
-		req.Header.Set("X-Forwarded-For", client)
+		if client != "" {
+			req.Header.Set(field, client)
+		}
 		resp, err := c.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("client %q: %v", client, err)
 		}
 		resp.Body.Close()
 		codes = append(codes, resp.StatusCode)
 	}
-	if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
-		t.Fatalf("statuses %v, want %v (RemoteAddr seen: %q)", codes, want, remotes)
+	return codes
+}
+
+// TestClientIPFromUnixSocket: behind a local proxy on a Unix socket, each field names the client
+// when the proxy wrote it; without it the key function fails with an error that wraps
+// ErrNoClientIP and names the configured field, and never panics.
+func TestClientIPFromUnixSocket(t *testing.T) {
+	loopback := netip.MustParsePrefix("127.0.0.1/32")
+	for _, field := range []struct{ name, value string }{
+		{"X-Real-IP", "203.0.113.7"},
+		{"CF-Connecting-IP", "203.0.113.7"},
+		{"Forwarded", "for=203.0.113.7"},
+		{"X-Forwarded-For", "203.0.113.7"},
+	} {
+		key := ClientIPFrom(field.name, loopback)
+		for _, remote := range []string{"@", "", "/run/app.sock"} {
+			if got := clientIPMustKey(t, key, clientIPReq(remote, field.name, field.value)); got != "203.0.113.7" {
+				t.Errorf("%s from %q: key %q, want 203.0.113.7", field.name, remote, got)
+			}
+			for _, header := range [][]string{nil, {field.name, ""}, {field.name, "unknown"}, {"X-Other", "203.0.113.7"}} {
+				got, err := callKey(key, clientIPReq(remote, header...))
+				if !errors.Is(err, ErrNoClientIP) || got != "" {
+					t.Errorf("%s from %q with %q: key %q, %v; want an error wrapping ErrNoClientIP", field.name, remote, header, got, err)
+				} else if !strings.Contains(err.Error(), field.name) {
+					t.Errorf("%s from %q: the error does not name the field: %v", field.name, remote, err)
+				}
+			}
+			h := Limit(rate.Every(time.Hour), 1, WithKeyFunc(key))(ok)
+			if w := serveRequest(h, clientIPReq(remote)); w.Code != http.StatusInternalServerError {
+				t.Errorf("%s from %q, through the middleware without the field: %d, want 500", field.name, remote, w.Code)
+			}
+			if _, err := ClientIPFrom(field.name)(clientIPReq(remote, field.name, field.value)); !errors.Is(err, ErrNoClientIP) ||
+				!strings.Contains(err.Error(), field.name) {
+				t.Errorf("%s from %q, untrusted: %v; want an error wrapping ErrNoClientIP that names the field", field.name, remote, err)
+			}
+		}
+	}
+}
+
+// callKey calls key on r, turning a panic into an error.
+func callKey(key KeyFunc, r *http.Request) (k string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			k, err = "", fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return key(r)
+}
+
+// TestClientIPFromOverUnixSocket serves requests on a real Unix socket through a limit keyed by a
+// CDN's field: a request that lacks it is answered 500 and its error told to the hook.
+func TestClientIPFromOverUnixSocket(t *testing.T) {
+	errs := make(chan error, 10)
+	limit := Limit(rate.Every(time.Hour), 1, WithKeyFunc(ClientIPFrom("X-Real-IP", netip.MustParsePrefix("127.0.0.1/32"))),
+		WithErrorHook(func(r *http.Request, err error) { errs <- err }))
+	codes := serveUnix(t, limit(ok), "X-Real-IP", "203.0.113.7", "", "203.0.113.8", "203.0.113.7")
+	if want := []int{200, 500, 200, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("statuses %v, want %v", codes, want)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, ErrNoClientIP) || !strings.Contains(err.Error(), "X-Real-IP") {
+			t.Errorf("the hook was told %v, want an error wrapping ErrNoClientIP that names X-Real-IP", err)
+		}
+	default:
+		t.Error("the error hook was not told of the request without X-Real-IP")
 	}
 }
 
@@ -730,6 +827,17 @@ func TestClientIPFrom(t *testing.T) {
 		{"over two lines", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1", "Forwarded", "for=10.0.0.9"}, "198.51.100.1"},
 		{"unknown stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=unknown"}, "10.0.0.1"},
 		{"obfuscated stops the walk", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, for=_hidden"}, "10.0.0.1"},
+		{"obfuscated, with an obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="_hidden:_p"`}, "10.0.0.1"},
+		{"obfuscated, with a port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="_hidden:80"`}, "10.0.0.1"},
+		{"unknown, with an obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="unknown:_p"`}, "10.0.0.1"},
+		{"an obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for="192.0.2.43:_hidden"`}, "192.0.2.43"},
+		{"an obfuscated port, IPv6", fwd, "10.0.0.1:1", []string{"Forwarded", `for="[2001:db8:cafe::17]:_x1"`}, "2001:db8:cafe::/64"},
+		{"an obfuscated port of every character", fwd, "10.0.0.1:1", []string{"Forwarded", `for="192.0.2.43:_aZ09._-"`}, "192.0.2.43"},
+		{"an obfuscated port on a trusted hop", fwd, "10.0.0.1:1", []string{"Forwarded", `for="192.0.2.43:_c", for="10.0.0.2:_b"`}, "192.0.2.43"},
+		{"an empty obfuscated port", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="192.0.2.43:_"`}, "10.0.0.1"},
+		{"an obfuscated port with a bad character", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="192.0.2.43:_a/b"`}, "10.0.0.1"},
+		{"an obfuscated port on a bare IPv6, read as a bare IPv6 is", fwd, "10.0.0.1:1", []string{"Forwarded", `for=198.51.100.1, for="2001:db8::17:_x"`}, "2001:db8::/64"},
+		{"an obfuscated port in X-Forwarded-For", ClientIP(trusted), "10.0.0.1:1", []string{"X-Forwarded-For", "192.0.2.43:_hidden"}, "10.0.0.1"},
 		{"an element without for", fwd, "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1, proto=https"}, "10.0.0.1"},
 		{"an empty pair before for", fwd, "10.0.0.1:1", []string{"Forwarded", ";for=203.0.113.7"}, "203.0.113.7"},
 		{"X-Forwarded-For is not read", fwd, "10.0.0.1:1", []string{"X-Forwarded-For", "198.51.100.1"}, "10.0.0.1"},

@@ -28,14 +28,17 @@ const serviceWeight = 1.0 / 16
 //	r.Use(c.Handler)
 //	r.Use(retryafter.Limit(rate.Every(200*time.Millisecond), 10))
 //
-// Retry-After comes from what the Concurrency measures: a moving average of how long requests
-// hold their slot (or, when longer, the mean age of those running), so that Max slots complete
-// Max / that requests a second, and the requests waiting ahead. A refused request is told the
-// whole number of seconds, never 0, after which a slot should have freed for it. The clients
-// refused at the same time are told different seconds, so that they come back at most as fast
-// as requests complete (rounded up to a whole request) and no more at one instant than the
-// slots and the queue can take (see [Spread] for the promise). A client that waits as told thus
-// finds a slot, unless new clients took it meanwhile or requests began to take longer.
+// Retry-After follows the pace at which slots free, and the requests waiting ahead. Each slot is
+// taken to free once per the moving average of how long requests hold their slot, or, while its
+// request has run longer than that, once per that request's age; a request much longer than the
+// average counts in it as a few times the average. So one slot held for any length of time
+// changes the pace by its share at most, while requests that all take longer, or all get stuck,
+// slow it down as they do. A refused request is told the whole number of seconds, never 0, after
+// which a slot should have freed for it. The clients refused at the same time are told
+// different seconds, so that they come back at most as fast as requests complete (rounded up to
+// a whole request) and no more at one instant than the slots and the queue can take (see
+// [Spread] for the promise). A client that waits as told thus finds a slot, unless new clients
+// took it meanwhile or requests began to take longer.
 //
 // A request that finds every slot taken waits in the queue, first come first served, until a
 // slot frees, QueueWait passes (it is then refused), or its context ends (the client hung up:
@@ -114,7 +117,9 @@ type Shed struct {
 	// request was refused.
 	Running, Queued int
 
-	// ServiceTime is how long a request was taken to hold its slot, as measured.
+	// ServiceTime is how long a request was taken to hold its slot, as measured, as
+	// [ConcurrencyLoad] reports it. RetryAfter follows the pace of each slot instead (see
+	// [Concurrency]), so that one request held long does not decide it.
 	ServiceTime time.Duration
 }
 
@@ -175,6 +180,12 @@ type concurrencyState struct {
 	service  float64 // moving average of the seconds a request holds its slot; 0 until measured
 	startSum float64 // sum of the start of every running request, in seconds since base
 	base     time.Time
+	// starts holds the start of the request in each slot that has been taken, in seconds since
+	// base, or +Inf while the slot is free; owners its client, when MaxPerKey is set; free the
+	// indices of the free ones.
+	starts []float64
+	owners []*keySlots
+	free   []int
 }
 
 // keySlots is what one client holds, while it holds anything.
@@ -188,8 +199,14 @@ type keySlots struct {
 type waiter struct {
 	ready   chan struct{}
 	granted bool // under the mutex
-	start   time.Time
+	held    held
 	key     *keySlots
+}
+
+// held is the slot a request holds, and when it took it.
+type held struct {
+	slot  int
+	start time.Time
 }
 
 // Handler returns next behind the limit. With chi: r.Use(c.Handler). It panics if next is
@@ -233,11 +250,11 @@ func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	k, start, ok := c.acquire(w, r, key)
+	k, slot, ok := c.acquire(w, r, key)
 	if !ok {
 		return
 	}
-	defer c.release(k, start)
+	defer c.release(k, slot)
 	h.next.ServeHTTP(w, r)
 }
 
@@ -256,8 +273,8 @@ func (c *Concurrency) queueWait() time.Duration {
 }
 
 // acquire gives r a slot, at once or after a wait in the queue, and returns its key's slots and
-// when it got it; or it refuses r, answers it, and reports false.
-func (c *Concurrency) acquire(w http.ResponseWriter, r *http.Request, key string) (*keySlots, time.Time, bool) {
+// the slot; or it refuses r, answers it, and reports false.
+func (c *Concurrency) acquire(w http.ResponseWriter, r *http.Request, key string) (*keySlots, held, bool) {
 	now := c.now()
 	st := &c.state
 	c.mu.Lock()
@@ -273,16 +290,16 @@ func (c *Concurrency) acquire(w http.ResponseWriter, r *http.Request, key string
 	}
 	if k != nil && k.running+k.queued >= c.MaxPerKey {
 		c.shed(w, r, now, k, ShedKey) // unlocks
-		return nil, now, false
+		return nil, held{}, false
 	}
 	if st.running < c.Max && st.queue.Len() == 0 {
-		c.take(k, now)
+		h := c.take(k, now)
 		c.mu.Unlock()
-		return k, now, true
+		return k, h, true
 	}
 	if st.queue.Len() >= c.Queue {
 		c.shed(w, r, now, k, ShedFull)
-		return nil, now, false
+		return nil, held{}, false
 	}
 	wt := &waiter{ready: make(chan struct{}), key: k}
 	e := st.queue.PushBack(wt)
@@ -296,7 +313,7 @@ func (c *Concurrency) acquire(w http.ResponseWriter, r *http.Request, key string
 	reason := ShedTimeout
 	select {
 	case <-wt.ready:
-		return k, wt.start, true
+		return k, wt.held, true
 	case <-r.Context().Done():
 		reason = ShedCanceled
 	case <-timer.C:
@@ -305,39 +322,48 @@ func (c *Concurrency) acquire(w http.ResponseWriter, r *http.Request, key string
 	c.mu.Lock()
 	if wt.granted { // given a slot as it gave up: it is its own
 		c.mu.Unlock()
-		return k, wt.start, true
+		return k, wt.held, true
 	}
 	st.queue.Remove(e)
 	if k != nil {
 		k.queued--
 	}
 	c.shed(w, r, now, k, reason)
-	return nil, now, false
+	return nil, held{}, false
 }
 
-// take counts a request of k (nil: no key) that gets a slot at now. The mutex is held.
-func (c *Concurrency) take(k *keySlots, now time.Time) {
-	c.state.running++
-	c.state.startSum += now.Sub(c.state.base).Seconds()
+// take counts a request of k (nil: no key) that gets a slot at now, and returns the slot. The
+// mutex is held.
+func (c *Concurrency) take(k *keySlots, now time.Time) held {
+	st := &c.state
+	st.running++
+	at := now.Sub(st.base).Seconds()
+	st.startSum += at
 	if k != nil {
 		k.running++
 	}
+	if n := len(st.free); n > 0 {
+		slot := st.free[n-1]
+		st.free = st.free[:n-1]
+		st.starts[slot], st.owners[slot] = at, k
+		return held{slot, now}
+	}
+	st.starts, st.owners = append(st.starts, at), append(st.owners, k)
+	return held{len(st.starts) - 1, now}
 }
 
-// release frees the slot a request of k took at start, measures how long it held it, and
-// gives it to the first request in the queue.
-func (c *Concurrency) release(k *keySlots, start time.Time) {
+// release frees the slot h of a request of k, measures how long it held it, and gives it to the
+// first request in the queue.
+func (c *Concurrency) release(k *keySlots, h held) {
 	now := c.now()
 	st := &c.state
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.running--
-	st.startSum -= start.Sub(st.base).Seconds()
-	if d := max(now.Sub(start).Seconds(), 0); st.service == 0 {
-		st.service = max(d, 1e-9)
-	} else {
-		st.service += serviceWeight * (d - st.service)
-	}
+	st.startSum -= h.start.Sub(st.base).Seconds()
+	st.starts[h.slot], st.owners[h.slot] = math.Inf(1), nil
+	st.free = append(st.free, h.slot)
+	c.measure(max(now.Sub(h.start).Seconds(), 0))
 	if k != nil {
 		k.running--
 		c.forget(k)
@@ -347,10 +373,26 @@ func (c *Concurrency) release(k *keySlots, start time.Time) {
 		if wt.key != nil {
 			wt.key.queued--
 		}
-		c.take(wt.key, now)
-		wt.granted, wt.start = true, now
+		wt.held = c.take(wt.key, now)
+		wt.granted = true
 		close(wt.ready)
 	}
+}
+
+// measure adds d, the seconds a request held its slot, to the moving average. A request longer
+// than the average counts as at most so much longer that the pace of Max slots falls to that of
+// Max-1: one request, however long, changes the pace by its slot's share at most. The mutex is
+// held.
+func (c *Concurrency) measure(d float64) {
+	st := &c.state
+	if st.service == 0 {
+		st.service = max(d, 1e-9)
+		return
+	}
+	if c.Max > 1 {
+		d = min(d, st.service*(1+1/(serviceWeight*float64(c.Max-1))))
+	}
+	st.service += serviceWeight * (d - st.service)
 }
 
 // forget drops k when it holds nothing. The mutex is held.
@@ -360,18 +402,12 @@ func (c *Concurrency) forget(k *keySlots) {
 	}
 }
 
-// serviceTime returns how long a request is taken to hold its slot at now: the moving average
-// (ServiceTime until there is one), or the mean age of the running requests when longer, as when
-// the requests got stuck. The mutex is held.
+// serviceTime returns how long a request is taken to hold its slot at now, for [Concurrency.Load]
+// and [Shed]: the moving average, or the mean age of the running requests when longer, as when the
+// requests got stuck. The mutex is held.
 func (c *Concurrency) serviceTime(now time.Time) float64 {
 	st := &c.state
-	s := st.service
-	if s == 0 {
-		s = defaultServiceTime.Seconds()
-		if c.ServiceTime > 0 {
-			s = c.ServiceTime.Seconds()
-		}
-	}
+	s := c.average()
 	if st.running > 0 {
 		age := now.Sub(st.base).Seconds() - st.startSum/float64(st.running)
 		s = max(s, age)
@@ -379,25 +415,56 @@ func (c *Concurrency) serviceTime(now time.Time) float64 {
 	return s
 }
 
+// average returns the moving average of the seconds a request holds its slot, or ServiceTime
+// until there is one. The mutex is held.
+func (c *Concurrency) average() float64 {
+	if s := c.state.service; s > 0 {
+		return s
+	}
+	if c.ServiceTime > 0 {
+		return c.ServiceTime.Seconds()
+	}
+	return defaultServiceTime.Seconds()
+}
+
+// pace returns how many slots free a second at now, of the Max slots, or of the MaxPerKey slots
+// of k when k is not nil: each slot once per the moving average, or, while its request has run
+// longer, once per that request's age. The mutex is held.
+func (c *Concurrency) pace(now time.Time, k *keySlots) float64 {
+	st := &c.state
+	s := c.average()
+	t := now.Sub(st.base).Seconds()
+	young, old := c.Max, 0.0
+	if k != nil {
+		young = c.MaxPerKey
+	}
+	for i, start := range st.starts {
+		if age := t - start; age > s && (k == nil || st.owners[i] == k) { // never a free slot, whose start is +Inf
+			young--
+			old += 1 / age
+		}
+	}
+	return float64(young)/s + old
+}
+
 // shed refuses r at now for reason, tells the hook and answers it. The mutex is held; shed
 // unlocks it.
 func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time, k *keySlots, reason ShedReason) {
 	st := &c.state
-	s := c.serviceTime(now)
 	var wait time.Duration
 	if reason == ShedKey {
 		// The client's own slots: one of them frees for each waiting request, and one more.
-		wait = fromSeconds(float64(k.queued+1) * s / float64(c.MaxPerKey))
+		wait = fromSeconds(float64(k.queued+1) / c.pace(now, k))
 	} else {
-		// Every slot completes Max requests per s; those waiting go first. The returns
-		// are spread at that rate, and at most as many at one instant as the slots and
-		// what of the queue drains within QueueWait can take.
-		perSecond := float64(c.Max) / s
+		// The slots free perSecond a second; those waiting go first. The returns are spread
+		// at that rate, and at most as many at one instant as the slots and what of the
+		// queue drains within QueueWait can take.
+		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
 		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
 		wait = c.ret.spreadWait(now, wait, perSecond, absorb)
 	}
-	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(s)}
+	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 	if k != nil {
 		sh.Key = k.name
 		c.forget(k)

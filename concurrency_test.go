@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -641,5 +642,265 @@ func BenchmarkConcurrencyAdmitted(b *testing.B) {
 				h.ServeHTTP(w, r)
 			}
 		})
+	}
+}
+
+// sleeper is a handler that holds its slot as long as the request's context says (sleepKey),
+// and no time without it.
+var sleeper = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	d, _ := r.Context().Value(sleepKey{}).(time.Duration)
+	time.Sleep(d)
+})
+
+// serveFor sends one request through h that holds its slot for d, and returns its status.
+func serveFor(h http.Handler, d time.Duration) int {
+	r := httptest.NewRequestWithContext(context.WithValue(context.Background(), sleepKey{}, d), "GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1"
+	w := newTestWriter()
+	h.ServeHTTP(w, r)
+	return max(w.code, http.StatusOK)
+}
+
+// slotLoop keeps one slot of h busy: it sends requests one after another, each holding its slot
+// for what next returns, until stop is closed. A refused request is sent again a millisecond
+// later.
+func slotLoop(h http.Handler, stop <-chan struct{}, next func() time.Duration) {
+	d := next()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if serveFor(h, d) == http.StatusServiceUnavailable {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		d = next()
+	}
+}
+
+// flood sends n requests of d through h at once and returns the waits the refused ones were
+// told, once every request was answered.
+func flood(t *testing.T, h http.Handler, n int, d time.Duration) []time.Duration {
+	t.Helper()
+	var wg sync.WaitGroup
+	ws := make([]*httptest.ResponseRecorder, n)
+	now := time.Now()
+	for i := range ws {
+		r := httptest.NewRequestWithContext(context.WithValue(context.Background(), sleepKey{}, d), "GET", "/", nil)
+		ws[i] = httptest.NewRecorder()
+		wg.Go(func() { h.ServeHTTP(ws[i], r) })
+	}
+	wg.Wait()
+	var told []time.Duration
+	for _, w := range ws {
+		if w.Code != http.StatusOK {
+			told = append(told, wantRefusal(t, w, http.StatusServiceUnavailable, now))
+		}
+	}
+	return told
+}
+
+// TestConcurrencyOneSlotHeld: with Max 4, three slots completing a request every 10 ms and one
+// held for 10 minutes, the refused are told what the three slots can take, while the one is held
+// and as it frees (to complete a request every 10 ms too): a flood of 200 fills the queue of 100,
+// and the 100 refused are told at most 3 s.
+func TestConcurrencyOneSlotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 4, Queue: 100}
+		h := c.Handler(sleeper)
+		start := time.Now()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		short := func() time.Duration { return 10 * time.Millisecond }
+		wg.Go(func() {
+			serveFor(h, 10*time.Minute)
+			slotLoop(h, stop, short)
+		})
+		synctest.Wait()
+		for range 3 {
+			wg.Go(func() { slotLoop(h, stop, short) })
+		}
+		// Between two completions, so that every slot is taken; the last just after the held
+		// request ended.
+		for _, at := range []time.Duration{time.Second, time.Minute, 5 * time.Minute, 10*time.Minute - time.Second, 10 * time.Minute} {
+			time.Sleep(time.Until(start.Add(at + 5*time.Millisecond)))
+			told := flood(t, h, 200, 10*time.Millisecond)
+			if len(told) != 100 || slices.Max(told) > 3*time.Second {
+				t.Errorf("a flood at %v: %d refused, told at most %v; want 100, told at most 3s", at, len(told), slices.Max(told))
+			}
+		}
+		close(stop)
+		wg.Wait()
+	})
+}
+
+// TestConcurrencyOneSlotShare: over random mixes of slot times, one slot held for any length of
+// time changes what the others are told by its share at most. Each mix has 2 to 6 slots; all but
+// one take requests of their own length (1 s to 1 min, ±20% each), and the one takes requests of
+// 1 s to 3 h in turn. The same refused requests, sent where that slot is not there (Max one
+// lower), are told W; with it, they are told at most W × Max/(Max-1), rounded up, plus as much
+// again for the spread of returns when fewer than one slot frees a second, and a second.
+func TestConcurrencyOneSlotShare(t *testing.T) {
+	const run = time.Hour
+	for seed := range uint64(12) {
+		rng := rand.New(rand.NewPCG(seed, 41))
+		slots := 2 + rng.IntN(5)
+		lengths := make([]time.Duration, slots)
+		for i := range lengths {
+			lengths[i] = logUniform(rng, time.Second, time.Minute)
+		}
+		var probes []time.Duration // between two whole milliseconds, where no request starts or ends
+		for at := time.Duration(0); at < run; {
+			at += logUniform(rng, 10*time.Second, 4*time.Minute) + time.Millisecond/2
+			probes = append(probes, at)
+		}
+		told := func(held bool) []time.Duration {
+			var waits []time.Duration
+			synctest.Test(t, func(t *testing.T) {
+				c := &Concurrency{Max: slots - 1}
+				if held {
+					c.Max = slots
+				}
+				h := c.Handler(sleeper)
+				start := time.Now()
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range slots {
+					if i == 0 && !held {
+						continue
+					}
+					rng := rand.New(rand.NewPCG(seed, uint64(i)))
+					next := func() time.Duration {
+						if i == 0 {
+							return logUniform(rng, time.Second, 3*time.Hour)
+						}
+						return (lengths[i] * time.Duration(80+rng.IntN(41)) / 100).Round(time.Millisecond)
+					}
+					wg.Go(func() { slotLoop(h, stop, next) })
+				}
+				for _, at := range probes {
+					time.Sleep(time.Until(start.Add(at)))
+					waits = append(waits, wantRefusal(t, serve(h, "GET", "192.0.2.9:1"), http.StatusServiceUnavailable, time.Now()))
+				}
+				close(stop)
+				wg.Wait()
+			})
+			return waits
+		}
+		without, with := told(false), told(true)
+		for j, w := range without {
+			share := (w*time.Duration(slots) + time.Duration(slots-2)) / time.Duration(slots-1)
+			share = (share + time.Second - 1).Truncate(time.Second)
+			if with[j] > 2*share+time.Second {
+				t.Errorf("seed %d, %d slots of %v: at %v, told %v with the held slot, %v without it; want at most %v",
+					seed, slots, lengths[1:], probes[j].Round(time.Second), with[j], w, 2*share+time.Second)
+			}
+		}
+	}
+}
+
+// logUniform returns a duration between lo and hi, whole milliseconds, evenly spread on a log
+// scale.
+func logUniform(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	f := math.Exp(math.Log(float64(lo)) + rng.Float64()*(math.Log(float64(hi))-math.Log(float64(lo))))
+	return time.Duration(f).Round(time.Millisecond)
+}
+
+// TestConcurrencyAllSlowDown: when every request takes longer, the waits lengthen, from the
+// ages of the requests running before any of them completes, and from what they take after.
+// Four slots complete requests of 1 to 1.75 s, then of 30 times that.
+func TestConcurrencyAllSlowDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 4}
+		h := c.Handler(sleeper)
+		start := time.Now()
+		slow := start.Add(2 * time.Minute)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			length := time.Second + time.Duration(i)*250*time.Millisecond
+			wg.Go(func() {
+				slotLoop(h, stop, func() time.Duration {
+					if time.Now().Before(slow) {
+						return length
+					}
+					return 30 * length
+				})
+			})
+		}
+		probe := func(at time.Duration) time.Duration {
+			time.Sleep(time.Until(start.Add(at + time.Millisecond/2)))
+			return wantRefusal(t, serve(h, "GET", "192.0.2.9:1"), http.StatusServiceUnavailable, time.Now())
+		}
+		// The slots free 2.4 times a second, then once every 12 s.
+		if got := probe(time.Minute); got != time.Second {
+			t.Errorf("before: told %v, want 1s", got)
+		}
+		if got := probe(2*time.Minute + 20*time.Second); got < 4*time.Second || got > 10*time.Second {
+			t.Errorf("20 s into the slow-down: told %v, want 4s to 10s, from the ages of 20 s", got)
+		}
+		if got := probe(12 * time.Minute); got < 8*time.Second || got > 30*time.Second {
+			t.Errorf("10 minutes into the slow-down: told %v, want about 10s", got)
+		}
+		close(stop)
+		wg.Wait()
+	})
+}
+
+// TestConcurrencyPerKeyHeld: a client over MaxPerKey is told the pace of its own slots. One of
+// its requests held long changes that by its share: with two slots, one held half an hour and
+// one completing a request a second, it is told at most 2 s. With one slot, held half an hour,
+// it is told that its request has run at least that long.
+func TestConcurrencyPerKeyHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 8, MaxPerKey: 2}
+		h := c.Handler(sleeper)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { serveFor(h, time.Hour) })
+		synctest.Wait()
+		wg.Go(func() { slotLoop(h, stop, func() time.Duration { return time.Second }) })
+		time.Sleep(30*time.Minute + time.Millisecond/2)
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:1"), http.StatusServiceUnavailable, time.Now()); got > 2*time.Second {
+			t.Errorf("with one of two slots held 30 min: told %v, want at most 2s", got)
+		}
+		close(stop)
+		wg.Wait()
+	})
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 8, MaxPerKey: 1}
+		h := c.Handler(sleeper)
+		var wg sync.WaitGroup
+		wg.Go(func() { serveFor(h, time.Hour) })
+		time.Sleep(30 * time.Minute)
+		if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:1"), http.StatusServiceUnavailable, time.Now()); got < 30*time.Minute {
+			t.Errorf("with its one slot held 30 min: told %v, want at least 30m", got)
+		}
+		wg.Wait()
+	})
+}
+
+// TestConcurrencyMeasureShare: a completion moves the moving average as it always did, unless it
+// would slow the pace of Max slots below that of Max-1; a longer one slows it to exactly that.
+func TestConcurrencyMeasureShare(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 5))
+	for range 10000 {
+		slots := 1 + rng.IntN(100)
+		s := math.Exp(rng.Float64()*20 - 10) // e^-10 s to e^10 s
+		d := math.Exp(rng.Float64()*30 - 10)
+		c := &Concurrency{Max: slots}
+		c.state.service = s
+		c.measure(d)
+		got, plain := c.state.service, s+serviceWeight*(d-s)
+		switch floor := float64(slots-1) / s; {
+		case float64(slots)/plain >= floor:
+			if got != plain {
+				t.Fatalf("Max %d, average %g s, a completion of %g s: average %g, want %g", slots, s, d, got, plain)
+			}
+		case math.Abs(float64(slots)/got-floor) > 1e-9*floor:
+			t.Fatalf("Max %d, average %g s, a completion of %g s: the pace falls to %g, want %g, that of Max-1", slots, s, d, float64(slots)/got, floor)
+		}
 	}
 }
