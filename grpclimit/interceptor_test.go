@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,5 +258,36 @@ func TestStream(t *testing.T) {
 	clk.add(time.Minute)
 	if _, err := open(); !errors.Is(err, io.EOF) {
 		t.Fatalf("a stream a minute later: %v, want it admitted", err)
+	}
+}
+
+// blocking is a Limiter whose store answers only when the call's context ends, with an error.
+type blocking struct{}
+
+func (blocking) Decide(ctx context.Context, _ string, _ int, _ time.Time) (retryafter.Decision, error) {
+	<-ctx.Done()
+	return retryafter.Decision{}, errors.New("i/o timeout")
+}
+
+// TestCallEnded: a call whose own context ends while the limiter decides is not admitted, and
+// the error is not the store's: the error hook is not told.
+func TestCallEnded(t *testing.T) {
+	var o outcomes
+	var errs atomic.Int64
+	decided := make(chan struct{})
+	addr, svc := serve(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(blocking{}, grpclimit.WithFailOpen(true),
+		grpclimit.WithErrorHook(func(context.Context, string, error) { errs.Add(1) }),
+		grpclimit.WithDecisionHook(func(ctx context.Context, m string, out retryafter.Outcome, d retryafter.Decision) {
+			o.hook(ctx, m, out, d)
+			close(decided)
+		}))))
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if a := call(ctx, dial(t, addr)); a.st.Code() != codes.DeadlineExceeded {
+		t.Fatalf("%v, want DEADLINE_EXCEEDED", a.err)
+	}
+	<-decided
+	if o.String() != "[failed_closed]" || errs.Load() != 0 || svc.calls.Load() != 0 {
+		t.Fatalf("outcomes %v, %d errors told, handler ran %d times; want [failed_closed], 0, 0", o.String(), errs.Load(), svc.calls.Load())
 	}
 }
