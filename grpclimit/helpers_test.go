@@ -161,3 +161,18 @@ func (c *countingInterceptor) intercept(ctx context.Context, req any, _ *grpc.Un
 	c.n.Add(1)
 	return handler(ctx, req)
 }
+
+// openStream opens a stream, sends it messages, closes its side and returns the trailer and the
+// error of its end: io.EOF when the server admitted it.
+func openStream(ctx context.Context, c testpb.TestServiceClient, messages int) (metadata.MD, error) {
+	s, err := c.FullDuplexCall(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for range messages {
+		s.Send(&testpb.StreamingOutputCallRequest{})
+	}
+	s.CloseSend()
+	_, err = s.Recv()
+	return s.Trailer(), err
+}

@@ -2,6 +2,8 @@ package grpclimit
 
 import (
 	"context"
+	"math"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,9 +31,9 @@ import (
 func UnaryServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
 	s := newServer(l, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		trailer, err := s.admit(ctx, info.FullMethod)
+		a, err := s.admit(ctx, info.FullMethod)
 		if err != nil {
-			grpc.SetTrailer(ctx, trailer) // before any header: the status comes alone, as gRFC A6 needs
+			grpc.SetTrailer(ctx, a.trailer) // before any header: the status comes alone, as gRFC A6 needs
 			return nil, err
 		}
 		return handler(ctx, req)
@@ -41,17 +43,23 @@ func UnaryServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.UnaryServ
 // StreamServerInterceptor returns a server interceptor that asks l about each stream when it
 // opens, and ends the streams it refuses before the handler runs, as [UnaryServerInterceptor]
 // ends unary calls. A stream is decided once: it costs what [WithCost] says when it opens, and
-// nothing for the messages it then sends or receives, however long it lasts. It panics if l is
-// nil. Add it with grpc.StreamInterceptor or grpc.ChainStreamInterceptor.
+// nothing for the messages it then sends or receives, however long it lasts, unless
+// [WithMessageCharge] charges them afterwards. It panics if l is nil. Add it with
+// grpc.StreamInterceptor or grpc.ChainStreamInterceptor.
 func StreamServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.StreamServerInterceptor {
 	s := newServer(l, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		trailer, err := s.admit(ss.Context(), info.FullMethod)
+		a, err := s.admit(ss.Context(), info.FullMethod)
 		if err != nil {
-			ss.SetTrailer(trailer)
+			ss.SetTrailer(a.trailer)
 			return err
 		}
-		return handler(srv, ss)
+		if s.c.messages == nil || !a.counted {
+			return handler(srv, ss)
+		}
+		cs := &countingStream{ServerStream: ss}
+		defer s.chargeMessages(ss.Context(), info.FullMethod, a.key, cs)
+		return handler(srv, cs)
 	}
 }
 
@@ -68,17 +76,32 @@ func newServer(l retryafter.Limiter, opts []Option) *server {
 	return &server{l: l, c: newConfig(opts)}
 }
 
+// An admission is what admit found of a call: its key, when the call is counted, and the
+// trailer of a refusal.
+type admission struct {
+	key     string
+	counted bool
+	trailer metadata.MD
+}
+
 // admit decides the call to fullMethod and returns a nil error when it may proceed; otherwise
-// the error that ends it and the trailer to send with it.
-func (s *server) admit(ctx context.Context, fullMethod string) (metadata.MD, error) {
+// the error that ends it, with the trailer to send in the admission.
+func (s *server) admit(ctx context.Context, fullMethod string) (admission, error) {
 	if s.c.exempt != nil && s.c.exempt(ctx, fullMethod) {
 		s.decided(ctx, fullMethod, retryafter.Exempt, retryafter.Decision{})
-		return nil, nil
+		return admission{}, nil
 	}
 	key, err := s.c.key(ctx, fullMethod)
 	if err != nil {
-		return s.fail(ctx, fullMethod, err, status.New(codes.Internal, "rate limiter: no key for the call"), nil)
+		trailer, err := s.fail(ctx, fullMethod, err, status.New(codes.Internal, "rate limiter: no key for the call"), nil)
+		return admission{trailer: trailer}, err
 	}
+	trailer, err := s.decide(ctx, fullMethod, key)
+	return admission{key: key, counted: true, trailer: trailer}, err
+}
+
+// decide asks the limiter about the call to fullMethod under key, as admit describes.
+func (s *server) decide(ctx context.Context, fullMethod, key string) (metadata.MD, error) {
 	cost := 1
 	if s.c.cost != nil {
 		cost = max(1, s.c.cost(ctx, fullMethod))
@@ -125,5 +148,41 @@ func (s *server) fail(ctx context.Context, fullMethod string, err error, st *sta
 func (s *server) decided(ctx context.Context, fullMethod string, o retryafter.Outcome, d retryafter.Decision) {
 	for _, fn := range s.c.onDecided {
 		fn(ctx, fullMethod, o, d)
+	}
+}
+
+// A countingStream counts the messages its stream carries, either way.
+type countingStream struct {
+	grpc.ServerStream
+	n atomic.Int64
+}
+
+func (c *countingStream) SendMsg(m any) error {
+	err := c.ServerStream.SendMsg(m)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return err
+}
+
+func (c *countingStream) RecvMsg(m any) error {
+	err := c.ServerStream.RecvMsg(m)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return err
+}
+
+// chargeMessages charges the Charger of WithMessageCharge what cs carried, under key.
+func (s *server) chargeMessages(ctx context.Context, fullMethod, key string, cs *countingStream) {
+	n := cs.n.Load()
+	if n == 0 {
+		return
+	}
+	// The stream's context has ended with it; what it carried is still owed.
+	if err := s.c.messages.Charge(context.WithoutCancel(ctx), key, int(min(n, math.MaxInt)), s.c.now()); err != nil {
+		for _, fn := range s.c.onError {
+			fn(ctx, fullMethod, err)
+		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/retryafter/retryafter"
@@ -235,18 +234,7 @@ func TestStream(t *testing.T) {
 	addr, svc := serve(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(retryafter.NewTokenBucket(rate.Every(time.Minute), 1),
 		grpclimit.WithClock(clk.now))))
 	client := dial(t, addr)
-	open := func() (metadata.MD, error) {
-		s, err := client.FullDuplexCall(t.Context())
-		if err != nil {
-			return nil, err
-		}
-		for range 5 {
-			s.Send(&testpb.StreamingOutputCallRequest{})
-		}
-		s.CloseSend()
-		_, err = s.Recv()
-		return s.Trailer(), err
-	}
+	open := func() (metadata.MD, error) { return openStream(t.Context(), client, 5) }
 	if _, err := open(); !errors.Is(err, io.EOF) {
 		t.Fatalf("first stream: %v, want it admitted", err)
 	}
@@ -289,5 +277,27 @@ func TestCallEnded(t *testing.T) {
 	<-decided
 	if o.String() != "[failed_closed]" || errs.Load() != 0 || svc.calls.Load() != 0 {
 		t.Fatalf("outcomes %v, %d errors told, handler ran %d times; want [failed_closed], 0, 0", o.String(), errs.Load(), svc.calls.Load())
+	}
+}
+
+// TestMessageCharge: with WithMessageCharge, a stream costs its opening and then each message
+// it carried, charged when it ends; the key's next stream is refused while it is in debt, with
+// the exact wait.
+func TestMessageCharge(t *testing.T) {
+	clk := newClock(t0)
+	bucket := retryafter.NewTokenBucket(1, 4) // a token a second, 4 at once
+	addr, _ := serve(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(bucket,
+		grpclimit.WithClock(clk.now), grpclimit.WithMessageCharge(bucket))))
+	client := dial(t, addr)
+	stream := func(messages int) (metadata.MD, error) { return openStream(t.Context(), client, messages) }
+	// 1 to open, then 6: 3 in debt, charged before the status the client reads is sent.
+	if _, err := stream(6); !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	trailer, err := stream(0)
+	checkRefusal(t, "stream in debt", read(err, trailer), 4*time.Second-time.Microsecond)
+	clk.add(4 * time.Second)
+	if _, err := stream(0); !errors.Is(err, io.EOF) {
+		t.Fatalf("a stream once the debt is repaid: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ type config struct {
 	exempt   func(ctx context.Context, fullMethod string) bool
 	failOpen bool
 	dryRun   bool
+	messages retryafter.Charger // charged each stream's messages, when not nil
 
 	onError   []func(ctx context.Context, fullMethod string, err error)
 	onDecided []func(ctx context.Context, fullMethod string, o retryafter.Outcome, d retryafter.Decision)
@@ -125,4 +126,18 @@ func WithDecisionHook(fn func(ctx context.Context, fullMethod string, o retryaft
 		panic("grpclimit: WithDecisionHook(nil)")
 	}
 	return func(c *config) { c.onDecided = append(c.onDecided, fn) }
+}
+
+// WithMessageCharge makes a stream cost, besides what it is decided at when it opens, one token
+// of c for each message it carries, either way, charged under the stream's key when its handler
+// returns (or panics), at the clock's instant then. c may go into debt: the key's next call is
+// then refused until the debt is repaid, with the exact wait, when the interceptor's Limiter
+// counts in c (c itself, or [retryafter.All] of a limit per call and
+// [retryafter.ChargedAfter](c)). A charge that fails goes to the hooks of [WithErrorHook]. The
+// default charges nothing for messages. It has no effect on unary calls.
+func WithMessageCharge(c retryafter.Charger) Option {
+	if c == nil {
+		panic("grpclimit: WithMessageCharge(nil)")
+	}
+	return func(cfg *config) { cfg.messages = c }
 }
