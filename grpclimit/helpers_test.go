@@ -113,6 +113,7 @@ func withKey(ctx context.Context, key string, cost int) context.Context {
 type answer struct {
 	err       error
 	st        *status.Status
+	trailer   metadata.MD
 	pushback  []string
 	retryInfo *errdetails.RetryInfo
 	quota     *errdetails.QuotaFailure
@@ -127,7 +128,7 @@ func call(ctx context.Context, c testpb.TestServiceClient, opts ...grpc.CallOpti
 
 // read returns what a client saw of a call that ended with err and trailer.
 func read(err error, trailer metadata.MD) answer {
-	a := answer{err: err, st: status.Convert(err), pushback: trailer.Get(grpclimit.PushbackKey)}
+	a := answer{err: err, st: status.Convert(err), trailer: trailer, pushback: trailer.Get(grpclimit.PushbackKey)}
 	for _, d := range a.st.Details() {
 		switch d := d.(type) {
 		case *errdetails.RetryInfo:

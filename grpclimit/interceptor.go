@@ -36,6 +36,9 @@ func UnaryServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.UnaryServ
 			grpc.SetTrailer(ctx, a.trailer) // before any header: the status comes alone, as gRFC A6 needs
 			return nil, err
 		}
+		if a.header != nil {
+			grpc.SetHeader(ctx, a.header)
+		}
 		return handler(ctx, req)
 	}
 }
@@ -53,6 +56,9 @@ func StreamServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.StreamSe
 		if err != nil {
 			ss.SetTrailer(a.trailer)
 			return err
+		}
+		if a.header != nil {
+			ss.SetHeader(a.header)
 		}
 		if s.c.messages == nil || !a.counted {
 			return handler(srv, ss)
@@ -76,11 +82,12 @@ func newServer(l retryafter.Limiter, opts []Option) *server {
 	return &server{l: l, c: newConfig(opts)}
 }
 
-// An admission is what admit found of a call: its key, when the call is counted, and the
-// trailer of a refusal.
+// An admission is what admit found of a call: its key, when the call is counted, the header
+// metadata of an admitted call and the trailer of a refused one.
 type admission struct {
 	key     string
 	counted bool
+	header  metadata.MD
 	trailer metadata.MD
 }
 
@@ -96,12 +103,13 @@ func (s *server) admit(ctx context.Context, fullMethod string) (admission, error
 		trailer, err := s.fail(ctx, fullMethod, err, status.New(codes.Internal, "rate limiter: no key for the call"), nil)
 		return admission{trailer: trailer}, err
 	}
-	trailer, err := s.decide(ctx, fullMethod, key)
-	return admission{key: key, counted: true, trailer: trailer}, err
+	a, err := s.decide(ctx, fullMethod, key)
+	a.key, a.counted = key, true
+	return a, err
 }
 
 // decide asks the limiter about the call to fullMethod under key, as admit describes.
-func (s *server) decide(ctx context.Context, fullMethod, key string) (metadata.MD, error) {
+func (s *server) decide(ctx context.Context, fullMethod, key string) (admission, error) {
 	cost := 1
 	if s.c.cost != nil {
 		cost = max(1, s.c.cost(ctx, fullMethod))
@@ -112,22 +120,27 @@ func (s *server) decide(ctx context.Context, fullMethod, key string) (metadata.M
 			// The call itself ended (cancelled, past its deadline): the limiter did not fail,
 			// and a call that was not counted is not admitted for it.
 			s.decided(ctx, fullMethod, retryafter.FailedClosed, retryafter.Decision{})
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return admission{}, status.FromContextError(ctx.Err()).Err()
 		}
 		st, trailer := unavailable()
-		return s.fail(ctx, fullMethod, err, st, trailer)
+		trailer, err = s.fail(ctx, fullMethod, err, st, trailer)
+		return admission{trailer: trailer}, err
+	}
+	var fields metadata.MD
+	if s.c.fields != nil {
+		fields = s.c.fields.fields(d)
 	}
 	switch {
 	case d.Allowed:
 		s.decided(ctx, fullMethod, retryafter.Admitted, d)
-		return nil, nil
+		return admission{header: fields}, nil
 	case s.c.dryRun:
 		s.decided(ctx, fullMethod, retryafter.DryRunRefused, d)
-		return nil, nil
+		return admission{header: fields}, nil
 	}
 	s.decided(ctx, fullMethod, retryafter.Refused, d)
 	st, trailer := refusal(d)
-	return trailer, st.Err()
+	return admission{trailer: metadata.Join(trailer, fields)}, st.Err()
 }
 
 // fail reports err and, unless the interceptor fails open, returns st and trailer to end the

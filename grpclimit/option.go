@@ -24,6 +24,7 @@ type config struct {
 	failOpen bool
 	dryRun   bool
 	messages retryafter.Charger // charged each stream's messages, when not nil
+	fields   *fieldWriter       // the RateLimit fields' writer, when they are on
 
 	onError   []func(ctx context.Context, fullMethod string, err error)
 	onDecided []func(ctx context.Context, fullMethod string, o retryafter.Outcome, d retryafter.Decision)

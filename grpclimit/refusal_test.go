@@ -26,17 +26,20 @@ const retryPolicy = `{"methodConfig": [{"name": [{"service": "grpc.testing.TestS
 
 // TestGRPCRetryPolicy: a grpc-go client whose service config retries RESOURCE_EXHAUSTED with a
 // backoff far shorter than the wait obeys the pushback and gets through on its first retry
-// (the server counts two attempts); without the trailer it retries too soon and fails. The
+// (the server counts two attempts), with the RateLimit fields on too (they go in the trailer);
+// without the trailer it retries too soon and fails. The
 // server's clock is the real one, since grpc-go waits on it.
 func TestGRPCRetryPolicy(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		strip    bool
+		opts     []grpclimit.Option
 		attempts int64
 		code     codes.Code
 	}{
-		{"pushback", false, 2, codes.OK},
-		{"RetryInfo alone", true, 3, codes.ResourceExhausted},
+		{"pushback", false, nil, 2, codes.OK},
+		{"pushback and RateLimit fields", false, []grpclimit.Option{grpclimit.WithRateLimitFields("")}, 2, codes.OK},
+		{"RetryInfo alone", true, nil, 3, codes.ResourceExhausted},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			limiter := retryafter.NewTokenBucket(rate.Every(1500*time.Millisecond), 1)
@@ -45,7 +48,7 @@ func TestGRPCRetryPolicy(t *testing.T) {
 			if c.strip {
 				chain = append(chain, noPushback)
 			}
-			chain = append(chain, grpclimit.UnaryServerInterceptor(limiter))
+			chain = append(chain, grpclimit.UnaryServerInterceptor(limiter, c.opts...))
 			addr, _ := serve(t, grpc.ChainUnaryInterceptor(chain...))
 			client := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy))
 			if a := call(t.Context(), client); a.err != nil { // spends the burst
