@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 
@@ -37,6 +38,11 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 		if !ok || p.Addr == nil {
 			return "", fmt.Errorf("%w: the call has no peer", retryafter.ErrNoClientIP)
 		}
+		if tcp, ok := p.Addr.(*net.TCPAddr); ok && !walk {
+			if a, ok := netip.AddrFromSlice(tcp.IP); ok {
+				return peerKey(a.Unmap()), nil
+			}
+		}
 		// The HTTP key function, on the request it would have seen: one walk, one set of rules.
 		r := &http.Request{RemoteAddr: p.Addr.String()}
 		if md, ok := metadata.FromIncomingContext(ctx); walk && ok {
@@ -46,4 +52,13 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 		}
 		return key(r)
 	}
+}
+
+// peerKey returns the key of a TCP peer at a, as retryafter.ClientIP() keys it: an IPv4 address
+// itself, an IPv6 address's /64, without the detour through text that the walk needs.
+func peerKey(a netip.Addr) string {
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a, 64).Masked().String()
 }

@@ -3,7 +3,9 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/netip"
 	"testing"
 
@@ -72,5 +74,33 @@ func TestClientIPLoopback(t *testing.T) {
 	}
 	if k := <-keys; k != "127.0.0.1" {
 		t.Fatalf("key %q, want 127.0.0.1", k)
+	}
+}
+
+// TestClientIPAgreesWithHTTP: over many addresses, with and without trusted proxies, a call is
+// keyed as retryafter.ClientIP keys the HTTP request from the same peer.
+func TestClientIPAgreesWithHTTP(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 2))
+	for range 2000 {
+		var b [16]byte
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		a := netip.AddrFrom16(b)
+		switch rng.IntN(3) {
+		case 0:
+			a = netip.AddrFrom4([4]byte(b[:4]))
+		case 1:
+			a = netip.AddrFrom16([16]byte(append(append(make([]byte, 10), 0xff, 0xff), b[:4]...))) // IPv4-mapped
+		}
+		peerAddr := &net.TCPAddr{IP: a.AsSlice(), Port: int(b[5]) + 1}
+		ctx := peer.NewContext(t.Context(), &peer.Peer{Addr: peerAddr})
+		for _, trusted := range [][]netip.Prefix{nil, {netip.MustParsePrefix("10.0.0.0/8")}} {
+			want, werr := retryafter.ClientIP(trusted...)(&http.Request{RemoteAddr: peerAddr.String()})
+			got, err := grpclimit.ClientIP(trusted...)(ctx, "/s/m")
+			if got != want || (err == nil) != (werr == nil) {
+				t.Fatalf("peer %v, trusted %v: key %q, %v; HTTP keys it %q, %v", peerAddr, trusted, got, err, want, werr)
+			}
+		}
 	}
 }
