@@ -140,7 +140,10 @@ func (s *server) decide(ctx context.Context, fullMethod, key string) (admission,
 	}
 	s.decided(ctx, fullMethod, retryafter.Refused, d)
 	st, trailer := refusal(d)
-	return admission{trailer: metadata.Join(trailer, fields)}, st.Err()
+	if fields != nil {
+		trailer = metadata.Join(trailer, fields)
+	}
+	return admission{trailer: trailer}, st.Err()
 }
 
 // fail reports err and, unless the interceptor fails open, returns st and trailer to end the
