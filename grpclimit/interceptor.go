@@ -27,9 +27,13 @@ import (
 // [WithFailOpen] says.
 //
 // Clients are told apart by [ClientIP] unless [WithKeyFunc] says otherwise. It panics if l is
-// nil. Add it with grpc.UnaryInterceptor or grpc.ChainUnaryInterceptor.
+// nil or opts hold [WithMessageCharge]. Add it with grpc.UnaryInterceptor or
+// grpc.ChainUnaryInterceptor.
 func UnaryServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
 	s := newServer(l, opts)
+	if s.c.messages != nil {
+		panic("grpclimit: WithMessageCharge given to UnaryServerInterceptor: it is for streams")
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		a, err := s.admit(ctx, info.FullMethod)
 		if err != nil {

@@ -8,7 +8,8 @@ import (
 )
 
 // An Option configures the interceptors of [UnaryServerInterceptor] and
-// [StreamServerInterceptor]. Each has an effect on both.
+// [StreamServerInterceptor]. Each has an effect on both, but [WithMessageCharge], which is for
+// streams alone: UnaryServerInterceptor panics when given it.
 //
 // An Option given a nil function panics when it is made, with a message that starts
 // "grpclimit: ". The hooks (WithErrorHook, WithDecisionHook) add up: each one given is called,
@@ -135,7 +136,8 @@ func WithDecisionHook(fn func(ctx context.Context, fullMethod string, o retryaft
 // then refused until the debt is repaid, with the exact wait, when the interceptor's Limiter
 // counts in c (c itself, or [retryafter.All] of a limit per call and
 // [retryafter.ChargedAfter](c)). A charge that fails goes to the hooks of [WithErrorHook]. The
-// default charges nothing for messages. It has no effect on unary calls.
+// default charges nothing for messages. [UnaryServerInterceptor] panics when given it: a unary
+// call's one message is its cost.
 func WithMessageCharge(c retryafter.Charger) Option {
 	if c == nil {
 		panic("grpclimit: WithMessageCharge(nil)")
