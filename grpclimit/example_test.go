@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -54,4 +56,34 @@ func Example() {
 	// ResourceExhausted [100]
 	// RetryInfo: 100ms
 	// QuotaFailure: rate limit default exceeded: 2 at once, 10 restored per second
+}
+
+// A client with no retry policy, behind UnaryClientInterceptor, gets through a server that
+// limits it to one call at once and one every 300 ms: its second call waits the 300 ms the
+// server tells it, then is admitted.
+func ExampleUnaryClientInterceptor() {
+	var attempts atomic.Int64
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		attempts.Add(1)
+		return handler(ctx, req)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(count, grpclimit.UnaryServerInterceptor(retryafter.NewTokenBucket(rate.Every(300*time.Millisecond), 1))))
+	testpb.RegisterTestServiceServer(srv, &service{})
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(grpclimit.WithMaxWait(time.Second))))
+	defer conn.Close()
+	client := testpb.NewTestServiceClient(conn)
+	for range 2 {
+		_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
+		fmt.Println(status.Code(err))
+	}
+	fmt.Println("attempts:", attempts.Load())
+	// Output:
+	// OK
+	// OK
+	// attempts: 3
 }
