@@ -30,6 +30,12 @@ func TestContract(t *testing.T) {
 		{"TokenBucket 10/s", 3, func() retryafter.Limiter { return retryafter.NewTokenBucket(10, 3) }},
 		{"TokenBucket 1/min", 1, func() retryafter.Limiter { return retryafter.NewTokenBucket(rate.Every(time.Minute), 1) }},
 		{"TokenBucket 500/s", 5, func() retryafter.Limiter { return retryafter.NewTokenBucket(500, 5) }},
+		{"Shared", 3, func() retryafter.Limiter { return retryafter.Shared(retryafter.NewTokenBucket(10, 3), "everyone") }},
+		{"plans", 4, func() retryafter.Limiter {
+			return retryafter.NewTokenBucket(1, 1, retryafter.WithPolicyFunc(func(string) retryafter.Policy {
+				return retryafter.Policy{Name: "pro", Limit: 20, Burst: 4}
+			}))
+		}},
 		{"All", 2, func() retryafter.Limiter {
 			return retryafter.All(retryafter.NewTokenBucket(7, 2), retryafter.NewTokenBucket(rate.Every(time.Hour), 100))
 		}},
