@@ -10,11 +10,14 @@ require (
 	github.com/prometheus/otlptranslator v1.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/retryafter/retryafter v0.0.0
+	github.com/retryafter/retryafter/grpclimit v0.0.0
 	github.com/retryafter/retryafter/otelmetrics v0.0.0
 	github.com/retryafter/retryafter/redisstore v0.0.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	golang.org/x/time v0.16.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -32,12 +35,15 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
 	github.com/retryafter/retryafter => ../
+	github.com/retryafter/retryafter/grpclimit => ../grpclimit
 	github.com/retryafter/retryafter/otelmetrics => ../otelmetrics
 	github.com/retryafter/retryafter/redisstore => ../redisstore
 )

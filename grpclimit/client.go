@@ -1,0 +1,149 @@
+package grpclimit
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Defaults of [UnaryClientInterceptor].
+const (
+	defaultMaxAttempts = 4
+	defaultMaxWait     = 5 * time.Minute
+)
+
+// A ClientOption configures [UnaryClientInterceptor].
+type ClientOption func(*clientConfig)
+
+type clientConfig struct {
+	maxAttempts int
+	maxWait     time.Duration
+}
+
+// WithMaxAttempts sets the most tries of one call, the first included; 1 turns retrying off.
+// The default is 4. It panics if n is below 1.
+func WithMaxAttempts(n int) ClientOption {
+	if n < 1 {
+		panic("grpclimit: WithMaxAttempts below 1")
+	}
+	return func(c *clientConfig) { c.maxAttempts = n }
+}
+
+// WithMaxWait caps the server's wait that the interceptor waits, so that a bogus one cannot hold
+// a caller for days: a call whose server asks for more is returned at once, since retrying
+// sooner would be refused, as the server announced. The default is 5 minutes. It panics if
+// wait is not above 0.
+func WithMaxWait(wait time.Duration) ClientOption {
+	if wait <= 0 {
+		panic("grpclimit: WithMaxWait not above 0")
+	}
+	return func(c *clientConfig) { c.maxWait = wait }
+}
+
+// UnaryClientInterceptor returns a client interceptor that retries a unary call ended with
+// RESOURCE_EXHAUSTED or UNAVAILABLE after the wait its server asked for: the retry_delay of a
+// google.rpc.RetryInfo in the status, or the trailer grpc-retry-pushback-ms ([PushbackKey]),
+// the longer when it sends both. It is for clients whose service config has no retry policy,
+// which leaves the trailer unread, and for servers that send RetryInfo alone.
+//
+// It never retries sooner than the server said, nor at once (a wait of 0 counts as a
+// millisecond), nor without being told: a call ended without a wait, with a pushback that says
+// not to retry (negative, not a number, or several values), or with a wait above
+// [WithMaxWait] is returned as it is, at once. Nor does it wait into a failure: when the call's
+// deadline would pass before the wait ends, the last error is returned at once; when the
+// call's context ends during a wait, its status is returned. Add it with
+// grpc.WithChainUnaryInterceptor.
+func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	c := clientConfig{maxAttempts: defaultMaxAttempts, maxWait: defaultMaxWait}
+	for _, o := range opts {
+		if o == nil {
+			panic("grpclimit: nil ClientOption")
+		}
+		o(&c)
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		var trailer metadata.MD
+		callOpts = append(slices.Clip(callOpts), grpc.Trailer(&trailer))
+		for attempt := 1; ; attempt++ {
+			trailer = nil
+			err := invoker(ctx, method, req, reply, cc, callOpts...)
+			if err == nil || attempt >= c.maxAttempts {
+				return err
+			}
+			wait, ok := serverWait(err, trailer)
+			if !ok || wait > c.maxWait {
+				return err
+			}
+			if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
+				return err
+			}
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sleep waits for wait, or until ctx ends, and then returns its status.
+func sleep(ctx context.Context, wait time.Duration) error {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// serverWait returns the wait that the server of a call ended with err and trailer asked for,
+// at least a millisecond, and whether it asked for one: RESOURCE_EXHAUSTED or UNAVAILABLE with
+// a RetryInfo or a pushback, the longer of the two, and no pushback that says not to retry.
+func serverWait(err error, trailer metadata.MD) (time.Duration, bool) {
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable {
+		return 0, false
+	}
+	wait, ok := time.Duration(0), false
+	if v := trailer.Get(PushbackKey); len(v) > 0 {
+		p, retry := pushback(v)
+		if !retry {
+			return 0, false
+		}
+		wait, ok = p, true
+	}
+	for _, d := range st.Details() {
+		if ri, isRI := d.(*errdetails.RetryInfo); isRI && ri.GetRetryDelay().IsValid() {
+			if delay := ri.GetRetryDelay().AsDuration(); delay >= 0 {
+				wait, ok = max(wait, delay), true
+			}
+		}
+	}
+	return max(wait, time.Millisecond), ok
+}
+
+// pushback reads the values of a pushback trailer as grpc-go does: one value of ASCII digits is
+// a wait in milliseconds (saturating, never wrapping); anything else says not to retry.
+func pushback(v []string) (wait time.Duration, retry bool) {
+	if len(v) != 1 || v[0] == "" {
+		return 0, false
+	}
+	for _, c := range []byte(v[0]) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	ms, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64, true // too large to fit: above any cap
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}

@@ -1,0 +1,208 @@
+package grpclimit
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/retryafter/retryafter"
+)
+
+// UnaryServerInterceptor returns a server interceptor that asks l about each unary call and
+// ends the calls it refuses with RESOURCE_EXHAUSTED, telling the client the limiter's exact
+// wait twice: as a google.rpc.RetryInfo whose retry_delay is the wait rounded up to the
+// millisecond, never 0, and as the trailer grpc-retry-pushback-ms ([PushbackKey]) with the
+// same milliseconds, which grpc-go, grpc-java and gRPC core obey when the client's service
+// config has a retry policy for RESOURCE_EXHAUSTED. A client that waits that long and calls
+// again is admitted, unless something else spent its quota meanwhile. A google.rpc.QuotaFailure
+// names the policies the call violated. A refused call costs no quota.
+//
+// A call that can never be admitted (a cost above what the limit ever holds) gets a pushback
+// of -1, "do not retry", and no RetryInfo. When the key function or l fails, the call ends as
+// [WithFailOpen] says.
+//
+// Clients are told apart by [ClientIP] unless [WithKeyFunc] says otherwise. It panics if l is
+// nil or opts hold [WithMessageCharge]. Add it with grpc.UnaryInterceptor or
+// grpc.ChainUnaryInterceptor.
+func UnaryServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
+	s := newServer(l, opts)
+	if s.c.messages != nil {
+		panic("grpclimit: WithMessageCharge given to UnaryServerInterceptor: it is for streams")
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		a, err := s.admit(ctx, info.FullMethod)
+		if err != nil {
+			grpc.SetTrailer(ctx, a.trailer) // before any header: the status comes alone, as gRFC A6 needs
+			return nil, err
+		}
+		if a.header != nil {
+			grpc.SetHeader(ctx, a.header)
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor returns a server interceptor that asks l about each stream when it
+// opens, and ends the streams it refuses before the handler runs, as [UnaryServerInterceptor]
+// ends unary calls. A stream is decided once: it costs what [WithCost] says when it opens, and
+// nothing for the messages it then sends or receives, however long it lasts, unless
+// [WithMessageCharge] charges them afterwards. It panics if l is nil. Add it with
+// grpc.StreamInterceptor or grpc.ChainStreamInterceptor.
+func StreamServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.StreamServerInterceptor {
+	s := newServer(l, opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		a, err := s.admit(ss.Context(), info.FullMethod)
+		if err != nil {
+			ss.SetTrailer(a.trailer)
+			return err
+		}
+		if a.header != nil {
+			ss.SetHeader(a.header)
+		}
+		if s.c.messages == nil || !a.counted {
+			return handler(srv, ss)
+		}
+		cs := &countingStream{ServerStream: ss}
+		defer s.chargeMessages(ss.Context(), info.FullMethod, a.key, cs)
+		return handler(srv, cs)
+	}
+}
+
+// server is what both interceptors share: the limiter and the configuration.
+type server struct {
+	l retryafter.Limiter
+	c config
+}
+
+func newServer(l retryafter.Limiter, opts []Option) *server {
+	if l == nil {
+		panic("grpclimit: nil Limiter")
+	}
+	return &server{l: l, c: newConfig(opts)}
+}
+
+// An admission is what admit found of a call: its key, when the call is counted, the header
+// metadata of an admitted call and the trailer of a refused one.
+type admission struct {
+	key     string
+	counted bool
+	header  metadata.MD
+	trailer metadata.MD
+}
+
+// admit decides the call to fullMethod and returns a nil error when it may proceed; otherwise
+// the error that ends it, with the trailer to send in the admission.
+func (s *server) admit(ctx context.Context, fullMethod string) (admission, error) {
+	if s.c.exempt != nil && s.c.exempt(ctx, fullMethod) {
+		s.decided(ctx, fullMethod, retryafter.Exempt, retryafter.Decision{})
+		return admission{}, nil
+	}
+	key, err := s.c.key(ctx, fullMethod)
+	if err != nil {
+		trailer, err := s.fail(ctx, fullMethod, err, status.New(codes.Internal, "rate limiter: no key for the call"), nil)
+		return admission{trailer: trailer}, err
+	}
+	a, err := s.decide(ctx, fullMethod, key)
+	a.key, a.counted = key, true
+	return a, err
+}
+
+// decide asks the limiter about the call to fullMethod under key, as admit describes.
+func (s *server) decide(ctx context.Context, fullMethod, key string) (admission, error) {
+	cost := 1
+	if s.c.cost != nil {
+		cost = max(1, s.c.cost(ctx, fullMethod))
+	}
+	d, err := s.l.Decide(ctx, key, cost, s.c.now())
+	if err != nil {
+		if ctx.Err() != nil {
+			// The call itself ended (cancelled, past its deadline): the limiter did not fail,
+			// and a call that was not counted is not admitted for it.
+			s.decided(ctx, fullMethod, retryafter.FailedClosed, retryafter.Decision{})
+			return admission{}, status.FromContextError(ctx.Err()).Err()
+		}
+		st, trailer := unavailable()
+		trailer, err = s.fail(ctx, fullMethod, err, st, trailer)
+		return admission{trailer: trailer}, err
+	}
+	var fields metadata.MD
+	if s.c.fields != nil {
+		fields = s.c.fields.fields(d)
+	}
+	switch {
+	case d.Allowed:
+		s.decided(ctx, fullMethod, retryafter.Admitted, d)
+		return admission{header: fields}, nil
+	case s.c.dryRun:
+		s.decided(ctx, fullMethod, retryafter.DryRunRefused, d)
+		return admission{header: fields}, nil
+	}
+	s.decided(ctx, fullMethod, retryafter.Refused, d)
+	st, trailer := refusal(d)
+	if fields != nil {
+		trailer = metadata.Join(trailer, fields)
+	}
+	return admission{trailer: trailer}, st.Err()
+}
+
+// fail reports err and, unless the interceptor fails open, returns st and trailer to end the
+// call with.
+func (s *server) fail(ctx context.Context, fullMethod string, err error, st *status.Status, trailer metadata.MD) (metadata.MD, error) {
+	for _, fn := range s.c.onError {
+		fn(ctx, fullMethod, err)
+	}
+	if s.c.failOpen {
+		s.decided(ctx, fullMethod, retryafter.FailedOpen, retryafter.Decision{})
+		return nil, nil
+	}
+	s.decided(ctx, fullMethod, retryafter.FailedClosed, retryafter.Decision{})
+	return trailer, st.Err()
+}
+
+// decided tells the hooks of WithDecisionHook what became of the call.
+func (s *server) decided(ctx context.Context, fullMethod string, o retryafter.Outcome, d retryafter.Decision) {
+	for _, fn := range s.c.onDecided {
+		fn(ctx, fullMethod, o, d)
+	}
+}
+
+// A countingStream counts the messages its stream carries, either way.
+type countingStream struct {
+	grpc.ServerStream
+	n atomic.Int64
+}
+
+func (c *countingStream) SendMsg(m any) error {
+	err := c.ServerStream.SendMsg(m)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return err
+}
+
+func (c *countingStream) RecvMsg(m any) error {
+	err := c.ServerStream.RecvMsg(m)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return err
+}
+
+// chargeMessages charges the Charger of WithMessageCharge what cs carried, under key.
+func (s *server) chargeMessages(ctx context.Context, fullMethod, key string, cs *countingStream) {
+	n := cs.n.Load()
+	if n == 0 {
+		return
+	}
+	// The stream's context has ended with it; what it carried is still owed.
+	if err := s.c.messages.Charge(context.WithoutCancel(ctx), key, int(min(n, math.MaxInt)), s.c.now()); err != nil {
+		for _, fn := range s.c.onError {
+			fn(ctx, fullMethod, err)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package grpclimit
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/retryafter/retryafter"
+)
+
+// A KeyFunc names the client a call is counted against, for [WithKeyFunc]. fullMethod is
+// "/package.Service/Method". An error means the call carries no usable key; it is not counted
+// (see [WithFailOpen]).
+type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
+
+// forwardedFor is the metadata key that proxies of gRPC (Envoy, grpc-gateway) write the
+// client's address into, as X-Forwarded-For is written for HTTP.
+const forwardedFor = "x-forwarded-for"
+
+// ClientIP returns a key function for [WithKeyFunc] that keys a call by its peer's address, as
+// [retryafter.ClientIP] keys a request by RemoteAddr: an IPv4 client by its address, an IPv6
+// client by its /64. With no trusted proxies, only the peer counts and metadata is ignored, so
+// a client cannot choose its key; from a peer inside trusted, the x-forwarded-for metadata is
+// walked from the right, as retryafter.ClientIP walks X-Forwarded-For.
+//
+// A call with no peer address (an in-memory connection) fails with an error wrapping
+// [retryafter.ErrNoClientIP]. It panics as retryafter.ClientIP does, on an invalid prefix.
+func ClientIP(trusted ...netip.Prefix) KeyFunc {
+	key := retryafter.ClientIP(trusted...)
+	walk := len(trusted) > 0
+	return func(ctx context.Context, _ string) (string, error) {
+		p, ok := peer.FromContext(ctx)
+		if !ok || p.Addr == nil {
+			return "", fmt.Errorf("%w: the call has no peer", retryafter.ErrNoClientIP)
+		}
+		if tcp, ok := p.Addr.(*net.TCPAddr); ok && !walk {
+			if a, ok := netip.AddrFromSlice(tcp.IP); ok {
+				return peerKey(a.Unmap()), nil
+			}
+		}
+		// The HTTP key function, on the request it would have seen: one walk, one set of rules.
+		r := &http.Request{RemoteAddr: p.Addr.String()}
+		if md, ok := metadata.FromIncomingContext(ctx); walk && ok {
+			if v := md.Get(forwardedFor); len(v) > 0 {
+				r.Header = http.Header{"X-Forwarded-For": v}
+			}
+		}
+		return key(r)
+	}
+}
+
+// peerKey returns the key of a TCP peer at a, as retryafter.ClientIP() keys it: an IPv4 address
+// itself, an IPv6 address's /64, without the detour through text that the walk needs.
+func peerKey(a netip.Addr) string {
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a, 64).Masked().String()
+}

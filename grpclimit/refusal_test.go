@@ -1,0 +1,119 @@
+package grpclimit_test
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/grpclimit"
+)
+
+// retryPolicy is a service config whose retry policy retries RESOURCE_EXHAUSTED after a
+// backoff of a millisecond at most: far shorter than the limiter's wait, so that only the
+// pushback can bring the client back late enough.
+const retryPolicy = `{"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
+  "backoffMultiplier": 1, "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]}`
+
+// TestGRPCRetryPolicy: a grpc-go client whose service config retries RESOURCE_EXHAUSTED with a
+// backoff far shorter than the wait obeys the pushback and gets through on its first retry
+// (the server counts two attempts), with the RateLimit fields on too (they go in the trailer);
+// without the trailer it retries too soon and fails. The
+// server's clock is the real one, since grpc-go waits on it.
+func TestGRPCRetryPolicy(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		strip    bool
+		opts     []grpclimit.Option
+		attempts int64
+		code     codes.Code
+	}{
+		{"pushback", false, nil, 2, codes.OK},
+		{"pushback and RateLimit fields", false, []grpclimit.Option{grpclimit.WithRateLimitFields("")}, 2, codes.OK},
+		{"RetryInfo alone", true, nil, 3, codes.ResourceExhausted},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			limiter := retryafter.NewTokenBucket(rate.Every(1500*time.Millisecond), 1)
+			var attempts countingInterceptor
+			chain := []grpc.UnaryServerInterceptor{attempts.intercept}
+			if c.strip {
+				chain = append(chain, noPushback)
+			}
+			chain = append(chain, grpclimit.UnaryServerInterceptor(limiter, c.opts...))
+			addr, _ := serve(t, grpc.ChainUnaryInterceptor(chain...))
+			client := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy))
+			if a := call(t.Context(), client); a.err != nil { // spends the burst
+				t.Fatal(a.err)
+			}
+			attempts.n.Store(0)
+			a := call(t.Context(), client)
+			if a.st.Code() != c.code || attempts.n.Load() != c.attempts {
+				t.Fatalf("%v after %d attempts, want %v after %d", a.err, attempts.n.Load(), c.code, c.attempts)
+			}
+		})
+	}
+}
+
+// TestPushbackNeverRetried: a grpc-go client with a retry policy does not retry a call that can
+// never be admitted: the server counts one attempt.
+func TestPushbackNeverRetried(t *testing.T) {
+	var attempts countingInterceptor
+	addr, _ := serve(t, grpc.ChainUnaryInterceptor(attempts.intercept,
+		grpclimit.UnaryServerInterceptor(retryafter.NewTokenBucket(1, 1), grpclimit.WithCost(costFromMetadata))))
+	client := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy))
+	a := call(withKey(t.Context(), "", 2), client)
+	if a.st.Code() != codes.ResourceExhausted || attempts.n.Load() != 1 {
+		t.Fatalf("%v after %d attempts, want RESOURCE_EXHAUSTED after 1", a.err, attempts.n.Load())
+	}
+}
+
+// fixed is a Limiter that refuses every call with the wait the test sets.
+type fixed struct{ wait atomic.Int64 }
+
+func (f *fixed) Decide(context.Context, string, int, time.Time) (retryafter.Decision, error) {
+	return retryafter.Decision{RetryAfter: time.Duration(f.wait.Load()), Policy: retryafter.Policy{Name: "fixed"}}, nil
+}
+
+// TestRefusalMillis: the wait is rounded up to the millisecond, never to 0, and a wait whose
+// milliseconds would not fit a Duration once grpc-go multiplies them back (it would wrap into
+// an immediate retry) is "do not retry".
+func TestRefusalMillis(t *testing.T) {
+	const most = math.MaxInt64 / int64(time.Millisecond) // the largest pushback grpc-go reads without wrapping
+	l := new(fixed)
+	addr, _ := serve(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l)))
+	client := dial(t, addr)
+	for _, c := range []struct {
+		wait     time.Duration
+		pushback string
+	}{
+		{0, "1"}, {-time.Second, "1"}, {1, "1"}, {time.Millisecond, "1"}, {time.Millisecond + 1, "2"},
+		{999*time.Millisecond + 999_999, "1000"}, {time.Hour, "3600000"},
+		{time.Duration(most) * time.Millisecond, strconv.FormatInt(most, 10)},
+		{time.Duration(most)*time.Millisecond + 1, "-1"},
+		{rate.InfDuration - 1, "-1"}, {rate.InfDuration, "-1"},
+	} {
+		l.wait.Store(int64(c.wait))
+		a := call(t.Context(), client)
+		if a.st.Code() != codes.ResourceExhausted || strings.Join(a.pushback, ",") != c.pushback {
+			t.Fatalf("wait %v: %v, pushback %q; want %s", c.wait, a.err, a.pushback, c.pushback)
+		}
+		if c.pushback == "-1" {
+			if a.retryInfo != nil {
+				t.Fatalf("wait %v: RetryInfo %v beside a pushback of -1", c.wait, a.retryInfo)
+			}
+			continue
+		}
+		if ms, _ := strconv.ParseInt(c.pushback, 10, 64); a.retryInfo.GetRetryDelay().AsDuration() != time.Duration(ms)*time.Millisecond {
+			t.Fatalf("wait %v: RetryInfo %v, pushback %s", c.wait, a.retryInfo, c.pushback)
+		}
+	}
+}
