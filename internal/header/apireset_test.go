@@ -129,32 +129,6 @@ func TestReadWaitRateLimitNames(t *testing.T) {
 	})
 }
 
-// TestIsRefusal checks which responses are refusals: 429 and 503 always, GitHub's rate-limited
-// 403 too, and no other 403.
-func TestIsRefusal(t *testing.T) {
-	for _, tt := range []struct {
-		status int
-		h      http.Header
-		want   bool
-	}{
-		{429, nil, true},
-		{503, nil, true},
-		{403, http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"1377013266"}}, true},
-		{403, http.Header{"X-Ratelimit-Remaining": {"4990"}, "Retry-After": {"60"}}, true},
-		{403, nil, false},
-		{403, http.Header{"X-Ratelimit-Remaining": {"4990"}, "X-Ratelimit-Reset": {"1377013266"}}, false},
-		{403, http.Header{"Retry-After": {"60"}}, false},
-		{403, http.Header{"X-Ratelimit-Remaining": {"0", "1"}}, false},
-		{403, http.Header{"X-Ratelimit-Remaining": {"none"}}, false},
-		{401, http.Header{"X-Ratelimit-Remaining": {"0"}}, false},
-		{200, http.Header{"X-Ratelimit-Remaining": {"0"}}, false},
-	} {
-		if got := IsRefusal(tt.status, tt.h); got != tt.want {
-			t.Errorf("IsRefusal(%d, %v) = %v; want %v", tt.status, tt.h, got, tt.want)
-		}
-	}
-}
-
 // TestReadGoDurationAgreesWithGo checks, over durations that Go writes, that the reading is
 // what time.ParseDuration reads.
 func TestReadGoDurationAgreesWithGo(t *testing.T) {
