@@ -125,7 +125,9 @@ type Repair struct {
 
 	// Field is the canonical name of the upstream's field that Understood was read from:
 	// "Retry-After", or for RepairDerived one of "Retry-After-Ms", "X-Ms-Retry-After-Ms",
-	// "Ratelimit", "Ratelimit-Reset" and "X-Ratelimit-Reset"; "" when none was read.
+	// "Ratelimit", "Ratelimit-Reset", "X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens",
+	// "Anthropic-Ratelimit-Requests-Reset" (or -Tokens-, -Input-Tokens-, -Output-Tokens-) and
+	// "X-Ratelimit-Reset"; "" when none was read.
 	Field string
 
 	// ClientRetryAfter is the Retry-After the client got, in whole seconds, or 0 when it
@@ -191,10 +193,11 @@ func (k RepairKind) String() string {
 //
 // RFC 9110 §10.2.3 gives Retry-After a meaning on 503 Service Unavailable and 429 Too Many
 // Requests (how long to wait before retrying) and on a redirect (how long to wait before
-// issuing the redirected request). ModifyResponse touches those two and the redirects a user
-// agent follows to a Location: 301, 302, 303, 307 and 308. Every other response passes
-// untouched, 300 Multiple Choices and 304 Not Modified included, as does a redirect without
-// Retry-After.
+// issuing the redirected request). ModifyResponse touches those two, the 403 Forbidden that
+// GitHub's API sends for a rate limit (with X-RateLimit-Remaining 0, or with Retry-After beside
+// X-RateLimit-Remaining), which it repairs as a 429, and the redirects a user agent follows to
+// a Location: 301, 302, 303, 307 and 308. Every other response passes untouched, any other 403,
+// 300 Multiple Choices and 304 Not Modified included, as does a redirect without Retry-After.
 //
 // The clock is read once, and that one reading is used to measure the upstream's value and is
 // sent as Date, so that the client sees one consistent pair. The upstream's value is read the
@@ -213,15 +216,19 @@ func (k RepairKind) String() string {
 //
 // On a 429 or 503 whose Retry-After is missing or unusable, unless RetryAfterOnly is set, the
 // first of the upstream's reset fields that says when gives the wait, read as generously:
-// Retry-After-Ms (Azure, OpenAI), then X-Ms-Retry-After-Ms (Azure), in milliseconds; RateLimit (the rate-limit drafts from 08),
-// the largest t of the policies whose r is 0, or the reset of draft 07's form when its
-// remaining is 0; RateLimit-Reset (drafts up to 06, tollbooth), then X-RateLimit-Reset
-// (GitHub, ulule/limiter, Tyk), each in delay-seconds, or a Unix time when the number is more
-// than half the Unix time of the upstream's Date (or of the gateway's clock), in milliseconds
-// when more than half that in milliseconds: in 2026 the line is about 900 million seconds, a
-// delay of 28 years that no limiter means and an instant of 1998 that no reset names. A Unix
-// time is measured against the upstream's Date like a date, and read as the end of the second
-// it names unless ExactDates is set.
+// Retry-After-Ms (Azure, OpenAI), then X-Ms-Retry-After-Ms (Azure), in milliseconds; RateLimit
+// (the rate-limit drafts from 08), the largest t (or w) of the policies whose r (or a) is 0, or
+// the reset of draft 07's form when its remaining is 0; RateLimit-Reset (drafts up to 06,
+// tollbooth); OpenAI's X-RateLimit-Reset-Requests and -Tokens, Go durations ("6m0s");
+// Anthropic's Anthropic-RateLimit-*-Reset, RFC 3339 instants measured against the upstream's
+// Date; then X-RateLimit-Reset (GitHub, ulule/limiter, Tyk). Of an API's several limits, the
+// longest reset of those with no quota left gives the wait, or the longest of all when none
+// says so. RateLimit-Reset and X-RateLimit-Reset are delay-seconds, or a Unix time when the
+// number is more than half the Unix time of the upstream's Date (or of the gateway's clock), in
+// milliseconds when more than half that in milliseconds: in 2026 the line is about 900 million
+// seconds, a delay of 28 years that no limiter means and an instant of 1998 that no reset
+// names. An instant is measured against the upstream's Date like a date, and one in whole
+// seconds read as the end of the second it names unless ExactDates is set.
 //
 // Then:
 //
@@ -237,12 +244,13 @@ func (k RepairKind) String() string {
 func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 	redirect := false
 	switch resp.StatusCode {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
 		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
 		redirect = true
 	default:
-		return nil
+		if !header.IsRefusal(resp.StatusCode, resp.Header) {
+			return nil
+		}
 	}
 	h := resp.Header
 	sent := h[header.RetryAfter]
@@ -324,7 +332,9 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 // hasResetField reports whether h has one of the fields that [header.ReadWait] reads besides
 // Retry-After.
 func hasResetField(h http.Header) bool {
-	for _, name := range [...]string{header.RetryAfterMs, header.XMsRetryAfterMs, header.RateLimit, header.RateLimitReset, header.XRateLimitReset} {
+	for _, name := range [...]string{header.RetryAfterMs, header.XMsRetryAfterMs, header.RateLimit, header.RateLimitReset,
+		header.OpenAIResetRequests, header.OpenAIResetTokens, header.AnthropicRequestsReset, header.AnthropicTokensReset,
+		header.AnthropicInputTokensReset, header.AnthropicOutputTokensReset, header.XRateLimitReset} {
 		if len(h[name]) != 0 {
 			return true
 		}

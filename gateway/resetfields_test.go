@@ -64,6 +64,23 @@ func TestNormalizerResetFields(t *testing.T) {
 		{name: "a field that says nothing: untouched", status: 429, fields: http.Header{"Ratelimit": {`"default";r=5;t=7`}}},
 		{name: "a field that says nothing: fallback", status: 429, fields: http.Header{"X-Ratelimit-Reset": {epoch(-5 * time.Second)}}, fill: true,
 			want: "5", kind: RepairMissing},
+		{name: "OpenAI: only x-ratelimit-reset-requests", status: 429, fields: http.Header{"X-Ratelimit-Reset-Requests": {"6m0s"}},
+			want: "360", kind: RepairDerived, field: "X-Ratelimit-Reset-Requests", understd: 6 * time.Minute},
+		{name: "OpenAI: the spent limit's reset", status: 429, fields: http.Header{"X-Ratelimit-Reset-Requests": {"1s"}, "X-Ratelimit-Reset-Tokens": {"20ms"},
+			"X-Ratelimit-Remaining-Requests": {"59"}, "X-Ratelimit-Remaining-Tokens": {"0"}},
+			want: "1", kind: RepairDerived, field: "X-Ratelimit-Reset-Tokens", understd: 20 * time.Millisecond},
+		{name: "Anthropic: RFC 3339 against the upstream's Date", status: 429, fields: http.Header{
+			"Anthropic-Ratelimit-Tokens-Remaining": {"0"}, "Anthropic-Ratelimit-Tokens-Reset": {upstream.Add(171 * time.Second).Format(time.RFC3339)},
+			"Anthropic-Ratelimit-Requests-Remaining": {"3"}, "Anthropic-Ratelimit-Requests-Reset": {upstream.Add(2 * time.Second).Format(time.RFC3339)}},
+			want: "172", kind: RepairDerived, field: "Anthropic-Ratelimit-Tokens-Reset", understd: 172 * time.Second},
+		{name: "GitHub: 403 with no requests left", status: 403, fields: http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {epoch(10 * time.Second)}},
+			want: "11", kind: RepairDerived, field: "X-Ratelimit-Reset", understd: 11 * time.Second},
+		{name: "GitHub: 403 of a secondary limit", status: 403, fields: http.Header{"Retry-After": {"60"}, "X-Ratelimit-Remaining": {"4990"}, "X-Ratelimit-Reset": {epoch(time.Hour)}},
+			want: "60"},
+		{name: "GitHub: 403 with requests left: untouched", status: 403, fields: http.Header{"X-Ratelimit-Remaining": {"4990"}, "X-Ratelimit-Reset": {epoch(10 * time.Second)}}, fill: true},
+		{name: "a 403 with Retry-After alone: untouched", status: 403, fields: http.Header{"Retry-After": {"soon"}}, fill: true},
+		{name: "RateLimit a and w (after draft 11)", status: 429, fields: http.Header{"Ratelimit": {`"default";a=0;w=7`}},
+			want: "7", kind: RepairDerived, field: "Ratelimit", understd: 7 * time.Second},
 		{name: "not on a redirect", status: 302, fields: http.Header{"X-Ratelimit-Reset": {"9"}}},
 		{name: "not on a 200", status: 200, fields: http.Header{"X-Ratelimit-Reset": {"9"}}},
 	}
@@ -131,7 +148,10 @@ func FuzzNormalizerResetFields(f *testing.F) {
 	f.Add(true, uint8(2), "0", "")
 	f.Add(true, uint8(3), "1796040010", "Sun, 29 Nov 2026 13:00:00 GMT")
 	f.Add(false, uint8(3), "1796040000000.5", "Sun, 29 Nov 2026 12:00:00 UTC")
-	fields := [...]string{"Retry-After-Ms", "Ratelimit", "Ratelimit-Reset", "X-Ratelimit-Reset", "X-Ms-Retry-After-Ms"}
+	f.Add(true, uint8(5), "6m0s", "")
+	f.Add(true, uint8(7), "2026-11-29T13:02:51Z", "Sun, 29 Nov 2026 13:00:00 GMT")
+	fields := [...]string{"Retry-After-Ms", "Ratelimit", "Ratelimit-Reset", "X-Ratelimit-Reset", "X-Ms-Retry-After-Ms",
+		"X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens", "Anthropic-Ratelimit-Requests-Reset", "Anthropic-Ratelimit-Output-Tokens-Reset"}
 	const maxWait = 90 * time.Second
 	now := t0.Add(300 * time.Millisecond)
 	f.Fuzz(func(t *testing.T, tooMany bool, which uint8, value, date string) {

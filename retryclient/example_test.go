@@ -158,3 +158,47 @@ func ExampleBackoff_Delay() {
 	// map[Ratelimit:["day";r=0;t=86400]]: 24h0m0s, above the cap of 1m0s: returned at once
 	// map[Date:[Sun, 29 Nov 2026 12:00:00 GMT] X-Ratelimit-Reset:[1795953610]]: 11s
 }
+
+// Without Retry-After, the resets that the APIs most programs call send give the wait: OpenAI's
+// Go durations, Anthropic's RFC 3339 instants measured against Date (the local clock is an hour
+// fast), and GitHub's epoch reset on the 403 of its primary limit. Of several limits, the spent
+// one's reset decides; a wait above Cap (5 minutes by default) is the caller's to know. A 403
+// that is not a rate limit gets the client's own backoff.
+func ExampleBackoff_apiResets() {
+	b := &retryclient.Backoff{
+		Rand: func() float64 { return 1 },
+		Now:  func() time.Time { return time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC) },
+	}
+	date := "Sun, 29 Nov 2026 12:00:00 GMT"
+	for _, tc := range []struct {
+		name   string
+		status int
+		kv     []string
+	}{
+		{"OpenAI", 429, []string{"X-Ratelimit-Reset-Requests", "6m0s"}},
+		{"OpenAI, tokens spent", 429, []string{"X-Ratelimit-Remaining-Requests", "59", "X-Ratelimit-Reset-Requests", "1s",
+			"X-Ratelimit-Remaining-Tokens", "0", "X-Ratelimit-Reset-Tokens", "20ms"}},
+		{"Anthropic", 429, []string{"Anthropic-Ratelimit-Tokens-Remaining", "0", "Anthropic-Ratelimit-Tokens-Reset", "2026-11-29T12:02:51Z"}},
+		{"GitHub", 403, []string{"X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "1795953840"}},
+		{"GitHub, secondary", 403, []string{"Retry-After", "60", "X-Ratelimit-Remaining", "4990"}},
+		{"Forbidden", 403, []string{"Retry-After", "60"}},
+	} {
+		resp := &http.Response{StatusCode: tc.status, Header: http.Header{"Date": {date}}}
+		for i := 0; i+1 < len(tc.kv); i += 2 {
+			resp.Header.Set(tc.kv[i], tc.kv[i+1])
+		}
+		d, err := b.Delay(resp, 1)
+		if err != nil {
+			fmt.Printf("%-20s %d: %v\n", tc.name, tc.status, err)
+			continue
+		}
+		fmt.Printf("%-20s %d: wait %v\n", tc.name, tc.status, d)
+	}
+	// Output:
+	// OpenAI               429: retryclient: X-Ratelimit-Reset-Requests asks for a wait of 6m0s, above the cap of 5m0s
+	// OpenAI, tokens spent 429: wait 20ms
+	// Anthropic            429: wait 2m52s
+	// GitHub               403: wait 4m1s
+	// GitHub, secondary    403: wait 1m0s
+	// Forbidden            403: wait 500ms
+}

@@ -1,6 +1,6 @@
 // Package retryclient is the client side of Retry-After: a [Backoff] that turns a response into
 // the wait before the next try, the server's when it said one, and a [Transport] that retries
-// 429 and 503 responses, waiting as the Backoff says.
+// 429 and 503 responses (and GitHub's rate-limited 403), waiting as the Backoff says.
 //
 //	client := &http.Client{Transport: &retryclient.Transport{}}
 //
@@ -8,8 +8,8 @@
 // formats, dates measured against the response's own Date so that clock skew cancels, and the
 // forms real servers send that retryafter.ParseRetryAfter, the strict reader, refuses (a date in
 // UTC, "1.5", a 0 that stands for less than a second). Without a usable Retry-After it reads the
-// rate-limit reset fields (retry-after-ms, RateLimit, X-RateLimit-Reset) as the gateway package
-// does. A value it cannot use gets the client's own backoff, never an immediate retry; a wait
+// rate-limit reset fields (retry-after-ms, RateLimit, X-RateLimit-Reset, OpenAI's and Anthropic's
+// resets) as the gateway package does. A value it cannot use gets the client's own backoff, never an immediate retry; a wait
 // above the cap is not waited at all, and the response goes back to the caller at once.
 package retryclient
 
@@ -38,8 +38,10 @@ const (
 // Backoff turns a response and its attempt number into the wait before the
 // next try.
 //
-// On a 429 Too Many Requests or a 503 Service Unavailable with a usable
-// Retry-After, the wait is the server's, plus a random jitter of up to
+// On a 429 Too Many Requests or a 503 Service Unavailable (or a 403 Forbidden
+// that GitHub's API sends for a rate limit: with X-RateLimit-Remaining 0, or
+// with Retry-After beside X-RateLimit-Remaining) with a usable Retry-After,
+// the wait is the server's, plus a random jitter of up to
 // [Backoff.Jitter], which only ever adds. Retry-After is read generously, as
 // its sender evidently meant it:
 //
@@ -55,13 +57,17 @@ const (
 //
 // When Retry-After is missing or unusable, the first of these that says when
 // gives the server's wait: Retry-After-Ms (Azure, OpenAI) or
-// X-Ms-Retry-After-Ms (Azure), in milliseconds; the t of the RateLimit
-// policies with no quota left (the rate-limit drafts); RateLimit-Reset;
-// X-RateLimit-Reset, in delay-seconds or as a Unix time (GitHub,
-// ulule/limiter, Tyk) when the number is more than half the Unix time of Date
-// (in 2026, 28 years as a delay), measured against Date like a date.
+// X-Ms-Retry-After-Ms (Azure), in milliseconds; the t (or w) of the RateLimit
+// policies with no quota left, r (or a) 0 (the rate-limit drafts);
+// RateLimit-Reset; OpenAI's X-RateLimit-Reset-Requests and -Tokens, Go
+// durations ("6m0s"); Anthropic's Anthropic-RateLimit-*-Reset, RFC 3339
+// instants measured against Date; X-RateLimit-Reset, in delay-seconds or as
+// a Unix time (GitHub, ulule/limiter, Tyk) when the number is more than half
+// the Unix time of Date (in 2026, 28 years as a delay), measured against Date
+// like a date. Of an API's several limits, the longest reset of those with no
+// quota left gives the wait, or the longest of all when none says so.
 //
-// Retry-After on other statuses is not honoured. Otherwise (no Retry-After,
+// Retry-After on other statuses, any other 403 included, is not honoured. Otherwise (no Retry-After,
 // or one that is negative, in exponent or hex form, a list, several lines
 // that disagree, a date already past, garbage; another status; or no
 // response at all) the wait is the client's own exponential backoff with
@@ -138,7 +144,7 @@ func (b *Backoff) Delay(resp *http.Response, attempt int) (time.Duration, error)
 		c = *b
 	}
 	limit := c.limit()
-	if resp != nil && honoursRetryAfter(resp.StatusCode) {
+	if resp != nil && header.IsRefusal(resp.StatusCode, resp.Header) {
 		now := time.Now
 		if c.Now != nil {
 			now = c.Now
@@ -179,8 +185,8 @@ type WaitTooLongError struct {
 	Cap time.Duration
 
 	// Field is the canonical name of the response's field that said so:
-	// "Retry-After", "Retry-After-Ms", "X-Ms-Retry-After-Ms", "Ratelimit",
-	// "Ratelimit-Reset" or "X-Ratelimit-Reset".
+	// "Retry-After", or one of the reset fields that [Backoff] reads, as
+	// "X-Ratelimit-Reset-Requests" or "Anthropic-Ratelimit-Tokens-Reset".
 	Field string
 }
 
@@ -221,12 +227,6 @@ func (b Backoff) random() float64 {
 	}
 }
 
-// honoursRetryAfter reports whether [Backoff] and [Transport] act on the
-// Retry-After of a response with this status.
-func honoursRetryAfter(status int) bool {
-	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
-}
-
 // scale returns span·r for r in [0, 1], never beyond span.
 func scale(span time.Duration, r float64) time.Duration {
 	x := float64(span) * r
@@ -254,7 +254,8 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Transport is an [http.RoundTripper] that retries a request answered 429
-// Too Many Requests or 503 Service Unavailable, waiting as [Backoff] says:
+// Too Many Requests or 503 Service Unavailable, or 403 Forbidden for GitHub's
+// rate limits (see [Backoff]), waiting as [Backoff] says:
 // the server's Retry-After when it has a usable one, else its own backoff.
 // Use it as the Transport of an [http.Client].
 //
@@ -328,7 +329,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	try := req
 	for attempt := 1; ; attempt++ {
 		resp, err := base.RoundTrip(try)
-		if err != nil || resp == nil || attempt >= maxAttempts || !honoursRetryAfter(resp.StatusCode) {
+		if err != nil || resp == nil || attempt >= maxAttempts || !header.IsRefusal(resp.StatusCode, resp.Header) {
 			return resp, err
 		}
 		wait, err := t.Backoff.Delay(resp, attempt)

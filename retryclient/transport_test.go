@@ -62,6 +62,29 @@ func TestBackoffHonoursRetryAfter(t *testing.T) {
 	}
 }
 
+// TestBackoffGitHubForbidden checks that GitHub's 403 for a rate limit is waited as a 429 is:
+// its primary limit until X-RateLimit-Reset, measured against Date, its secondary limits for
+// their Retry-After; and that any other 403 gets the client's own backoff, whatever it says.
+func TestBackoffGitHubForbidden(t *testing.T) {
+	b := &Backoff{Now: func() time.Time { return t0.Add(time.Hour) }, Rand: constRand(1), Base: time.Second, Max: time.Second}
+	date := t0.Format(http.TimeFormat)
+	reset := strconv.FormatInt(t0.Add(100*time.Second).Unix(), 10)
+	for _, tt := range []struct {
+		name string
+		resp *http.Response
+		want time.Duration
+	}{
+		{"primary", respWith(403, "Date", date, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", reset), 101 * time.Second},
+		{"secondary", respWith(403, "Date", date, "Retry-After", "60", "X-Ratelimit-Remaining", "4990", "X-Ratelimit-Reset", reset), 60 * time.Second},
+		{"not a rate limit", respWith(403, "Date", date, "X-Ratelimit-Remaining", "4990", "X-Ratelimit-Reset", reset), time.Second},
+		{"Retry-After alone", respWith(403, "Date", date, "Retry-After", "60"), time.Second},
+	} {
+		if got := b.Wait(tt.resp, 1); got != tt.want {
+			t.Errorf("%s: Wait = %v; want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 // TestBackoffGenerous pins the waits read from values that real servers send and that the
 // strict reader refuses (or, for 0, reads as "now"): each is read as its sender meant.
 func TestBackoffGenerous(t *testing.T) {
@@ -490,7 +513,7 @@ func TestTransportGetBodyFails(t *testing.T) {
 }
 
 func TestTransportOtherStatusesAndErrors(t *testing.T) {
-	for _, code := range []int{200, 301, 400, 404, 500, 502, 504} {
+	for _, code := range []int{200, 301, 400, 403, 404, 500, 502, 504} {
 		synctest.Test(t, func(t *testing.T) {
 			srv := newScriptedServer(func(time.Time) *http.Response {
 				return respWith(code, "Retry-After", "1")

@@ -12,6 +12,10 @@ import (
 //	RateLimit-Policy: "default";q=5;w=5     q the quota (required), w its window in seconds
 //	RateLimit: "default";r=0;t=1            r what is left (required), t seconds until more is
 //
+// The working group's text after revision 11 (its review branch, §3.1) names RateLimit's r and t
+// a (the available quota) and w (the effective window), and adds c and pk; unknown parameters
+// are ignored. Both names are read: a for r, w for t.
+//
 // On a refusal the policy that refused has r=0, and its t tells a client when it may come back,
 // as Retry-After does: the two must agree, or a client that reads one of them comes back early
 // or waits for nothing. With several policies exhausted at once, the last of them to refill
@@ -25,9 +29,9 @@ type quotaItem struct {
 }
 
 // parseQuotaField parses the lines of field as a List of Items, each a String naming a policy,
-// with the Integer parameters ints, of which required must be present. It returns a sentence
-// saying what is wrong, or "".
-func parseQuotaField(field string, lines []string, ints []string, required string) ([]quotaItem, string) {
+// with the Integer parameters ints, of which required, or the name alias gives it, must be
+// present. It returns a sentence saying what is wrong, or "".
+func parseQuotaField(field string, lines []string, ints []string, required string, alias map[string]string) ([]quotaItem, string) {
 	members, err := parseSFList(lines)
 	q := fmt.Sprintf("%s: %q", field, strings.Join(lines, ", "))
 	if err != nil {
@@ -49,6 +53,9 @@ func parseQuotaField(field string, lines []string, ints []string, required strin
 			}
 			if v.kind != sfInteger || v.n < 0 {
 				return nil, fmt.Sprintf("%s: %s of %q is not a non-negative Integer", q, key, it.name)
+			}
+			if key, ok := alias[key]; ok && !it.has[key] {
+				it.params[key], it.has[key] = v.n, true
 			}
 			it.params[key], it.has[key] = v.n, true
 		}
@@ -125,7 +132,7 @@ func checkQuotaFields(e *exchange, t told) (Check, bool) {
 	var policies []quotaItem
 	if len(pol) > 0 {
 		var why string
-		if policies, why = parseQuotaField("RateLimit-Policy", pol, []string{"q", "w"}, "q"); why != "" {
+		if policies, why = parseQuotaField("RateLimit-Policy", pol, []string{"q", "w"}, "q", nil); why != "" {
 			c.Seen = why
 			return c, true
 		}
@@ -134,7 +141,7 @@ func checkQuotaFields(e *exchange, t told) (Check, bool) {
 		c.Result, c.Seen = Pass, fmt.Sprintf("RateLimit-Policy: %s parses; no RateLimit on the refusal to compare with Retry-After", strings.Join(pol, ", "))
 		return c, true
 	}
-	limits, why := parseQuotaField("RateLimit", rl, []string{"r", "t"}, "r")
+	limits, why := parseQuotaField("RateLimit", rl, []string{"r", "t", "a", "w"}, "r", map[string]string{"a": "r", "w": "t"})
 	if why != "" {
 		c.Seen = why
 		return c, true

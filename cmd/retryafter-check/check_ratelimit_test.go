@@ -36,6 +36,12 @@ func TestCheckRateLimitFields(t *testing.T) {
 		{[]string{"Retry-After", "1", "RateLimit", `default;r=0;t=1`}, Fail, "member 1 names its policy with a Token, not a String"},
 		{[]string{"Retry-After", "1", "RateLimit", `("default");r=0`}, Fail, "member 1 is an inner list"},
 		{[]string{"Retry-After", "1", "RateLimit", `limit=5, remaining=0, reset=1`}, Fail, "not a Structured Field List"},
+		// The names of the working group's text after draft 11: a for r, w for t.
+		{[]string{"Retry-After", "1", "RateLimit-Policy", pol, "RateLimit", `"default";a=0;w=1`}, Pass, "t=1 agrees with Retry-After"},
+		{[]string{"Retry-After", "1", "RateLimit", `"api";a=0;w=1;c=1;pk=:R0VUH2FsaWNl:`}, Pass, "t=1 agrees with Retry-After"},
+		{[]string{"Retry-After", "1", "RateLimit", `"default";a=0;w=5`}, Fail, "t=5 but Retry-After says 1 s"},
+		{[]string{"Retry-After", "1", "RateLimit", `"default";a=3;w=1`}, Fail, "refused, yet every policy has quota left"},
+		{[]string{"Retry-After", "1", "RateLimit", `"default";a=0;w=-1`}, Fail, `w of "default" is not a non-negative Integer`},
 		// Two policies exhausted: the later one decides, and Retry-After must name it.
 		{[]string{"Retry-After", "3600", "RateLimit", `"burst";r=0;t=1, "daily";r=0;t=3600`}, Pass, "t=3600 agrees"},
 		{[]string{"Retry-After", "1", "RateLimit", `"burst";r=0;t=1, "daily";r=0;t=3600`}, Fail, "t=3600 but Retry-After says 1 s"},

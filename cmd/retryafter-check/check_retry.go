@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// The retry checks obey what a refusal told, as a client would:
+// The retry checks obey what a refusal told, as a client would: its Retry-After, or where that is
+// missing or unusable, the reset field a client reads in its place (readObeyed), which the
+// report names:
 //
 //   - obey: wait exactly the Retry-After and retry: the retry must be admitted. Delay-seconds
 //     count from when the response arrived. A date is obeyed at its instant by the probe's own
@@ -28,12 +30,12 @@ import (
 // unobeyable says why t cannot be obeyed, or returns "".
 func unobeyable(t told) string {
 	switch {
+	case t.usable:
+		return ""
 	case !t.present:
-		return "no Retry-After to obey"
-	case !t.usable:
-		return fmt.Sprintf("Retry-After %q cannot be read as a wait", t.value)
+		return "no Retry-After, nor a reset field that says when, to obey"
 	}
-	return ""
+	return fmt.Sprintf("Retry-After %q cannot be read as a wait, nor a reset field", t.value)
 }
 
 // earlyBy is how much earlier than told the tight check retries.
@@ -47,9 +49,9 @@ func earlyBy(t told) time.Duration {
 // tooShortForEarly says why t leaves no room for an early retry.
 func tooShortForEarly(t told) string {
 	if t.date {
-		return fmt.Sprintf("Retry-After %q is %s after %s: no room for an early retry at a date's resolution of a second", t.value, seconds(t.wait), t.ref)
+		return fmt.Sprintf("%s %q is %s after %s: no room for an early retry at a date's resolution of a second", t.source(), t.value, seconds(t.wait), t.ref)
 	}
-	return fmt.Sprintf("Retry-After %q leaves no second to take off", t.value)
+	return fmt.Sprintf("%s %q leaves no second to take off", t.source(), t.value)
 }
 
 // obeyAt is when a client obeying t, the Retry-After of e, retries: delay-seconds after e
@@ -72,8 +74,12 @@ func (q *session) obeyed(t told, e *exchange, at time.Time) string {
 		return fmt.Sprintf("retried at once, the date having passed by %s", q.s.skew)
 	case t.wait == 0:
 		return fmt.Sprintf("retried at once as told (%q)", t.value)
+	case t.date && t.field != "":
+		return fmt.Sprintf("waited %s, until the instant of %s: %s by %s", seconds(roundDuration(wait)), t.field, t.value, q.s.skew)
 	case t.date:
 		return fmt.Sprintf("waited %s, until the date by %s", seconds(roundDuration(wait)), q.s.skew)
+	case t.field != "":
+		return fmt.Sprintf("waited %s as %s: %s told, there being no usable Retry-After", seconds(t.wait), t.field, t.value)
 	}
 	return fmt.Sprintf("waited %s as told", seconds(t.wait))
 }
@@ -135,7 +141,7 @@ func tightVerdict(t told, e *exchange) Check {
 // and on its own, so that it is judged apart from whatever an early retry costs; the early
 // retry goes to the next refusal.
 func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tight, free Check) {
-	t1 := readTold(r1)
+	t1 := readObeyed(r1)
 	if why := unobeyable(t1); why != "" {
 		return na(checkObey, why), na(checkTight, why), na(checkFree, why)
 	}
@@ -153,7 +159,7 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 			return obey, q.notChecked(checkTight), q.notChecked(checkFree)
 		}
 	}
-	t2 := readTold(r2)
+	t2 := readObeyed(r2)
 	if why := unobeyable(t2); why != "" {
 		why = fmt.Sprintf("the next refusal (request %d): %s", r2.n, why)
 		return obey, na(checkTight, why), na(checkFree, why)
@@ -188,7 +194,7 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 
 	// Obeying alone was admitted and obeying after an early retry was not: obey this refusal
 	// alone too, so that the blame falls on the early retry only if obeying still works.
-	t3 := readTold(o2)
+	t3 := readObeyed(o2)
 	if why := unobeyable(t3); why != "" {
 		return obey, tight, Check{Name: checkFree, Result: Fail, Seen: rest + ", and " + why}
 	}
@@ -208,7 +214,7 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 // retriesAfter503 runs the retry checks on a 503. A maintenance window is over once a retry is
 // admitted, so the early retry and the obeying one both go to the first refusal.
 func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tight, free Check) {
-	t1 := readTold(r1)
+	t1 := readObeyed(r1)
 	if why := unobeyable(t1); why != "" {
 		return na(checkObey, why), na(checkTight, why), na(checkFree, why)
 	}

@@ -222,13 +222,31 @@ var probeCases = []probeCase{
 	},
 	{
 		name: "no Retry-After", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true, fields: "x"}) },
-		want: "retry-after=fail date=pass obey=n/a tight=n/a refusal-free=n/a head=pass cors=n/a ratelimit=n/a",
+		want: "retry-after=fail date=pass obey=fail tight=n/a refusal-free=n/a head=pass cors=n/a ratelimit=n/a",
 		seen: map[string]string{
 			checkRetryAfter: "absent from the 429: a client cannot know when to come back",
-			checkObey:       "no Retry-After to obey",
+			checkObey:       "until the instant of X-Ratelimit-Reset: 946684801 by the probe's clock",
 			checkRateLimit:  "X-RateLimit-Limit: 5, X-RateLimit-Remaining: 0, X-RateLimit-Reset: 946684801 (an epoch, 1 s after Date): no usable Retry-After to compare with",
 			checkCORS:       "no Retry-After to expose",
 		},
+		exit: exitFail,
+	},
+	{
+		name: "OpenAI's reset alone", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true, fields: "openai"}) },
+		want: "retry-after=fail date=pass obey=pass tight=n/a refusal-free=n/a head=pass cors=n/a ratelimit=n/a",
+		seen: map[string]string{checkObey: "as X-Ratelimit-Reset-Requests: 751ms told, there being no usable Retry-After, then retried: admitted"},
+		exit: exitFail,
+	},
+	{
+		name: "Anthropic's reset alone", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true, fields: "anthropic"}) },
+		want: "retry-after=fail date=pass obey=pass tight=n/a refusal-free=n/a head=pass cors=n/a ratelimit=n/a",
+		seen: map[string]string{checkObey: "until the instant of Anthropic-Ratelimit-Requests-Reset: 2000-01-01T00:00:01.001Z"},
+		exit: exitFail,
+	},
+	{
+		name: "GitHub's 403", server: func() http.Handler { return withCORS("", &tokenBucket{noRetryAfter: true, fields: "github"}) },
+		want: "retry-after=fail date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=n/a",
+		seen: map[string]string{checkRetryAfter: "absent from the 403", checkObey: "until the instant of X-Ratelimit-Reset: 946684802"},
 		exit: exitFail,
 	},
 	{

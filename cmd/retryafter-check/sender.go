@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // An exchange is one request the probe sent and the response it got.
@@ -23,9 +25,10 @@ type exchange struct {
 	header   http.Header
 }
 
-// refused reports whether the response is a refusal that Retry-After applies to.
+// refused reports whether the response is a refusal that Retry-After applies to: a 429, a 503,
+// or a 403 that GitHub sends for a rate limit (see header.IsRefusal).
 func (e *exchange) refused() bool {
-	return e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable
+	return header.IsRefusal(e.status, e.header)
 }
 
 // Why the probe stopped before it was done. The messages end up in the report.

@@ -182,7 +182,10 @@ type tokenBucket struct {
 	// fields writes RateLimit fields: "early" with t truncated, "old" in the syntax of the
 	// drafts before 07; "draft06" the RateLimit-Limit, -Remaining and -Reset of the drafts up
 	// to 06, Reset truncated; "x" X-RateLimit-Limit, -Remaining and -Reset, Reset the epoch
-	// time of the next whole token, as ulule/limiter sends them.
+	// time of the next whole token, as ulule/limiter sends them; "openai" OpenAI's
+	// x-ratelimit-reset-requests, a Go duration; "anthropic" Anthropic's requests reset, an
+	// RFC 3339 instant to the nanosecond; "github" a 403 with X-RateLimit-Remaining 0 and
+	// X-RateLimit-Reset the epoch time of the next whole token, rounded up.
 	fields string
 
 	mu     sync.Mutex
@@ -234,11 +237,24 @@ func (b *tokenBucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("X-RateLimit-Limit", "5")
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(int(left)))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(wait).Unix(), 10))
+	case "openai": // the APIs' resets, to the millisecond above the bucket's float arithmetic
+		h.Set("X-Ratelimit-Remaining-Requests", "0")
+		h.Set("X-Ratelimit-Reset-Requests", (wait.Truncate(time.Millisecond) + time.Millisecond).String())
+	case "anthropic":
+		h.Set("Anthropic-Ratelimit-Requests-Remaining", "0")
+		h.Set("Anthropic-Ratelimit-Requests-Reset", now.Add(wait.Truncate(time.Millisecond)+time.Millisecond).UTC().Format(time.RFC3339Nano))
+	case "github":
+		h.Set("X-RateLimit-Remaining", "0")
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(wait.Truncate(time.Millisecond)+time.Second).Unix(), 10))
 	}
 	if !b.noRetryAfter {
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
-	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+	status := http.StatusTooManyRequests
+	if b.fields == "github" {
+		status = http.StatusForbidden
+	}
+	http.Error(w, http.StatusText(status), status)
 }
 
 func (b *tokenBucket) next(w http.ResponseWriter, r *http.Request) { hello().ServeHTTP(w, r) }

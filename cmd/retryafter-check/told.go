@@ -28,6 +28,41 @@ type told struct {
 	at      time.Time     // for a date, the instant it names
 	past    time.Duration // for a date before its reference, by how much
 	ref     string        // what a date was measured against: "Date" or "the probe's clock"
+	// field is the reset field the wait was read from, where Retry-After was missing or
+	// unusable (see readObeyed); "" for Retry-After.
+	field string
+}
+
+// readObeyed reads what a client obeys on the refusal e: its Retry-After, or where that is
+// missing or unusable, the first of the rate-limit reset fields to say when, as
+// header.ReadWait reads them (OpenAI's, Anthropic's, GitHub's X-RateLimit-Reset, RateLimit),
+// an instant read as the very instant it names and, like a date, obeyed at it.
+func readObeyed(e *exchange) told {
+	t := readTold(e)
+	if t.usable {
+		return t
+	}
+	r := header.ReadWait(e.header, e.received, header.Refusal|header.ExactDates)
+	if !r.OK || r.Field == header.RetryAfter {
+		return t
+	}
+	t.usable, t.wait, t.field, t.value = true, r.Wait, r.Field, strings.Join(e.header[r.Field], ", ")
+	if r.Date {
+		ref, refName := e.received, "the probe's clock"
+		if d, ok := validDate(e.header, e.received); ok {
+			ref, refName = d, "Date"
+		}
+		t.date, t.ref, t.at = true, refName, ref.Add(r.Wait)
+	}
+	return t
+}
+
+// source names the field t was read from.
+func (t told) source() string {
+	if t.field != "" {
+		return t.field
+	}
+	return header.RetryAfter
 }
 
 // readTold reads the Retry-After of e.

@@ -40,3 +40,59 @@ func TestReadTold(t *testing.T) {
 		}
 	}
 }
+
+// TestReadObeyed checks what the probe obeys without a usable Retry-After: the reset field a
+// client reads in its place, named, an instant read as the very instant it names.
+func TestReadObeyed(t *testing.T) {
+	for _, c := range []struct {
+		kv    []string
+		wait  time.Duration
+		field string
+		date  bool
+	}{
+		{[]string{"Retry-After", "7", "X-Ratelimit-Reset-Requests", "6m0s"}, 7 * time.Second, "", false},
+		{[]string{"X-Ratelimit-Reset-Requests", "6m0s"}, 6 * time.Minute, "X-Ratelimit-Reset-Requests", false},
+		{[]string{"Retry-After", "soon", "X-Ratelimit-Reset-Tokens", "20ms"}, 20 * time.Millisecond, "X-Ratelimit-Reset-Tokens", false},
+		{[]string{"Date", date0, "Anthropic-Ratelimit-Tokens-Reset", testkit.T0.Add(171 * time.Second).Format(time.RFC3339)},
+			171 * time.Second, "Anthropic-Ratelimit-Tokens-Reset", true},
+		{[]string{"Date", date0, "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", epoch(3025 * time.Second)},
+			3025 * time.Second, "X-Ratelimit-Reset", true},
+		{[]string{"Date", date0}, 0, "", false},
+	} {
+		got := readObeyed(response(403, append(c.kv, "X-Ratelimit-Remaining", "0")...))
+		if got.wait != c.wait || got.field != c.field || got.date != c.date || got.usable != (c.wait > 0) {
+			t.Errorf("%q: wait %v from %q, date %v, usable %v; want %v from %q, date %v", c.kv, got.wait, got.field, got.date, got.usable, c.wait, c.field, c.date)
+		}
+		if c.date && !got.at.Equal(testkit.T0.Add(c.wait)) {
+			t.Errorf("%q: at %v; want %v", c.kv, got.at, testkit.T0.Add(c.wait))
+		}
+	}
+}
+
+// FuzzReadObeyed checks, for any Retry-After, reset fields and Date: no panic; what Retry-After
+// says when it is usable; otherwise a reset field's reading, named, that the response has, and
+// a wait never negative.
+func FuzzReadObeyed(f *testing.F) {
+	f.Add("", "6m0s", "", "", "")
+	f.Add("soon", "", "2026-11-29T12:02:51Z", "", date0)
+	f.Add("", "", "", "1796040010", "Sun, 29 Nov 2026 12:00:00 UTC")
+	f.Fuzz(func(t *testing.T, retryAfter, openAI, anthropic, github, date string) {
+		var kv []string
+		for _, p := range [][2]string{{"Retry-After", retryAfter}, {"X-Ratelimit-Reset-Requests", openAI},
+			{"Anthropic-Ratelimit-Tokens-Reset", anthropic}, {"X-Ratelimit-Reset", github}, {"Date", date}} {
+			if p[1] != "" {
+				kv = append(kv, p[0], p[1])
+			}
+		}
+		e := response(429, kv...)
+		got, told := readObeyed(e), readTold(e)
+		switch {
+		case told.usable && got != told:
+			t.Fatalf("%q: readObeyed = %+v; Retry-After reads %+v", kv, got, told)
+		case got.wait < 0:
+			t.Fatalf("%q: readObeyed = %+v: a negative wait", kv, got)
+		case got.field != "" && (len(e.header[got.field]) == 0 || !got.usable):
+			t.Fatalf("%q: readObeyed = %+v: read from a field the response has not", kv, got)
+		}
+	})
+}

@@ -51,13 +51,23 @@ func epochFrom(ref time.Time) (seconds, millis uint64) {
 //   - Retry-After-Ms, then X-Ms-Retry-After-Ms: milliseconds;
 //   - RateLimit: the largest t of the policies whose r is 0 (each of them has to reset before a
 //     retry can pass), or the draft-07 reset when its remaining is 0; a policy with quota left
-//     says nothing about when the refused request may come back;
-//   - RateLimit-Reset, then X-RateLimit-Reset: delay-seconds, or a Unix time when the number is
-//     more than half the Unix time of the response's Date (or of now), in seconds, or in
+//     says nothing about when the refused request may come back. The working group's text
+//     after draft 11 names r and t a and w (its §3.1); both names are read;
+//   - RateLimit-Reset: delay-seconds, or a Unix time as X-RateLimit-Reset below;
+//   - OpenAI's X-RateLimit-Reset-Requests and -Tokens: Go durations ("6m0s", "20ms");
+//   - Anthropic's Anthropic-RateLimit-{Requests,Tokens,Input-Tokens,Output-Tokens}-Reset: RFC
+//     3339 instants, measured like a date against Date (or now) and, when in whole seconds,
+//     read as the end of the second they name unless mode has [ExactDates];
+//   - X-RateLimit-Reset (GitHub and many more): delay-seconds, or a Unix time when the number
+//     is more than half the Unix time of the response's Date (or of now), in seconds, or in
 //     milliseconds when more than half that in milliseconds (see epochFrom: a delay that long
 //     is meant by no limiter, a reset that far back is sent by none); a Unix time is measured
 //     like a date against Date (or now) and, when in whole seconds, read as the end of the
 //     second it names unless mode has [ExactDates].
+//
+// Of an API that names several limits (OpenAI's, Anthropic's), the longest reset of those whose
+// quota left is 0 gives the wait, or the longest of all when none says 0; one reset that cannot
+// be read makes the API's fields unusable (see readLimits).
 //
 // A number may have a leading "+" or a decimal fraction (rounded up to the field's unit), both
 // reported in Leniency; on a refusal a 0, or an instant not after its reference, means a wait
@@ -77,25 +87,36 @@ func ReadWait(h http.Header, now time.Time, mode ReadMode) Reading {
 	if whole, frac, lenient, ok := readRateLimit(h[RateLimit]); ok {
 		return delayReading(RateLimit, whole, frac, time.Second, lenient)
 	}
-	for _, name := range [...]string{RateLimitReset, XRateLimitReset} {
-		v, ok := singleFieldValue(h[name])
-		if !ok {
-			continue
-		}
-		whole, frac, lenient, ok := readNumber(v)
-		if !ok {
-			continue
-		}
-		ref, how := reference(h, now)
-		seconds, millis := epochFrom(ref)
-		if whole < seconds {
-			return delayReading(name, whole, frac, time.Second, lenient)
-		}
-		if r := epochReading(name, whole, frac, whole >= millis, lenient|how, ref, mode); r.OK {
-			return r
-		}
+	if r := readResetNumber(h, RateLimitReset, now, mode); r.OK {
+		return r
 	}
-	return Reading{}
+	if r := readLimits(h, openAILimits(), readOpenAIReset); r.OK {
+		return r
+	}
+	ref, how := reference(h, now)
+	if r := readLimits(h, anthropicLimits(), readAnthropicReset(ref, how, mode)); r.OK {
+		return r
+	}
+	return readResetNumber(h, XRateLimitReset, now, mode)
+}
+
+// readResetNumber reads the field name of h, RateLimit-Reset or X-RateLimit-Reset, as
+// delay-seconds or a Unix time, as [ReadWait] says.
+func readResetNumber(h http.Header, name string, now time.Time, mode ReadMode) Reading {
+	v, ok := singleFieldValue(h[name])
+	if !ok {
+		return Reading{}
+	}
+	whole, frac, lenient, ok := readNumber(v)
+	if !ok {
+		return Reading{}
+	}
+	ref, how := reference(h, now)
+	seconds, millis := epochFrom(ref)
+	if whole < seconds {
+		return delayReading(name, whole, frac, time.Second, lenient)
+	}
+	return epochReading(name, whole, frac, whole >= millis, lenient|how, ref, mode)
 }
 
 // delayReading is the Reading of a delay of whole units of unit, rounded up when frac (its
@@ -141,6 +162,14 @@ func epochReading(field string, whole uint64, frac string, millis bool, lenient 
 			cut = false
 		}
 	}
+	return instantReading(field, t, cut, lenient, ref, mode)
+}
+
+// instantReading is the Reading of the instant t named in field, measured against ref as
+// readDate measures a date: when cut (t is whole seconds, as its sender cut it) it is read as
+// the end of that second unless mode has [ExactDates]; an instant not after ref is a wait under
+// a second (one second, or the rest of the second named), and one before that is unusable.
+func instantReading(field string, t time.Time, cut bool, lenient Leniency, ref time.Time, mode ReadMode) Reading {
 	exact := t.Sub(ref) // saturates rather than wraps
 	d := exact
 	if cut && mode&ExactDates == 0 {
@@ -255,7 +284,8 @@ func dictMember(member string) (name, value string, ok bool) {
 }
 
 // policyParams returns the values of the parameters r and t of a list member such as
-// "default";r=0;t=30, and whether it has a t.
+// "default";r=0;t=30, or of a and w, their names after draft 11 ("default";a=0;w=30), and
+// whether it has a t (or w).
 func policyParams(member string) (r, t string, hasT bool) {
 	// Skip the item itself: a quoted string or a token.
 	i := 0
@@ -281,9 +311,9 @@ func policyParams(member string) (r, t string, hasT bool) {
 		p, params, more = strings.Cut(params, ";")
 		name, value, _ := strings.Cut(TrimOWS(p), "=")
 		switch name {
-		case "r":
+		case "r", "a":
 			r = TrimOWS(value)
-		case "t":
+		case "t", "w":
 			t, hasT = TrimOWS(value), true
 		}
 	}

@@ -16,18 +16,11 @@ func TestReadWait(t *testing.T) {
 		s      = time.Second
 		ms     = time.Millisecond
 		date   = "Sun, 29 Nov 2026 12:00:00 GMT" // instant0
-		noWait = time.Duration(-1)
+		noWait = time.Duration(0)                // unusable
 	)
 	epoch := strconv.FormatInt(instant0.Unix(), 10)
 	epochPlus := func(secs int64) string { return strconv.FormatInt(instant0.Unix()+secs, 10) }
-	tests := []struct {
-		name    string
-		h       http.Header
-		rounded time.Duration // without ExactDates; noWait for unusable
-		exact   time.Duration // with ExactDates
-		field   string
-		lenient Leniency
-	}{
+	runWaitCases(t, []waitCase{
 		// Retry-After, when usable, is read first, whatever else is there.
 		{name: "Retry-After first", h: http.Header{"Retry-After": {"7"}, "Retry-After-Ms": {"100"}, "X-Ratelimit-Reset": {"30"}},
 			rounded: 7 * s, exact: 7 * s, field: RetryAfter},
@@ -102,8 +95,23 @@ func TestReadWait(t *testing.T) {
 		{name: "X exponent", h: http.Header{"X-Ratelimit-Reset": {"1e3"}}, rounded: noWait},
 		{name: "X negative", h: http.Header{"X-Ratelimit-Reset": {"-30"}}, rounded: noWait},
 		{name: "nothing", h: http.Header{"X-Ratelimit-Remaining": {"0"}}, rounded: noWait},
-	}
-	for _, tt := range tests {
+	})
+}
+
+// waitCase is one response and the wait that ReadWait reads from it on a refusal, without and
+// with ExactDates.
+type waitCase struct {
+	name           string
+	h              http.Header
+	rounded, exact time.Duration // 0 for unusable
+	field          string
+	lenient        Leniency
+}
+
+// runWaitCases checks each case at instant0, the client's clock.
+func runWaitCases(t *testing.T, cases []waitCase) {
+	t.Helper()
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, exact := range []bool{false, true} {
 				mode, want := Refusal, tt.rounded
@@ -111,7 +119,7 @@ func TestReadWait(t *testing.T) {
 					mode, want = Refusal|ExactDates, tt.exact
 				}
 				r := ReadWait(tt.h, instant0, mode)
-				if tt.rounded == noWait {
+				if tt.rounded == 0 {
 					if r != (Reading{}) {
 						t.Errorf("ReadWait(%v, exact %v) = %+v; want unusable", tt.h, exact, r)
 					}
