@@ -43,15 +43,17 @@ const (
 // go-chi/cors, which the tests use, sets them before calling next.
 var ErrCORSMountOrder = errors.New("retryafter: Access-Control-Allow-Origin is set inside the limiter, so its refusals go without it and browsers hide them from the page: mount CORS middleware before the limiter")
 
-// isPreflight reports whether r is a CORS preflight request: OPTIONS with an Origin and an
-// Access-Control-Request-Method.
+// isPreflight reports whether r is a CORS preflight request: OPTIONS with an Origin and a
+// non-empty Access-Control-Request-Method. A browser's preflight always names a method (Fetch,
+// "CORS-preflight fetch"), and CORS middleware (go-chi/cors, rs/cors) takes an empty one for an
+// ordinary OPTIONS and passes it on; so must the limiter, or one such request would teach it
+// that the chain does not answer preflights.
 func isPreflight(r *http.Request) bool {
 	if r.Method != http.MethodOptions {
 		return false
 	}
 	_, origin := r.Header[headerOrigin]
-	_, method := r.Header[headerRequest]
-	return origin && method
+	return origin && r.Header.Get(headerRequest) != ""
 }
 
 // A corsOrderWatch tells, once, that Access-Control-Allow-Origin was set inside the middleware.

@@ -164,3 +164,45 @@ func TestGoChiCORSPreflightShaped(t *testing.T) {
 	}
 	preflight()
 }
+
+// TestGoChiCORSEmptyRequestMethod: go-chi/cors, mounted after the limiter, answers every real
+// preflight, and takes an OPTIONS whose Access-Control-Request-Method is empty for an ordinary
+// request. One such OPTIONS, from anyone, must not make the limiter count the real preflights
+// of a client over its limit: each stays free and is answered by go-chi/cors.
+func TestGoChiCORSEmptyRequestMethod(t *testing.T) {
+	const origin = "http://127.0.0.1:1"
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	r := chi.NewRouter()
+	r.Use(retryafter.Limit(rate.Every(30*time.Second), 1,
+		retryafter.WithClock(func() time.Time { return now }), retryafter.WithErrorHook(func(*http.Request, error) {})))
+	r.Use(cors.Handler(cors.Options{AllowedOrigins: []string{origin}, AllowedMethods: []string{"GET"}}))
+	r.Get("/api/items/{id}", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("item")) })
+	send := func(client, method, path string, requestMethod []string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, "http://api.test"+path, nil)
+		req.RemoteAddr = client
+		req.Header.Set("Origin", origin)
+		if requestMethod != nil {
+			req.Header["Access-Control-Request-Method"] = requestMethod
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		return w
+	}
+	const browser, other = "192.0.2.1:1", "198.51.100.7:1"
+	if c := send(browser, http.MethodGet, "/api/items/0", nil).Code; c != http.StatusOK {
+		t.Fatalf("first GET: %d", c)
+	}
+	if c := send(browser, http.MethodGet, "/api/items/0", nil).Code; c != http.StatusTooManyRequests {
+		t.Fatalf("second GET: %d, want 429", c)
+	}
+	for _, empty := range [][]string{{""}, {}} {
+		send(other, http.MethodOptions, "/anything", empty)
+	}
+	for i := range 20 {
+		w := send(browser, http.MethodOptions, "/api/items/"+strconv.Itoa(i+1), []string{"GET"})
+		if w.Code != http.StatusOK || w.Header().Get("Access-Control-Allow-Origin") != origin {
+			t.Fatalf("real preflight %d from a client over its limit, after OPTIONS with an empty Access-Control-Request-Method: %d, Access-Control-Allow-Origin %q",
+				i+1, w.Code, w.Header().Get("Access-Control-Allow-Origin"))
+		}
+	}
+}
