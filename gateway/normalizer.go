@@ -199,6 +199,11 @@ func (k RepairKind) String() string {
 // a Location: 301, 302, 303, 307 and 308. Every other response passes untouched, any other 403,
 // 300 Multiple Choices and 304 Not Modified included, as does a redirect without Retry-After.
 //
+// GitHub's 403 stays a 403: its Retry-After serves the clients that retry a 403 and honour
+// Retry-After on it (retryclient; urllib3 with 403 in its Retry's status_forcelist), not those
+// that retry 429 and 5xx alone, as curl's --retry and urllib3's default Retry do. curl waits
+// its own backoff, not Retry-After, on a 403 that --retry-all-errors retries.
+//
 // The clock is read once, and that one reading is used to measure the upstream's value and is
 // sent as Date, so that the client sees one consistent pair. The upstream's value is read the
 // way its sender evidently meant it:

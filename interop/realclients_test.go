@@ -90,31 +90,14 @@ func realClients(t *testing.T) []realClient {
 			return goClient(c.StandardClient())(ctx, url)
 		}},
 	}
-	run := func(name string, args ...string) func(ctx context.Context, url string) (string, error) {
-		return func(ctx context.Context, url string) (string, error) {
-			out, err := exec.CommandContext(ctx, name, append(args, url)...).Output()
-			return strings.TrimSpace(string(out)), err
-		}
-	}
 	if _, err := exec.LookPath("curl"); err == nil {
-		// Into a file: before a retry curl truncates what it wrote of the refused body, which it
-		// cannot do to /dev/null or a pipe (it then stops with exit status 23).
-		clients = append(clients, realClient{"curl --retry 4", "curl -s -o FILE -w %{http_code} --retry 4 URL",
-			func(ctx context.Context, url string) (string, error) {
-				f, err := os.CreateTemp("", "retryafter-interop-curl-")
-				if err != nil {
-					return "", err
-				}
-				f.Close()
-				defer os.Remove(f.Name())
-				return run("curl", "-s", "-o", f.Name(), "-w", "%{http_code}", "--retry", "4")(ctx, url)
-			}})
+		clients = append(clients, realClient{"curl --retry 4", "curl -s -o FILE -w %{http_code} --retry 4 URL", curl("--retry", "4")})
 	} else {
 		t.Log("curl is not installed: its row is left out")
 	}
 	py, _ := filepath.Abs("testdata/realclients/client.py")
 	if exec.Command("python3", "-c", "import urllib3").Run() == nil {
-		clients = append(clients, realClient{"urllib3 (Retry(3))", "python3 testdata/realclients/client.py URL", run("python3", py)})
+		clients = append(clients, realClient{"urllib3 (Retry(3))", "python3 testdata/realclients/client.py URL", command("python3", py)})
 	} else {
 		t.Log("python3 with urllib3 is not installed: its row is left out")
 	}
@@ -134,9 +117,34 @@ func realClients(t *testing.T) []realClient {
 	}
 	for _, name := range []string{"got", "ky", "axios-retry"} {
 		clients = append(clients, realClient{name + " " + nodeVersion(dir, name), "node testdata/realclients/client.mjs " + name + " URL",
-			run("node", at, name)})
+			command("node", at, name)})
 	}
 	return clients
+}
+
+// command returns a get that runs name with args and the URL last, and returns what it printed
+// to its standard output, trimmed.
+func command(name string, args ...string) func(ctx context.Context, url string) (string, error) {
+	return func(ctx context.Context, url string) (string, error) {
+		out, err := exec.CommandContext(ctx, name, append(args, url)...).Output()
+		return strings.TrimSpace(string(out)), err
+	}
+}
+
+// curl returns a get that runs curl -s with args, writing the body into a file of its own, and
+// returns the final status code it printed.
+func curl(args ...string) func(ctx context.Context, url string) (string, error) {
+	return func(ctx context.Context, url string) (string, error) {
+		// Into a file: before a retry curl truncates what it wrote of the refused body, which it
+		// cannot do to /dev/null or a pipe (it then stops with exit status 23).
+		f, err := os.CreateTemp("", "retryafter-interop-curl-")
+		if err != nil {
+			return "", err
+		}
+		f.Close()
+		defer os.Remove(f.Name())
+		return command("curl", append([]string{"-s", "-o", f.Name(), "-w", "%{http_code}"}, args...)...)(ctx, url)
+	}
 }
 
 // nodeVersion returns the version of the npm package name installed under dir.
@@ -167,15 +175,8 @@ func runReal(c realClient, u realUpstream, behindGateway bool) (realRun, error) 
 	defer stop()
 	upstream := httptest.NewServer(h)
 	defer upstream.Close()
-	front := upstream
-	if behindGateway {
-		target, _ := url.Parse(upstream.URL)
-		front = httptest.NewServer(&httputil.ReverseProxy{
-			Rewrite:        func(r *httputil.ProxyRequest) { r.SetURL(target) },
-			ModifyResponse: new(gateway.Normalizer).ModifyResponse,
-		})
-		defer front.Close()
-	}
+	front := frontFor(upstream, behindGateway)
+	defer front.Close()
 	var (
 		mu       sync.Mutex
 		counting bool
@@ -216,6 +217,19 @@ func runReal(c realClient, u realUpstream, behindGateway bool) (realRun, error) 
 		r.elapsed = at[len(at)-1].Sub(at[0])
 	}
 	return r, nil
+}
+
+// frontFor returns the server on loopback that clients reach upstream by: a gateway with the
+// Normalizer's defaults in front of it, or upstream itself. Closing it twice is harmless.
+func frontFor(upstream *httptest.Server, behindGateway bool) *httptest.Server {
+	if !behindGateway {
+		return upstream
+	}
+	target, _ := url.Parse(upstream.URL)
+	return httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:        func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		ModifyResponse: new(gateway.Normalizer).ModifyResponse,
+	})
 }
 
 // TestRealClientsBehindGateway runs retrying clients as people run them (curl, urllib3,
