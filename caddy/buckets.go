@@ -1,6 +1,7 @@
 package retryaftercaddy
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -68,13 +69,18 @@ func (h *Limit) shareBuckets(limit rate.Limit) error {
 	return nil
 }
 
-// Cleanup gives back h's buckets: when no handler of the running configurations uses them any
-// more, they are deleted.
+// Cleanup gives back h's buckets and maintenance switch: when no handler of the running
+// configurations uses them any more, they are deleted.
 func (h *Limit) Cleanup() error {
-	if h.poolKey == "" {
-		return nil
+	var err error
+	if h.poolKey != "" {
+		_, err = buckets.Delete(h.poolKey)
+		h.poolKey = ""
 	}
-	_, err := buckets.Delete(h.poolKey)
-	h.poolKey = ""
+	if h.switchKey != "" {
+		_, err2 := switches.Delete(h.switchKey)
+		h.switchKey = ""
+		err = errors.Join(err, err2)
+	}
 	return err
 }

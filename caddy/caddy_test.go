@@ -589,3 +589,39 @@ http://127.0.0.1:UPSTREAM {
 		t.Errorf("after a reload raising the rate to 1/s: Retry-After %v, want 1s", wait)
 	}
 }
+
+// The admin endpoint's /retry-after/maintenance/<name> turns a maintenance_switch of a running
+// Caddy on and off, without a reload.
+func TestMaintenanceSwitchInCaddy(t *testing.T) {
+	tc := loadCaddy(t, expand(globalOptions+`
+http://127.0.0.1:SITE {
+	retry_after_limit {
+		maintenance_switch ops
+	}
+	respond "hello"
+}
+`, ""), "caddyfile")
+	send := func(method string) int {
+		req, _ := http.NewRequest(method, fmt.Sprintf("http://localhost:%d/retry-after/maintenance/ops", adminPort), strings.NewReader(`{"until": "2099-01-01T00:00:00Z"}`))
+		resp, err := tc.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if resp, _ := get(t, tc, "/"); resp.StatusCode != 200 {
+		t.Fatalf("switch off: %d", resp.StatusCode)
+	}
+	if code := send("POST"); code != 200 {
+		t.Fatalf("POST: %d", code)
+	}
+	resp, _ := get(t, tc, "/")
+	wantRefusal(t, resp, http.StatusServiceUnavailable, 100*365*24*time.Hour)
+	if code := send("DELETE"); code != 200 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if resp, _ := get(t, tc, "/"); resp.StatusCode != 200 {
+		t.Errorf("switched off: %d", resp.StatusCode)
+	}
+}

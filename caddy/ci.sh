@@ -109,7 +109,8 @@ fi
 echo "-- caddy fmt --diff on every Caddyfile of README.md"
 awk -v dir="$work" '/^```caddyfile$/ { n++; f = dir "/readme-" n ".Caddyfile"; next } /^```$/ { f = "" } f { print > f }' README.md
 for f in "$work"/readme-*.Caddyfile; do
-	"$work/caddy" fmt --diff "$f" || { echo "a Caddyfile of README.md is not caddy fmt clean"; exit 1; }
+	"$work/caddy" fmt --diff "$f" >"$work/fmt.log" 2>&1 ||
+		{ cat "$work/fmt.log"; echo "a Caddyfile of README.md is not caddy fmt clean"; exit 1; }
 done
 
 echo "-- caddy validate: a mistyped placeholder fails with the file and line"
@@ -152,6 +153,9 @@ http://127.0.0.1:$site_port {
 		rate 1/h
 		burst 1
 		key {header.X-Api-Key}
+	}
+	retry_after_limit /switched {
+		maintenance_switch ops
 	}
 	$down
 	respond "hello"
@@ -213,6 +217,13 @@ sleep "$wait_s"
 got=$(statuses "$down" 1)
 [ "$got" = "200 " ] || { echo "maintenance until $until: after its Retry-After of $wait_s s the client got $got, want 200"; exit 1; }
 echo "maintenance until $until ended on time: admitted after Retry-After: $wait_s"
+
+switched="http://127.0.0.1:$site_port/switched"
+switch="http://127.0.0.1:$admin_port/retry-after/maintenance/ops"
+got="$(statuses "$switched" 1)$(status -X POST -d '{}' "$switch") $(statuses "$switched" 1)$(status -X DELETE "$switch") $(statuses "$switched" 1)"
+[ "$got" = "200 200 503 200 200 " ] ||
+	{ echo "the maintenance switch, off, POST, on, DELETE, off: $got, want 200 200 503 200 200"; cat "$work/caddy2.log"; exit 1; }
+echo "the admin endpoint switched maintenance on and off without a reload"
 
 kill "$caddy2_pid"
 for _ in $(seq 100); do kill -0 "$caddy2_pid" 2>/dev/null || break; sleep 0.1; done

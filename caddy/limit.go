@@ -73,12 +73,19 @@ type Limit struct {
 	// until a configuration without it is loaded.
 	Maintenance *Maintenance `json:"maintenance,omitempty"`
 
+	// MaintenanceSwitch names a maintenance switch that Caddy's admin API turns on and off
+	// without a reload (see [MaintenanceAdmin]): off at first, it keeps its state across loads
+	// while a handler of that name is in the configuration, and handlers of one name share it.
+	// It cannot be used with Maintenance.
+	MaintenanceSwitch string `json:"maintenance_switch,omitempty"`
+
 	now          func() time.Time // the clock; nil means time.Now (tests set it)
 	limit        *retryafter.Middleware
 	shared       *sharedBucket      // the buckets, in the pool buckets
 	policy       *retryafter.Policy // what Rate and Burst say
 	poolKey      string             // the identity shared is held by in buckets; "" when none
-	maint        *retryafter.Maintenance
+	maint        *maintenanceSwitch // nil without maintenance
+	switchKey    string             // the name maint is held by in switches; "" when none
 	logger       *zap.Logger
 	warnLeftXF   *sync.Once // set by Provision
 	warnEmptyKey *sync.Once // set by Provision
@@ -142,8 +149,13 @@ func (h *Limit) Provision(ctx caddy.Context) (err error) {
 	}
 	if h.Maintenance != nil {
 		h.maint = h.Maintenance.build()
-		h.maint.Now = h.now
+		h.maint.m.Now = h.now
 		h.warnPastUntil()
+	}
+	if h.MaintenanceSwitch != "" {
+		if err := h.shareSwitch(); err != nil {
+			return err
+		}
 	}
 	if h.Rate == "" {
 		return nil // maintenance alone
@@ -174,6 +186,9 @@ func (h *Limit) Provision(ctx caddy.Context) (err error) {
 // check returns h's rate per second, or an error that says, in one short sentence, the first
 // value h cannot use or what it is missing. The rate is 0 for maintenance alone.
 func (h *Limit) check() (rate.Limit, error) {
+	if h.Maintenance != nil && h.MaintenanceSwitch != "" {
+		return 0, fmt.Errorf("retry_after_limit: maintenance and maintenance_switch: use one")
+	}
 	if m := h.Maintenance; m != nil {
 		if _, err := parseUntil(m.Until); err != nil {
 			return 0, err
@@ -187,6 +202,9 @@ func (h *Limit) check() (rate.Limit, error) {
 			}
 			return 0, nil
 		}
+	}
+	if h.MaintenanceSwitch != "" && h.Rate == "" && h.Burst == 0 && h.Key == "" && h.RateLimitFields == nil && !h.LegacyRateLimitFields {
+		return 0, nil
 	}
 	limit, err := parseRate(h.Rate)
 	if err != nil {
@@ -227,17 +245,10 @@ func (h *Limit) clock() func() time.Time {
 	return time.Now
 }
 
-// maintenanceOver reports whether the maintenance window has reached its until, without Hold:
-// it is over, and requests pass.
-func (h *Limit) maintenanceOver() bool {
-	until, on := h.maint.Until()
-	return on && !until.IsZero() && !h.Maintenance.Hold && !h.clock()().Before(until)
-}
-
 // warnPastUntil logs, at load, a maintenance window whose until has passed: over already, or,
 // with Hold, overrunning.
 func (h *Limit) warnPastUntil() {
-	until, _ := h.maint.Until()
+	until, _ := h.maint.m.Until()
 	if until.IsZero() || h.clock()().Before(until) || h.logger == nil {
 		return
 	}
@@ -261,12 +272,14 @@ func parseUntil(s string) (time.Time, error) {
 	return t, nil
 }
 
-// build returns the maintenance switch m describes, turned on; m has been checked.
-func (m *Maintenance) build() *retryafter.Maintenance {
+// build returns the maintenance window m describes, turned on; m has been checked.
+func (m *Maintenance) build() *maintenanceSwitch {
 	until, _ := parseUntil(m.Until)
-	mt := &retryafter.Maintenance{HTTPDate: m.HTTPDate, Wait: time.Duration(m.Wait)}
-	mt.Start(until)
-	return mt
+	s := new(maintenanceSwitch)
+	s.m.HTTPDate, s.m.Wait = m.HTTPDate, time.Duration(m.Wait)
+	s.hold.Store(m.Hold)
+	s.m.Start(until)
+	return s
 }
 
 // parseRate reads "N/s", "N/m" or "N/h" as a rate per second.
@@ -302,8 +315,8 @@ func (h *Limit) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		h.shared.use(h.policy)
 		handler = h.limit.Handler(handler)
 	}
-	if h.maint != nil && !h.maintenanceOver() {
-		handler = h.maint.Handler(handler)
+	if h.maint != nil && !h.maint.over(h.clock()()) {
+		handler = h.maint.m.Handler(handler)
 	}
 	handler.ServeHTTP(w, r)
 	return err
@@ -338,6 +351,7 @@ func (h *Limit) logError(r *http.Request, err error) {
 //	        http_date
 //	        hold
 //	    }
+//	    maintenance_switch <name>
 //	}
 func (h *Limit) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
@@ -367,7 +381,7 @@ func (h *Limit) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // value, so that a mistake is reported at its line.
 func (h *Limit) unmarshalOption(d *caddyfile.Dispenser, name string) error {
 	switch name {
-	case "name", "rate", "key":
+	case "name", "rate", "key", "maintenance_switch":
 		var v string
 		if !d.AllArgs(&v) {
 			return d.Errf("retry_after_limit: %s takes one value", name)
@@ -375,6 +389,8 @@ func (h *Limit) unmarshalOption(d *caddyfile.Dispenser, name string) error {
 		switch name {
 		case "name":
 			h.Name = v
+		case "maintenance_switch":
+			h.MaintenanceSwitch = v
 		case "rate":
 			if _, err := parseRate(v); err != nil {
 				return d.WrapErr(err)
@@ -421,7 +437,7 @@ func (h *Limit) unmarshalOption(d *caddyfile.Dispenser, name string) error {
 		}
 		h.Maintenance = m
 	default:
-		return d.Errf("retry_after_limit: unknown option %q (want name, rate, burst, key, rate_limit_fields, legacy_rate_limit_fields or maintenance)", name)
+		return d.Errf("retry_after_limit: unknown option %q (want name, rate, burst, key, rate_limit_fields, legacy_rate_limit_fields, maintenance or maintenance_switch)", name)
 	}
 	return nil
 }

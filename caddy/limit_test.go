@@ -372,6 +372,8 @@ func TestLimitProvisionErrors(t *testing.T) {
 		{`{"maintenance":{},"legacy_rate_limit_fields":true}`, "need a rate and a burst"},
 		{`{"maintenance":{},"burst":3}`, "no rate"},
 		{`{"maintenance":{},"rate":"1/s"}`, "needs a burst"},
+		{`{"maintenance":{},"maintenance_switch":"ops"}`, "maintenance and maintenance_switch: use one"},
+		{`{"maintenance_switch":"ops","key":"{http.vars.client_ip}"}`, "no rate"},
 	} {
 		h := fromJSON[Limit](t, c.json)
 		err := provisionErr(t, h)
@@ -412,6 +414,7 @@ func TestLimitCaddyfile(t *testing.T) {
 			`"legacy_rate_limit_fields":true,"maintenance":{"until":"2026-12-01T22:00:00Z","hold":true,"wait":120000000000,"http_date":true}}`},
 		{"retry_after_limit {\n rate 1/s\n burst 1\n rate_limit_fields\n maintenance\n}", `{"rate":"1/s","burst":1,"rate_limit_fields":{},"maintenance":{}}`},
 		{"retry_after_limit {\n maintenance {\n wait 30s\n }\n}", `{"maintenance":{"wait":30000000000}}`},
+		{"retry_after_limit {\n maintenance_switch ops\n}", `{"maintenance_switch":"ops"}`},
 	} {
 		var h Limit
 		if err := fromCaddyfile(c.src, &h); err != nil {
