@@ -33,8 +33,8 @@ func init() {
 // clock reading. With Maintenance set it answers 503 Service Unavailable instead, before the
 // limiter counts the request.
 //
-// Rate and Burst are required, unless Maintenance is set, in which case both may be left out
-// together to have no limiter at all. The buckets live in memory and are kept across
+// Rate and Burst are required, unless Maintenance or MaintenanceSwitch is set, in which case
+// both may be left out together to have no limiter at all. The buckets live in memory and are kept across
 // configuration loads while a limit of the same identity (see Name) is in the configuration.
 type Limit struct {
 	// Name is the limit's identity: handlers of one name count against the same buckets, in
@@ -54,8 +54,9 @@ type Limit struct {
 
 	// Key is what a request is counted against, with placeholders replaced: the Caddyfile's
 	// {client_ip} is {http.vars.client_ip}, a header is {http.request.header.X-Api-Key}. A
-	// request whose key comes out empty, or that names an unknown placeholder, is answered 500
-	// and logged. If empty, the default is the client address that Caddy found (after its
+	// placeholder Caddy does not know fails the load. A placeholder without a value for a
+	// request is empty, and a key that comes out empty is one key of its own, shared by every
+	// such request; the first is logged as a warning. If empty, the default is the client address that Caddy found (after its
 	// trusted_proxies), keyed as [retryafter.ClientIP] keys it: an IPv4 client by its address,
 	// an IPv6 client by its /64 (where {client_ip} in a Key is the whole address).
 	Key string `json:"key,omitempty"`
