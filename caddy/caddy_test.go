@@ -504,9 +504,9 @@ http://127.0.0.1:SITE {
 	}
 }
 
-// Every mistake in a retry_after_limit of a Caddyfile fails its adaptation, as caddy adapt and
+// Every mistake in a retry_after_limit or retry_after_normalize of a Caddyfile fails its adaptation, as caddy adapt and
 // caddy validate run it, with the file and line of the mistake, in one short sentence.
-func TestLimitMistakesHaveFileAndLine(t *testing.T) {
+func TestMistakesHaveFileAndLine(t *testing.T) {
 	for _, c := range []struct {
 		block string // the directive, from line 2 of the file
 		want  string // what the error starts with, after the adapter's prefix
@@ -518,6 +518,8 @@ func TestLimitMistakesHaveFileAndLine(t *testing.T) {
 		{"retry_after_limit {\n\tburst 0\n}", `retry_after_limit: burst "0": want a whole number of at least 1`, 3},
 		{"retry_after_limit {\n\tmaintenance 2026-12-01 {\n\t}\n}", `retry_after_limit: maintenance until "2026-12-01": want an RFC 3339 time`, 3},
 		{"retry_after_limit {\n\trate 1/s\n\tburst 1\n\trate_limit_fields \"a\tb\"\n}", `retry_after_limit: rate_limit_fields policy "a\tb": want printable ASCII`, 5},
+		{"retry_after_normalize {\n\tmax 10ms\n}", "retry_after_normalize: max 10ms: want a duration of at least 1s", 3},
+		{"retry_after_normalize {\n\tfallback 2h\n}", "retry_after_normalize: fallback 2h0m0s is longer than max 1h0m0s", 2},
 	} {
 		src := "http://127.0.0.1:8080 {\n" + c.block + "\n\trespond \"hello\"\n}\n"
 		_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
@@ -526,7 +528,7 @@ func TestLimitMistakesHaveFileAndLine(t *testing.T) {
 			continue
 		}
 		msg := err.Error()
-		_, mistake, _ := strings.Cut(msg, "'retry_after_limit': ")
+		_, mistake, _ := strings.Cut(msg, "': ")
 		if !strings.HasPrefix(mistake, c.want) || !strings.HasSuffix(msg, fmt.Sprintf(", at Caddyfile:%d", c.line)) {
 			t.Errorf("%s:\nerror %q\nwant %q at Caddyfile:%d", c.block, msg, c.want, c.line)
 		}
