@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -579,9 +580,6 @@ http://127.0.0.1:UPSTREAM {
 	if wait := wantRefusal(t, resp, http.StatusTooManyRequests, time.Hour); wait < 59*time.Minute {
 		t.Errorf("after a reload of another site's rate: Retry-After %v, want the hour's wait it had", wait)
 	}
-	if _, ok := buckets.References(`definition "1/s" 5 ""`); ok {
-		t.Error("the other site's old limit is still in the pool after the reload")
-	}
 
 	if status, body := postLoad(t, config("1/s", "2/s"), "text/caddyfile"); status != http.StatusOK {
 		t.Fatalf("reload: %d %s", status, body)
@@ -625,5 +623,71 @@ http://127.0.0.1:SITE {
 	}
 	if resp, _ := get(t, tc, "/"); resp.StatusCode != 200 {
 		t.Errorf("switched off: %d", resp.StatusCode)
+	}
+}
+
+// The Caddyfile names each limit that has no name by its key and its place among the limits
+// of that key, so that two sites importing one snippet keep buckets of their own.
+func TestCaddyfileNamesEveryLimit(t *testing.T) {
+	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(`(limited) {
+	retry_after_limit {
+		rate 1/s
+		burst 5
+	}
+}
+
+http://127.0.0.1:8080 {
+	import limited
+	retry_after_limit /api/* {
+		rate 1/s
+		burst 5
+		key {header.X-Api-Key}
+	}
+	respond "a"
+}
+
+http://127.0.0.1:8081 {
+	import limited
+	retry_after_limit /named {
+		name mine
+		rate 1/s
+		burst 5
+	}
+	retry_after_limit /down {
+		maintenance
+	}
+	respond "b"
+}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg any
+	if err := json.Unmarshal(adapted, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["handler"] == "retry_after_limit" {
+				name, _ := v["name"].(string)
+				names = append(names, name)
+			}
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(cfg)
+	sort.Strings(names)
+	want := []string{"", "mine", "{client address} #1", "{client address} #2", "{http.request.header.X-Api-Key} #1"}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("names %q, want %q\n%s", names, want, adapted)
 	}
 }

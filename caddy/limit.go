@@ -42,7 +42,8 @@ type Limit struct {
 	// the tokens each key holds (a key keeps its tokens, at most the new Burst, and refills at
 	// the new Rate). If empty, the identity is the Rate, Burst and Key together: an unchanged
 	// limit keeps its buckets across loads, a changed one starts afresh, and unnamed limits of
-	// the same definition share their buckets.
+	// the same definition share their buckets. A limit of the Caddyfile without a name is
+	// named "{key} #n", by its place among the Caddyfile's limits of the same key.
 	Name string `json:"name,omitempty"`
 
 	// Rate is how fast a key's bucket refills, as "N/s", "N/m" or "N/h": N requests a second,
@@ -490,11 +491,32 @@ func unmarshalMaintenance(d *caddyfile.Dispenser) (*Maintenance, error) {
 	return m, nil
 }
 
-// parseLimit is the Caddyfile's setup function of retry_after_limit.
+// parseLimit is the Caddyfile's setup function of retry_after_limit. A limit without a name
+// gets one from its key and its place among the Caddyfile's limits of that key, "{key} #n", so
+// that each directive keeps its own buckets across reloads (two sites that import one snippet
+// included), as long as the limits of its key before it stay in place.
 func parseLimit(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	l := new(Limit)
-	err := l.UnmarshalCaddyfile(h.Dispenser)
-	return l, err
+	if err := l.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	if l.Name == "" && l.Rate != "" {
+		key := l.Key
+		if key == "" {
+			key = "{client address}"
+		}
+		if h.IsNamedRoute() {
+			key = "route " + key
+		}
+		seen, _ := h.State["retry_after_limit"].(map[string]int)
+		if seen == nil {
+			seen = map[string]int{}
+			h.State["retry_after_limit"] = seen
+		}
+		seen[key]++
+		l.Name = fmt.Sprintf("%s #%d", key, seen[key])
+	}
+	return l, nil
 }
 
 // Interface guards.
