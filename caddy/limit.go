@@ -55,7 +55,8 @@ type Limit struct {
 
 	// Key is what a request is counted against, with placeholders replaced: the Caddyfile's
 	// {client_ip} is {http.vars.client_ip}, a header is {http.request.header.X-Api-Key}. A
-	// placeholder Caddy does not know fails the load. A placeholder without a value for a
+	// placeholder Caddy does not know fails the load (the outputs of a map handler
+	// included). A placeholder without a value for a
 	// request is empty, and a key that comes out empty is one key of its own, shared by every
 	// such request; the first is logged as a warning. If empty, the default is the client address that Caddy found (after its
 	// trusted_proxies), keyed as [retryafter.ClientIP] keys it: an IPv4 client by its address,
