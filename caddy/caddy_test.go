@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -153,7 +154,7 @@ http://127.0.0.1:SITE {
 		"listen": ["127.0.0.1:SITE"],
 		"automatic_https": {"disable": true},
 		"routes": [{"handle": [
-			{"handler": "retry_after_limit", "rate": "1/h", "burst": 2, "key": "{http.vars.client_ip}",
+			{"handler": "retry_after_limit", "name": "json", "rate": "1/h", "burst": 2, "key": "{http.vars.client_ip}",
 			 "rate_limit_fields": {"policy": "api"}},
 			{"handler": "static_response", "body": "hello"}
 		]}]
@@ -188,8 +189,8 @@ func TestLimitInCaddy(t *testing.T) {
 	}
 }
 
-// A key from a header counts each value apart, through Caddy's placeholders; maintenance
-// answers 503 before the limiter, from the Caddyfile.
+// A key from a header counts each value apart, through Caddy's placeholders, and the empty
+// value is a key of its own; maintenance answers 503 before the limiter, from the Caddyfile.
 func TestLimitKeyAndMaintenanceInCaddy(t *testing.T) {
 	tc := loadCaddy(t, expand(globalOptions+`
 http://127.0.0.1:SITE {
@@ -209,7 +210,7 @@ http://127.0.0.1:SITE {
 	for i, c := range []struct {
 		key  string
 		want int
-	}{{"a", 200}, {"a", 429}, {"b", 200}, {"b", 429}, {"", 500}} {
+	}{{"a", 200}, {"a", 429}, {"b", 200}, {"b", 429}, {"", 200}, {"", 429}} {
 		if resp, _ := get(t, tc, "/keyed", "X-Api-Key", c.key); resp.StatusCode != c.want {
 			t.Errorf("request %d with key %q: %d, want %d", i, c.key, resp.StatusCode, c.want)
 		}
@@ -396,14 +397,16 @@ func TestBadConfigIsRefused(t *testing.T) {
 	}
 	for _, c := range []struct{ config, contentType, want string }{
 		{site("retry_after_limit {\n rate 1/d\n burst 5\n}"), "text/caddyfile", `retry_after_limit: rate "1/d": want N/s, N/m or N/h`},
-		{site("retry_after_limit {\n rate 1/s\n}"), "text/caddyfile", "retry_after_limit: burst 0"},
+		{site("retry_after_limit {\n rate 1/s\n}"), "text/caddyfile", "retry_after_limit: rate 1/s needs a burst"},
+		{site("retry_after_limit {\n rate 1/s\n burst 5\n key {client_addr}\n}"), "text/caddyfile", "unrecognized placeholder {client_addr}"},
 		{site("retry_after_limit {\n rate 1/s\n burst 0\n}"), "text/caddyfile", `retry_after_limit: burst "0"`},
 		{site("retry_after_limit {\n rate 1/s\n burst 5\n sliding\n}"), "text/caddyfile", `unknown option "sliding"`},
 		{site("retry_after_limit {\n maintenance tomorrow\n}"), "text/caddyfile", `maintenance until "tomorrow": want an RFC 3339 time`},
 		{site("retry_after_normalize {\n max 10ms\n}"), "text/caddyfile", "retry_after_normalize: max 10ms: want a duration of at least 1s"},
 		{site("retry_after_normalize {\n fallback 2h\n}"), "text/caddyfile", "fallback 2h0m0s is longer than max 1h0m0s"},
 		{site("retry_after_normalize 5s"), "text/caddyfile", "retry_after_normalize takes no argument on its line"},
-		{route(`{"handler": "retry_after_limit", "rate": "1/s", "burst": 0}`), "application/json", "retry_after_limit: burst 0"},
+		{route(`{"handler": "retry_after_limit", "rate": "1/s", "burst": 0}`), "application/json", "retry_after_limit: rate 1/s needs a burst"},
+		{route(`{"handler": "retry_after_limit", "rate": "1/s", "burst": 1, "key": "{client_addr}"}`), "application/json", "unrecognized placeholder {client_addr}"},
 		{route(`{"handler": "retry_after_limit", "rate": "fast", "burst": 1}`), "application/json", `rate "fast"`},
 		{route(`{"handler": "retry_after_limit", "rates": "1/s", "burst": 1}`), "application/json", `unknown field "rates"`},
 		{route(`{"handler": "retry_after_limit", "rate": "1/s", "burst": 1, "rate_limit_fields": {"policy": "\u00e9"}}`), "application/json", "printable ASCII"},
@@ -499,5 +502,192 @@ http://127.0.0.1:SITE {
 	exposed := strings.ToLower(strings.Join(resp.Header.Values("Access-Control-Expose-Headers"), ","))
 	if !strings.Contains(exposed, "retry-after") || !strings.Contains(exposed, "date") {
 		t.Errorf("Access-Control-Expose-Headers %q: want Retry-After and Date", exposed)
+	}
+}
+
+// Every mistake in a retry_after_limit or retry_after_normalize of a Caddyfile fails its adaptation, as caddy adapt and
+// caddy validate run it, with the file and line of the mistake, in one short sentence.
+func TestMistakesHaveFileAndLine(t *testing.T) {
+	for _, c := range []struct {
+		block string // the directive, from line 2 of the file
+		want  string // what the error starts with, after the adapter's prefix
+		line  int
+	}{
+		{"retry_after_limit {\n\trate 1/s\n\tburst 5\n\tkey {client_addr}\n}", "retry_after_limit: key {client_addr}: unrecognized placeholder {client_addr}", 5},
+		{"retry_after_limit {\n\trate 1/d\n\tburst 5\n}", `retry_after_limit: rate "1/d": want N/s, N/m or N/h`, 3},
+		{"retry_after_limit {\n\trate 10/s\n}", "retry_after_limit: rate 10/s needs a burst, a whole number of at least 1", 2},
+		{"retry_after_limit {\n\tburst 0\n}", `retry_after_limit: burst "0": want a whole number of at least 1`, 3},
+		{"retry_after_limit {\n\tmaintenance 2026-12-01 {\n\t}\n}", `retry_after_limit: maintenance until "2026-12-01": want an RFC 3339 time`, 3},
+		{"retry_after_limit {\n\trate 1/s\n\tburst 1\n\trate_limit_fields \"a\tb\"\n}", `retry_after_limit: rate_limit_fields policy "a\tb": want printable ASCII`, 5},
+		{"retry_after_normalize {\n\tmax 10ms\n}", "retry_after_normalize: max 10ms: want a duration of at least 1s", 3},
+		{"retry_after_normalize {\n\tfallback 2h\n}", "retry_after_normalize: fallback 2h0m0s is longer than max 1h0m0s", 2},
+	} {
+		src := "http://127.0.0.1:8080 {\n" + c.block + "\n\trespond \"hello\"\n}\n"
+		_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+		if err == nil {
+			t.Errorf("%s: adapted, want an error", c.block)
+			continue
+		}
+		msg := err.Error()
+		_, mistake, _ := strings.Cut(msg, "': ")
+		if !strings.HasPrefix(mistake, c.want) || !strings.HasSuffix(msg, fmt.Sprintf(", at Caddyfile:%d", c.line)) {
+			t.Errorf("%s:\nerror %q\nwant %q at Caddyfile:%d", c.block, msg, c.want, c.line)
+		}
+		if len(mistake) > 140 || strings.Count(mistake, ": ") > 3 {
+			t.Errorf("%s: %q is not one short sentence", c.block, mistake)
+		}
+	}
+}
+
+// A client at its limit stays refused across a reload through the admin endpoint of a
+// configuration that changed elsewhere (another site's rate), and across one that raises the
+// rate it gets the new rate's wait at once; the limit that was removed is forgotten.
+func TestLimitCountsSurviveAReload(t *testing.T) {
+	config := func(rate, other string) string {
+		return expand(globalOptions+`
+http://127.0.0.1:SITE {
+	retry_after_limit {
+		name  site
+		rate  `+rate+`
+		burst 2
+	}
+	respond "hello"
+}
+
+http://127.0.0.1:UPSTREAM {
+	retry_after_limit {
+		rate  `+other+`
+		burst 5
+	}
+	respond "other"
+}
+`, strconv.Itoa(freePort()))
+	}
+	tc := loadCaddy(t, config("1/h", "1/s"), "caddyfile")
+	for range 2 {
+		get(t, tc, "/")
+	}
+	resp, _ := get(t, tc, "/")
+	wantRefusal(t, resp, http.StatusTooManyRequests, time.Hour)
+	if n, _ := buckets.References("name site"); n != 1 {
+		t.Fatalf("%d references to the site's buckets, want 1", n)
+	}
+
+	if status, body := postLoad(t, config("1/h", "2/s"), "text/caddyfile"); status != http.StatusOK {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	resp, _ = get(t, tc, "/")
+	if wait := wantRefusal(t, resp, http.StatusTooManyRequests, time.Hour); wait < 59*time.Minute {
+		t.Errorf("after a reload of another site's rate: Retry-After %v, want the hour's wait it had", wait)
+	}
+
+	if status, body := postLoad(t, config("1/s", "2/s"), "text/caddyfile"); status != http.StatusOK {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	resp, _ = get(t, tc, "/")
+	if wait := wantRefusal(t, resp, http.StatusTooManyRequests, time.Hour); wait != time.Second {
+		t.Errorf("after a reload raising the rate to 1/s: Retry-After %v, want 1s", wait)
+	}
+}
+
+// The admin endpoint's /retry-after/maintenance/<name> turns a maintenance_switch of a running
+// Caddy on and off, without a reload.
+func TestMaintenanceSwitchInCaddy(t *testing.T) {
+	tc := loadCaddy(t, expand(globalOptions+`
+http://127.0.0.1:SITE {
+	retry_after_limit {
+		maintenance_switch ops
+	}
+	respond "hello"
+}
+`, ""), "caddyfile")
+	send := func(method string) int {
+		req, _ := http.NewRequest(method, fmt.Sprintf("http://localhost:%d/retry-after/maintenance/ops", adminPort), strings.NewReader(`{"until": "2099-01-01T00:00:00Z"}`))
+		resp, err := tc.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if resp, _ := get(t, tc, "/"); resp.StatusCode != 200 {
+		t.Fatalf("switch off: %d", resp.StatusCode)
+	}
+	if code := send("POST"); code != 200 {
+		t.Fatalf("POST: %d", code)
+	}
+	resp, _ := get(t, tc, "/")
+	wantRefusal(t, resp, http.StatusServiceUnavailable, 100*365*24*time.Hour)
+	if code := send("DELETE"); code != 200 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if resp, _ := get(t, tc, "/"); resp.StatusCode != 200 {
+		t.Errorf("switched off: %d", resp.StatusCode)
+	}
+}
+
+// The Caddyfile names each limit that has no name by its key and its place among the limits
+// of that key, so that two sites importing one snippet keep buckets of their own.
+func TestCaddyfileNamesEveryLimit(t *testing.T) {
+	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(`(limited) {
+	retry_after_limit {
+		rate 1/s
+		burst 5
+	}
+}
+
+http://127.0.0.1:8080 {
+	import limited
+	retry_after_limit /api/* {
+		rate 1/s
+		burst 5
+		key {header.X-Api-Key}
+	}
+	respond "a"
+}
+
+http://127.0.0.1:8081 {
+	import limited
+	retry_after_limit /named {
+		name mine
+		rate 1/s
+		burst 5
+	}
+	retry_after_limit /down {
+		maintenance
+	}
+	respond "b"
+}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg any
+	if err := json.Unmarshal(adapted, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["handler"] == "retry_after_limit" {
+				name, _ := v["name"].(string)
+				names = append(names, name)
+			}
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(cfg)
+	sort.Strings(names)
+	want := []string{"", "mine", "{client address} #1", "{client address} #2", "{http.request.header.X-Api-Key} #1"}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("names %q, want %q\n%s", names, want, adapted)
 	}
 }

@@ -105,4 +105,129 @@ fi
 if grep -q 'WARNING: DATA RACE' "$work/caddy.log"; then
 	echo "the race detector found a data race in Caddy:"; cat "$work/caddy.log"; exit 1
 fi
+
+echo "-- caddy fmt --diff on every Caddyfile of README.md"
+awk -v dir="$work" '/^```caddyfile$/ { n++; f = dir "/readme-" n ".Caddyfile"; next } /^```$/ { f = "" } f { print > f }' README.md
+for f in "$work"/readme-*.Caddyfile; do
+	"$work/caddy" fmt --diff "$f" >"$work/fmt.log" 2>&1 ||
+		{ cat "$work/fmt.log"; echo "a Caddyfile of README.md is not caddy fmt clean"; exit 1; }
+done
+
+echo "-- caddy validate: a mistyped placeholder fails with the file and line"
+printf 'http://127.0.0.1:1 {\n\tretry_after_limit {\n\t\trate 1/s\n\t\tburst 5\n\t\tkey {client_addr}\n\t}\n\trespond "hello"\n}\n' >"$work/Mistyped"
+if "$work/caddy" validate --config "$work/Mistyped" --adapter caddyfile >"$work/validate.log" 2>&1; then
+	echo "caddy validate passed a key of {client_addr}"; cat "$work/validate.log"; exit 1
+fi
+grep -q 'unrecognized placeholder {client_addr}, at .*Mistyped:5' "$work/validate.log" ||
+	{ echo "caddy validate did not name the placeholder at Mistyped:5:"; cat "$work/validate.log"; exit 1; }
+
+echo "-- reloads, an empty key and maintenance, on a Caddy with its admin endpoint on loopback"
+admin_port=$("$work/smoke" port)
+site_port=$("$work/smoke" port)
+other_port=$("$work/smoke" port)
+# reloaded NAME OTHER_RATE BURST [MAINTENANCE_UNTIL]: the Caddyfile of this step.
+reloaded() {
+	local down=""
+	if [ -n "${3:-}" ]; then
+		down="retry_after_limit /down {
+		maintenance $3
+	}"
+	fi
+	cat <<CADDYFILE
+{
+	admin 127.0.0.1:$admin_port
+	default_bind 127.0.0.1
+	auto_https off
+	persist_config off
+	skip_install_trust
+	grace_period 1s
+}
+
+http://127.0.0.1:$site_port {
+	retry_after_limit /limited {
+		name limited
+		rate 1/h
+		burst $2
+	}
+	retry_after_limit /keyed {
+		rate 1/h
+		burst 1
+		key {header.X-Api-Key}
+	}
+	retry_after_limit /switched {
+		maintenance_switch ops
+	}
+	$down
+	respond "hello"
+}
+
+http://127.0.0.1:$other_port {
+	retry_after_limit {
+		rate $1
+		burst 5
+	}
+	respond "other"
+}
+CADDYFILE
+}
+status() { curl -s -o /dev/null --max-time 10 -w '%{http_code}' "$@"; }
+statuses() { local url=$1 n=$2 out=""; shift 2; for _ in $(seq "$n"); do out+="$(status "$@" "$url") "; done; echo "$out"; }
+reload() {
+	"$work/caddy" reload --config "$work/Reloaded" --adapter caddyfile --address "127.0.0.1:$admin_port" >>"$work/reload.log" 2>&1 ||
+		{ echo "caddy reload failed:"; cat "$work/reload.log" "$work/caddy2.log"; exit 1; }
+}
+reloaded 1/s 2 >"$work/Reloaded"
+"$work/caddy" run --config "$work/Reloaded" --adapter caddyfile >"$work/caddy2.log" 2>&1 &
+caddy2_pid=$!
+pids+=("$caddy2_pid")
+for _ in $(seq 300); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$site_port") 2>/dev/null && break
+	kill -0 "$caddy2_pid" 2>/dev/null || { echo "Caddy did not start:"; cat "$work/caddy2.log"; exit 1; }
+	sleep 0.1
+done
+limited="http://127.0.0.1:$site_port/limited"
+got=$(statuses "$limited" 3)
+[ "$got" = "200 200 429 " ] || { echo "burst 2: $got, want 200 200 429"; exit 1; }
+reloaded 2/s 2 >"$work/Reloaded"; reload
+got=$(statuses "$limited" 1)
+[ "$got" = "429 " ] || { echo "after a reload of another site's rate, the client at its limit got $got, want 429"; exit 1; }
+reloaded 2/s 4 >"$work/Reloaded"; reload
+got=$(statuses "$limited" 1)
+[ "$got" = "429 " ] || { echo "after a reload raising the burst to 4, the client at its limit got $got, want 429 (it keeps its tokens)"; exit 1; }
+got=$(statuses "$limited" 5 --interface 127.0.0.2)
+[ "$got" = "200 200 200 200 429 " ] || { echo "after the raise to 4, a new client got $got, want 4 admitted"; exit 1; }
+echo "counts kept across two reloads: the client at its limit stayed refused, a new one got the new burst of 4"
+
+keyed="http://127.0.0.1:$site_port/keyed"
+got=$(statuses "$keyed" 100 -H 'X-Api-Key;')
+case "$got" in *500*) echo "an empty key got a 500"; exit 1 ;; esac
+lines=$(grep -c 'retry_after_limit' "$work/caddy2.log" || true)
+[ "$lines" -le 2 ] || { echo "100 requests with an empty key wrote $lines log lines:"; cat "$work/caddy2.log"; exit 1; }
+echo "100 requests with an empty key: no 500, $lines log lines of the module"
+
+until=$(date -u -d '+5 seconds' +%Y-%m-%dT%H:%M:%SZ)
+reloaded 2/s 4 "$until" >"$work/Reloaded"; reload
+down="http://127.0.0.1:$site_port/down"
+wait_s=$(curl -s -o /dev/null --max-time 10 -D - "$down" | tr -d '\r' | awk -F': ' 'tolower($1) == "retry-after" { print $2 }')
+case "$wait_s" in
+[1-5]) ;;
+*) echo "maintenance until $until: Retry-After '$wait_s', want 1 to 5 seconds (did the reload take longer?)"; exit 1 ;;
+esac
+sleep "$wait_s"
+got=$(statuses "$down" 1)
+[ "$got" = "200 " ] || { echo "maintenance until $until: after its Retry-After of $wait_s s the client got $got, want 200"; exit 1; }
+echo "maintenance until $until ended on time: admitted after Retry-After: $wait_s"
+
+switched="http://127.0.0.1:$site_port/switched"
+switch="http://127.0.0.1:$admin_port/retry-after/maintenance/ops"
+got="$(statuses "$switched" 1)$(status -X POST -d '{}' "$switch") $(statuses "$switched" 1)$(status -X DELETE "$switch") $(statuses "$switched" 1)"
+[ "$got" = "200 200 503 200 200 " ] ||
+	{ echo "the maintenance switch, off, POST, on, DELETE, off: $got, want 200 200 503 200 200"; cat "$work/caddy2.log"; exit 1; }
+echo "the admin endpoint switched maintenance on and off without a reload"
+
+kill "$caddy2_pid"
+for _ in $(seq 100); do kill -0 "$caddy2_pid" 2>/dev/null || break; sleep 0.1; done
+if grep -q 'WARNING: DATA RACE' "$work/caddy2.log"; then
+	echo "the race detector found a data race in Caddy:"; cat "$work/caddy2.log"; exit 1
+fi
 echo "caddy: passed"

@@ -10,6 +10,8 @@
 //     responses coming back through reverse_proxy with the gateway package's Normalizer. It
 //     runs before invoke, handle, route and every directive that answers, reverse_proxy among
 //     them, and after the ones that wrap the response (encode, intercept, templates).
+//   - admin.api.retry_after_maintenance turns the maintenance switches of retry_after_limit on
+//     and off on Caddy's admin endpoint, without a reload (see [MaintenanceAdmin]).
 //
 // Import it for its side effect, in the main package of a Caddy build:
 //

@@ -21,11 +21,15 @@ func provision(t testing.TB, h caddy.Provisioner) {
 	}
 }
 
-// provisionErr provisions h and returns its error.
+// provisionErr provisions h and returns its error; h is cleaned up, as Caddy cleans up the
+// handlers of a configuration it unloads, when the test ends.
 func provisionErr(t testing.TB, h caddy.Provisioner) error {
 	t.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(func() { cancel() })
+	if c, ok := h.(caddy.CleanerUpper); ok {
+		t.Cleanup(func() { c.Cleanup() })
+	}
 	err := h.Provision(ctx)
 	// Without a configuration the context's logger is a development one, which writes
 	// every debug entry to stderr; the tests that read the logs set their own.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,10 +33,19 @@ func init() {
 // clock reading. With Maintenance set it answers 503 Service Unavailable instead, before the
 // limiter counts the request.
 //
-// Rate and Burst are required, unless Maintenance is set, in which case both may be left out
-// together to have no limiter at all. The buckets live in memory and start afresh when the
-// configuration is loaded again.
+// Rate and Burst are required, unless Maintenance or MaintenanceSwitch is set, in which case
+// both may be left out together to have no limiter at all. The buckets live in memory and are kept across
+// configuration loads while a limit of the same identity (see Name) is in the configuration.
 type Limit struct {
+	// Name is the limit's identity: handlers of one name count against the same buckets, in
+	// one configuration and across loads, and a new Rate or Burst applies from the load on to
+	// the tokens each key holds (a key keeps its tokens, at most the new Burst, and refills at
+	// the new Rate). If empty, the identity is the Rate, Burst and Key together: an unchanged
+	// limit keeps its buckets across loads, a changed one starts afresh, and unnamed limits of
+	// the same definition share their buckets. A limit of the Caddyfile without a name is
+	// named "{key} #n", by its place among the Caddyfile's limits of the same key.
+	Name string `json:"name,omitempty"`
+
 	// Rate is how fast a key's bucket refills, as "N/s", "N/m" or "N/h": N requests a second,
 	// a minute or an hour, with N a whole number from 1 to 1,000,000,000.
 	Rate string `json:"rate,omitempty"`
@@ -47,8 +55,10 @@ type Limit struct {
 
 	// Key is what a request is counted against, with placeholders replaced: the Caddyfile's
 	// {client_ip} is {http.vars.client_ip}, a header is {http.request.header.X-Api-Key}. A
-	// request whose key comes out empty, or that names an unknown placeholder, is answered 500
-	// and logged. If empty, the default is the client address that Caddy found (after its
+	// placeholder Caddy does not know fails the load (the outputs of a map handler
+	// included). A placeholder without a value for a
+	// request is empty, and a key that comes out empty is one key of its own, shared by every
+	// such request; the first is logged as a warning. If empty, the default is the client address that Caddy found (after its
 	// trusted_proxies), keyed as [retryafter.ClientIP] keys it: an IPv4 client by its address,
 	// an IPv6 client by its /64 (where {client_ip} in a Key is the whole address).
 	Key string `json:"key,omitempty"`
@@ -62,15 +72,26 @@ type Limit struct {
 	LegacyRateLimitFields bool `json:"legacy_rate_limit_fields,omitempty"`
 
 	// Maintenance, if not nil, turns maintenance on: every request is answered 503 with a
-	// Retry-After counting down to its end (see [retryafter.Maintenance]). Load a configuration
-	// without it to turn maintenance off.
+	// Retry-After counting down to its end (see [retryafter.Maintenance]), until that end, or
+	// until a configuration without it is loaded.
 	Maintenance *Maintenance `json:"maintenance,omitempty"`
 
-	now        func() time.Time // the clock; nil means time.Now (tests set it)
-	limit      *retryafter.Middleware
-	maint      *retryafter.Maintenance
-	logger     *zap.Logger
-	warnLeftXF *sync.Once // set by Provision
+	// MaintenanceSwitch names a maintenance switch that Caddy's admin API turns on and off
+	// without a reload (see [MaintenanceAdmin]): off at first, it keeps its state across loads
+	// while a handler of that name is in the configuration, and handlers of one name share it.
+	// It cannot be used with Maintenance.
+	MaintenanceSwitch string `json:"maintenance_switch,omitempty"`
+
+	now          func() time.Time // the clock; nil means time.Now (tests set it)
+	limit        *retryafter.Middleware
+	shared       *sharedBucket      // the buckets, in the pool buckets
+	policy       *retryafter.Policy // what Rate and Burst say
+	poolKey      string             // the identity shared is held by in buckets; "" when none
+	maint        *maintenanceSwitch // nil without maintenance
+	switchKey    string             // the name maint is held by in switches; "" when none
+	logger       *zap.Logger
+	warnLeftXF   *sync.Once // set by Provision
+	warnEmptyKey *sync.Once // set by Provision
 }
 
 // RateLimitFields configures the RateLimit and RateLimit-Policy fields.
@@ -82,10 +103,16 @@ type RateLimitFields struct {
 
 // Maintenance configures the 503 answer of a maintenance window.
 type Maintenance struct {
-	// Until is the announced end of the work, in RFC 3339 ("2026-12-01T22:00:00Z"). If empty,
-	// the end is unknown and Retry-After is Wait. A time already past means the work overruns
-	// its announced end: Retry-After is then how late it is, from 1 second up to Wait.
+	// Until is the end of the work, in RFC 3339 ("2026-12-01T22:00:00Z"): Retry-After counts
+	// down to it, and maintenance ends at it by itself, unless Hold is set. If empty, the end
+	// is unknown, Retry-After is Wait, and maintenance lasts until a configuration without it
+	// is loaded.
 	Until string `json:"until,omitempty"`
+
+	// Hold keeps maintenance on after Until has passed, until a configuration without it is
+	// loaded: the work overruns its announced end, and Retry-After is how late it is, from 1
+	// second up to Wait (see [retryafter.Maintenance]).
+	Hold bool `json:"hold,omitempty"`
 
 	// Wait is the Retry-After when the end is unknown, and the longest one during an overrun.
 	// If zero, the default is 1 minute.
@@ -111,7 +138,7 @@ const maxRateCount = 1_000_000_000
 // returns an error, naming the field, for any value it cannot use.
 func (h *Limit) Provision(ctx caddy.Context) (err error) {
 	h.logger = ctx.Logger()
-	h.warnLeftXF = new(sync.Once)
+	h.warnLeftXF, h.warnEmptyKey = new(sync.Once), new(sync.Once)
 	defer func() {
 		// Every value is checked below before it reaches a constructor that would panic; this
 		// keeps a panic the checks missed from taking down the configuration load.
@@ -119,26 +146,22 @@ func (h *Limit) Provision(ctx caddy.Context) (err error) {
 			err = fmt.Errorf("retry_after_limit: %v", p)
 		}
 	}()
-	if h.Maintenance != nil {
-		m, err := h.Maintenance.build()
-		if err != nil {
-			return err
-		}
-		m.Now = h.now
-		h.maint = m
-	}
-	if h.Rate == "" && h.Burst == 0 && h.Maintenance != nil {
-		if h.Key != "" || h.RateLimitFields != nil || h.LegacyRateLimitFields {
-			return fmt.Errorf("retry_after_limit: key and the rate-limit fields need a rate and a burst")
-		}
-		return nil
-	}
-	limit, err := parseRate(h.Rate)
+	limit, err := h.check()
 	if err != nil {
 		return err
 	}
-	if h.Burst < 1 {
-		return fmt.Errorf("retry_after_limit: burst %d: want a whole number of at least 1", h.Burst)
+	if h.Maintenance != nil {
+		h.maint = h.Maintenance.build()
+		h.maint.m.Now = h.now
+		h.warnPastUntil()
+	}
+	if h.MaintenanceSwitch != "" {
+		if err := h.shareSwitch(); err != nil {
+			return err
+		}
+	}
+	if h.Rate == "" {
+		return nil // maintenance alone
 	}
 	opts := []retryafter.Option{
 		retryafter.WithErrorHook(h.logError),
@@ -151,36 +174,115 @@ func (h *Limit) Provision(ctx caddy.Context) (err error) {
 		opts = append(opts, retryafter.WithClock(h.now))
 	}
 	if f := h.RateLimitFields; f != nil {
-		for i := 0; i < len(f.Policy); i++ {
-			if f.Policy[i] < 0x20 || f.Policy[i] > 0x7e {
-				return fmt.Errorf("retry_after_limit: rate_limit_fields policy %q: want printable ASCII", f.Policy)
-			}
-		}
 		opts = append(opts, retryafter.WithRateLimitFields(f.Policy))
 	}
 	if h.LegacyRateLimitFields {
 		opts = append(opts, retryafter.WithLegacyRateLimitFields(true))
 	}
-	h.limit = retryafter.NewMiddleware(retryafter.NewTokenBucket(limit, h.Burst), opts...)
+	if err := h.shareBuckets(limit); err != nil {
+		return err
+	}
+	h.limit = retryafter.NewMiddleware(h.shared.bucket, opts...)
 	return nil
 }
 
-// build returns the maintenance switch m describes, turned on.
-func (m *Maintenance) build() (*retryafter.Maintenance, error) {
-	var until time.Time
-	if m.Until != "" {
-		t, err := time.Parse(time.RFC3339, m.Until)
-		if err != nil {
-			return nil, fmt.Errorf("retry_after_limit: maintenance until %q: want an RFC 3339 time such as 2026-12-01T22:00:00Z", m.Until)
+// check returns h's rate per second, or an error that says, in one short sentence, the first
+// value h cannot use or what it is missing. The rate is 0 for maintenance alone.
+func (h *Limit) check() (rate.Limit, error) {
+	if h.Maintenance != nil && h.MaintenanceSwitch != "" {
+		return 0, fmt.Errorf("retry_after_limit: maintenance and maintenance_switch: use one")
+	}
+	if m := h.Maintenance; m != nil {
+		if _, err := parseUntil(m.Until); err != nil {
+			return 0, err
 		}
-		until = t
+		if m.Wait < 0 {
+			return 0, fmt.Errorf("retry_after_limit: maintenance wait %v: want a duration above 0", time.Duration(m.Wait))
+		}
+		if h.Rate == "" && h.Burst == 0 {
+			if h.Key != "" || h.RateLimitFields != nil || h.LegacyRateLimitFields {
+				return 0, fmt.Errorf("retry_after_limit: key and the rate-limit fields need a rate and a burst")
+			}
+			return 0, nil
+		}
 	}
-	if m.Wait < 0 {
-		return nil, fmt.Errorf("retry_after_limit: maintenance wait %v: want a duration above 0", time.Duration(m.Wait))
+	if h.MaintenanceSwitch != "" && h.Rate == "" && h.Burst == 0 && h.Key == "" && h.RateLimitFields == nil && !h.LegacyRateLimitFields {
+		return 0, nil
 	}
-	mt := &retryafter.Maintenance{HTTPDate: m.HTTPDate, Wait: time.Duration(m.Wait)}
-	mt.Start(until)
-	return mt, nil
+	limit, err := parseRate(h.Rate)
+	if err != nil {
+		return 0, err
+	}
+	if h.Burst == 0 {
+		return 0, fmt.Errorf("retry_after_limit: rate %s needs a burst, a whole number of at least 1", h.Rate)
+	}
+	if h.Burst < 1 {
+		return 0, fmt.Errorf("retry_after_limit: burst %d: want a whole number of at least 1", h.Burst)
+	}
+	if err := checkKey(h.Key); err != nil {
+		return 0, err
+	}
+	if f := h.RateLimitFields; f != nil {
+		if err := checkPolicyName(f.Policy); err != nil {
+			return 0, err
+		}
+	}
+	return limit, nil
+}
+
+// checkPolicyName returns an error if name is not printable ASCII.
+func checkPolicyName(name string) error {
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] > 0x7e {
+			return fmt.Errorf("retry_after_limit: rate_limit_fields policy %q: want printable ASCII", name)
+		}
+	}
+	return nil
+}
+
+// clock returns the handler's clock.
+func (h *Limit) clock() func() time.Time {
+	if h.now != nil {
+		return h.now
+	}
+	return time.Now
+}
+
+// warnPastUntil logs, at load, a maintenance window whose until has passed: over already, or,
+// with Hold, overrunning.
+func (h *Limit) warnPastUntil() {
+	until, _ := h.maint.m.Until()
+	if until.IsZero() || h.clock()().Before(until) || h.logger == nil {
+		return
+	}
+	if h.Maintenance.Hold {
+		h.logger.Warn("retry_after_limit: maintenance until has passed and hold is set: every request is answered 503 until a configuration without it is loaded",
+			zap.String("until", h.Maintenance.Until))
+		return
+	}
+	h.logger.Warn("retry_after_limit: maintenance until has passed: the window is over, and requests pass", zap.String("until", h.Maintenance.Until))
+}
+
+// parseUntil reads the until of a maintenance window: the zero time when s is empty.
+func parseUntil(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("retry_after_limit: maintenance until %q: want an RFC 3339 time such as 2026-12-01T22:00:00Z", s)
+	}
+	return t, nil
+}
+
+// build returns the maintenance window m describes, turned on; m has been checked.
+func (m *Maintenance) build() *maintenanceSwitch {
+	until, _ := parseUntil(m.Until)
+	s := new(maintenanceSwitch)
+	s.m.HTTPDate, s.m.Wait = m.HTTPDate, time.Duration(m.Wait)
+	s.hold.Store(m.Hold)
+	s.m.Start(until)
+	return s
 }
 
 // parseRate reads "N/s", "N/m" or "N/h" as a rate per second.
@@ -213,75 +315,14 @@ func (h *Limit) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 		err = next.ServeHTTP(w, r)
 	})
 	if h.limit != nil {
+		h.shared.use(h.policy)
 		handler = h.limit.Handler(handler)
 	}
-	if h.maint != nil {
-		handler = h.maint.Handler(handler)
+	if h.maint != nil && !h.maint.over(h.clock()()) {
+		handler = h.maint.m.Handler(handler)
 	}
 	handler.ServeHTTP(w, r)
 	return err
-}
-
-// placeholderKey is the key function of a configured Key.
-func (h *Limit) placeholderKey(r *http.Request) (string, error) {
-	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if !ok {
-		return "", fmt.Errorf("retry_after_limit: the request has no replacer")
-	}
-	key, err := repl.ReplaceOrErr(h.Key, false, true)
-	if err != nil {
-		return "", fmt.Errorf("retry_after_limit: key %q: %v", h.Key, err)
-	}
-	if key == "" {
-		return "", fmt.Errorf("retry_after_limit: key %q is empty for this request", h.Key)
-	}
-	if strings.Contains(h.Key, caddyhttp.ClientIPVarKey) {
-		h.warnLeftmost(r)
-	}
-	return key, nil
-}
-
-// clientIPKey is the default key function: Caddy's client_ip, keyed as retryafter.ClientIP keys
-// an address. Caddy's server keeps its trusted proxies to itself, so the walk of
-// X-Forwarded-For is Caddy's.
-func (h *Limit) clientIPKey(r *http.Request) (string, error) {
-	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return "", fmt.Errorf("%w (Caddy's client_ip is %q)", retryafter.ErrNoClientIP, s)
-	}
-	h.warnLeftmost(r)
-	return addrKey(a), nil
-}
-
-// addrKey formats a as retryafter.ClientIP does: an IPv4 address as itself, an IPv6 address as
-// its /64, an IPv4-mapped IPv6 address as the IPv4 address, without a zone.
-func addrKey(a netip.Addr) string {
-	a = a.Unmap().WithZone("")
-	if a.Is4() {
-		return a.String()
-	}
-	p, _ := a.Prefix(64)
-	return p.String()
-}
-
-// warnLeftmost logs once that the client address is the left-most of the client IP headers,
-// which the client writes, when the request came from a trusted proxy of a server that is not
-// in trusted_proxies_strict mode.
-func (h *Limit) warnLeftmost(r *http.Request) {
-	trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool)
-	if !trusted {
-		return
-	}
-	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if srv == nil || srv.TrustedProxiesStrict > 0 {
-		return
-	}
-	h.warnLeftXF.Do(func() {
-		if h.logger != nil {
-			h.logger.Warn("retry_after_limit: the client address is the left-most X-Forwarded-For entry, which a client can choose to get a fresh key; set trusted_proxies_strict in the server's options")
-		}
-	})
 }
 
 // logError logs an error of the key function or the limiter, which the client never sees, and
@@ -302,6 +343,7 @@ func (h *Limit) logError(r *http.Request, err error) {
 // UnmarshalCaddyfile reads the retry_after_limit directive:
 //
 //	retry_after_limit [<matcher>] {
+//	    name  <name>
 //	    rate  <N/s|N/m|N/h>
 //	    burst <n>
 //	    key   <placeholder>
@@ -310,10 +352,13 @@ func (h *Limit) logError(r *http.Request, err error) {
 //	    maintenance [<until>] {
 //	        wait <duration>
 //	        http_date
+//	        hold
 //	    }
+//	    maintenance_switch <name>
 //	}
 func (h *Limit) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
+	file, line := d.File(), d.Line()
 	if d.NextArg() {
 		return d.Errf("retry_after_limit takes no argument on its line, got %q: put rate and burst in its block", d.Val())
 	}
@@ -324,51 +369,78 @@ func (h *Limit) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("retry_after_limit: %s given twice", name)
 		}
 		seen[name] = true
-		switch name {
-		case "rate", "key":
-			var v string
-			if !d.AllArgs(&v) {
-				return d.Errf("retry_after_limit: %s takes one value", name)
-			}
-			if name == "rate" {
-				h.Rate = v
-			} else {
-				h.Key = v
-			}
-		case "burst":
-			var v string
-			if !d.AllArgs(&v) {
-				return d.Errf("retry_after_limit: burst takes one value")
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return d.Errf("retry_after_limit: burst %q: want a whole number of at least 1", v)
-			}
-			h.Burst = n
-		case "rate_limit_fields":
-			f := new(RateLimitFields)
-			args := d.RemainingArgs()
-			if len(args) > 1 {
-				return d.Errf("retry_after_limit: rate_limit_fields takes at most one policy name")
-			}
-			if len(args) == 1 {
-				f.Policy = args[0]
-			}
-			h.RateLimitFields = f
-		case "legacy_rate_limit_fields":
-			if d.NextArg() {
-				return d.Errf("retry_after_limit: legacy_rate_limit_fields takes no value")
-			}
-			h.LegacyRateLimitFields = true
-		case "maintenance":
-			m, err := unmarshalMaintenance(d)
-			if err != nil {
-				return err
-			}
-			h.Maintenance = m
-		default:
-			return d.Errf("retry_after_limit: unknown option %q (want rate, burst, key, rate_limit_fields, legacy_rate_limit_fields or maintenance)", name)
+		if err := h.unmarshalOption(d, name); err != nil {
+			return err
 		}
+	}
+	// What the options' own lines could not tell: a value missing, or given without another.
+	if _, err := h.check(); err != nil {
+		return fmt.Errorf("%w, at %s:%d", err, file, line)
+	}
+	return nil
+}
+
+// unmarshalOption reads the option name of the retry_after_limit directive, and checks its
+// value, so that a mistake is reported at its line.
+func (h *Limit) unmarshalOption(d *caddyfile.Dispenser, name string) error {
+	switch name {
+	case "name", "rate", "key", "maintenance_switch":
+		var v string
+		if !d.AllArgs(&v) {
+			return d.Errf("retry_after_limit: %s takes one value", name)
+		}
+		switch name {
+		case "name":
+			h.Name = v
+		case "maintenance_switch":
+			h.MaintenanceSwitch = v
+		case "rate":
+			if _, err := parseRate(v); err != nil {
+				return d.WrapErr(err)
+			}
+			h.Rate = v
+		default:
+			if err := checkKey(v); err != nil {
+				return d.WrapErr(err)
+			}
+			h.Key = v
+		}
+	case "burst":
+		var v string
+		if !d.AllArgs(&v) {
+			return d.Errf("retry_after_limit: burst takes one value")
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return d.Errf("retry_after_limit: burst %q: want a whole number of at least 1", v)
+		}
+		h.Burst = n
+	case "rate_limit_fields":
+		f := new(RateLimitFields)
+		args := d.RemainingArgs()
+		if len(args) > 1 {
+			return d.Errf("retry_after_limit: rate_limit_fields takes at most one policy name")
+		}
+		if len(args) == 1 {
+			f.Policy = args[0]
+		}
+		if err := checkPolicyName(f.Policy); err != nil {
+			return d.WrapErr(err)
+		}
+		h.RateLimitFields = f
+	case "legacy_rate_limit_fields":
+		if d.NextArg() {
+			return d.Errf("retry_after_limit: legacy_rate_limit_fields takes no value")
+		}
+		h.LegacyRateLimitFields = true
+	case "maintenance":
+		m, err := unmarshalMaintenance(d)
+		if err != nil {
+			return err
+		}
+		h.Maintenance = m
+	default:
+		return d.Errf("retry_after_limit: unknown option %q (want name, rate, burst, key, rate_limit_fields, legacy_rate_limit_fields, maintenance or maintenance_switch)", name)
 	}
 	return nil
 }
@@ -381,6 +453,9 @@ func unmarshalMaintenance(d *caddyfile.Dispenser) (*Maintenance, error) {
 		return nil, d.Errf("retry_after_limit: maintenance takes at most one value, the end in RFC 3339")
 	}
 	if len(args) == 1 {
+		if _, err := parseUntil(args[0]); err != nil {
+			return nil, d.WrapErr(err)
+		}
 		m.Until = args[0]
 	}
 	seen := map[string]bool{}
@@ -401,28 +476,54 @@ func unmarshalMaintenance(d *caddyfile.Dispenser) (*Maintenance, error) {
 				return nil, d.Errf("retry_after_limit: maintenance wait %q: want a duration above 0, such as 1m", v)
 			}
 			m.Wait = caddy.Duration(w)
-		case "http_date":
+		case "http_date", "hold":
 			if d.NextArg() {
-				return nil, d.Errf("retry_after_limit: maintenance http_date takes no value")
+				return nil, d.Errf("retry_after_limit: maintenance %s takes no value", name)
 			}
-			m.HTTPDate = true
+			if name == "hold" {
+				m.Hold = true
+			} else {
+				m.HTTPDate = true
+			}
 		default:
-			return nil, d.Errf("retry_after_limit: unknown maintenance option %q (want wait or http_date)", name)
+			return nil, d.Errf("retry_after_limit: unknown maintenance option %q (want wait, http_date or hold)", name)
 		}
 	}
 	return m, nil
 }
 
-// parseLimit is the Caddyfile's setup function of retry_after_limit.
+// parseLimit is the Caddyfile's setup function of retry_after_limit. A limit without a name
+// gets one from its key and its place among the Caddyfile's limits of that key, "{key} #n", so
+// that each directive keeps its own buckets across reloads (two sites that import one snippet
+// included), as long as the limits of its key before it stay in place.
 func parseLimit(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	l := new(Limit)
-	err := l.UnmarshalCaddyfile(h.Dispenser)
-	return l, err
+	if err := l.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	if l.Name == "" && l.Rate != "" {
+		key := l.Key
+		if key == "" {
+			key = "{client address}"
+		}
+		if h.IsNamedRoute() {
+			key = "route " + key
+		}
+		seen, _ := h.State["retry_after_limit"].(map[string]int)
+		if seen == nil {
+			seen = map[string]int{}
+			h.State["retry_after_limit"] = seen
+		}
+		seen[key]++
+		l.Name = fmt.Sprintf("%s #%d", key, seen[key])
+	}
+	return l, nil
 }
 
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Limit)(nil)
+	_ caddy.CleanerUpper          = (*Limit)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Limit)(nil)
 	_ caddyfile.Unmarshaler       = (*Limit)(nil)
 )

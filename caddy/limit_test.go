@@ -127,12 +127,12 @@ func TestDefaultKeyCountsAnIPv6ClientByItsPrefix(t *testing.T) {
 	}
 }
 
-// A key with placeholders counts each value apart; a key that comes out empty, or names a
-// placeholder Caddy does not know, is no key: the request is answered 500, not counted, and the
-// error is logged.
+// A key with placeholders counts each value apart; a key that comes out empty is one key of
+// its own, shared by every such request, which logs one warning however many requests come,
+// and never an error or a 500.
 func TestPlaceholderKey(t *testing.T) {
 	clk := testkit.NewClock(testkit.T0)
-	h := &Limit{Rate: "1/h", Burst: 1, Key: "{http.request.header.X-Api-Key}", now: clk.Now}
+	h := &Limit{Rate: "1/h", Burst: 2, Key: "{http.request.header.X-Api-Key}", now: clk.Now}
 	provision(t, h)
 	core, logs := observer.New(zap.DebugLevel)
 	h.logger = zap.New(core)
@@ -149,24 +149,18 @@ func TestPlaceholderKey(t *testing.T) {
 	for i, c := range []struct {
 		key  string
 		want int
-	}{{"a", 200}, {"a", 429}, {"b", 200}, {"", 500}, {"", 500}, {"b", 429}} {
+	}{{"a", 200}, {"a", 200}, {"a", 429}, {"b", 200}, {"", 200}, {"", 200}, {"", 429}, {"b", 200}, {"b", 429}} {
 		if got := send(c.key); got != c.want {
 			t.Errorf("request %d with key %q: status %d, want %d", i, c.key, got, c.want)
 		}
 	}
-	if n := logs.FilterMessageSnippet("request not counted").Len(); n != 2 {
-		t.Errorf("%d errors logged, want 2 (one per empty key): %v", n, logs.All())
+	for i := range 100 {
+		if got := send(""); got != http.StatusTooManyRequests {
+			t.Fatalf("empty key, request %d: status %d, want 429", i, got)
+		}
 	}
-
-	unknown := &Limit{Rate: "1/h", Burst: 1, Key: "{http.no_such_placeholder}"}
-	provision(t, unknown)
-	core, logs = observer.New(zap.DebugLevel)
-	unknown.logger = zap.New(core)
-	if w := testkit.Serve(inCaddy(unknown), "GET", "192.0.2.1:1"); w.Code != http.StatusInternalServerError {
-		t.Errorf("an unknown placeholder: status %d, want 500", w.Code)
-	}
-	if all := logs.All(); len(all) != 1 || !strings.Contains(toJSON(all[0].ContextMap()), "unrecognized placeholder") {
-		t.Errorf("an unknown placeholder: logged %v, want one error naming it", all)
+	if all := logs.All(); len(all) != 1 || all[0].Level != zap.WarnLevel || !strings.Contains(all[0].Message, "key is empty") {
+		t.Errorf("logged %v, want one warning of the empty key", all)
 	}
 
 	// A key without placeholders is one bucket for every client.
@@ -218,8 +212,8 @@ func TestLimitMaintenance(t *testing.T) {
 	}{
 		{"until", Limit{Rate: "1/s", Burst: 1, Maintenance: &Maintenance{Until: until.Format(time.RFC3339)}}, 0, 90 * time.Second},
 		{"until, no limiter", Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339)}}, 30 * time.Second, 60 * time.Second},
-		{"overrun", Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339)}}, 100 * time.Second, 10 * time.Second},
-		{"overrun, capped by wait", Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339), Wait: caddy.Duration(4 * time.Second)}}, 100 * time.Second, 4 * time.Second},
+		{"overrun, hold", Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339), Hold: true}}, 100 * time.Second, 10 * time.Second},
+		{"overrun, hold, capped by wait", Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339), Hold: true, Wait: caddy.Duration(4 * time.Second)}}, 100 * time.Second, 4 * time.Second},
 		{"unknown end", Limit{Maintenance: &Maintenance{}}, 0, time.Minute},
 		{"unknown end, wait", Limit{Maintenance: &Maintenance{Wait: caddy.Duration(2 * time.Minute)}}, 0, 2 * time.Minute},
 		{"http_date", Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339), HTTPDate: true}}, 0, 90 * time.Second},
@@ -241,6 +235,46 @@ func TestLimitMaintenance(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Maintenance with an until ends at until by itself: a client that waits the Retry-After of
+// the 503 and comes back is passed to the next handler, on its first retry. With hold it stays
+// on past until, and a past until is logged at load.
+func TestLimitMaintenanceEndsAtUntil(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		clk := testkit.NewClock(testkit.T0)
+		until := testkit.T0.Add(3 * time.Second)
+		h := &Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339), Hold: hold}, now: clk.Now}
+		provision(t, h)
+		clk.Advance(400 * time.Millisecond)
+		w := testkit.Serve(inCaddy(h), "GET", "192.0.2.1:1")
+		wait := testkit.WantRefusal(t, w, http.StatusServiceUnavailable, clk.Now())
+		if wait != 3*time.Second {
+			t.Fatalf("hold %v: Retry-After %v, want 3s", hold, wait)
+		}
+		clk.Advance(wait)
+		w = testkit.Serve(inCaddy(h), "GET", "192.0.2.1:1")
+		if !hold && (w.Code != http.StatusOK || w.Body.String() != "next") {
+			t.Errorf("after until: %d %q, want the next handler's 200", w.Code, w.Body.String())
+		}
+		if hold && w.Code != http.StatusServiceUnavailable {
+			t.Errorf("after until, with hold: %d, want 503", w.Code)
+		}
+
+		// Loaded after until: over at once, or held; either is a warning at load.
+		late := &Limit{Maintenance: &Maintenance{Until: until.Format(time.RFC3339), Hold: hold}, now: clk.Now}
+		provision(t, late)
+		core, logs := observer.New(zap.DebugLevel)
+		late.logger = zap.New(core)
+		late.warnPastUntil()
+		want := "the window is over"
+		if hold {
+			want = "hold is set"
+		}
+		if all := logs.All(); len(all) != 1 || !strings.Contains(all[0].Message, want) {
+			t.Errorf("hold %v, loaded after until: logged %v, want one warning saying %q", hold, all, want)
+		}
 	}
 }
 
@@ -323,7 +357,9 @@ func TestLimitProvisionErrors(t *testing.T) {
 	for _, c := range []struct{ json, want string }{
 		{`{}`, "no rate"},
 		{`{"burst":5}`, "no rate"},
-		{`{"rate":"1/s"}`, "burst 0"},
+		{`{"rate":"1/s"}`, "rate 1/s needs a burst"},
+		{`{"rate":"1/s","burst":1,"key":"{client_addr}"}`, "unrecognized placeholder {client_addr}"},
+		{`{"rate":"1/s","burst":1,"key":"{http.request.header.X}-{ip}"}`, "unrecognized placeholder {ip}"},
 		{`{"rate":"1/s","burst":-1}`, "burst -1"},
 		{`{"rate":"0/s","burst":1}`, `rate "0/s"`},
 		{`{"rate":"1/d","burst":1}`, `rate "1/d"`},
@@ -335,7 +371,9 @@ func TestLimitProvisionErrors(t *testing.T) {
 		{`{"maintenance":{},"key":"{http.vars.client_ip}"}`, "need a rate and a burst"},
 		{`{"maintenance":{},"legacy_rate_limit_fields":true}`, "need a rate and a burst"},
 		{`{"maintenance":{},"burst":3}`, "no rate"},
-		{`{"maintenance":{},"rate":"1/s"}`, "burst 0"},
+		{`{"maintenance":{},"rate":"1/s"}`, "needs a burst"},
+		{`{"maintenance":{},"maintenance_switch":"ops"}`, "maintenance and maintenance_switch: use one"},
+		{`{"maintenance_switch":"ops","key":"{http.vars.client_ip}"}`, "no rate"},
 	} {
 		h := fromJSON[Limit](t, c.json)
 		err := provisionErr(t, h)
@@ -348,6 +386,8 @@ func TestLimitProvisionErrors(t *testing.T) {
 		`{"maintenance":{}}`,
 		`{"rate":"1/s","burst":1,"maintenance":{"until":"2026-12-01T22:00:00+01:00","wait":"90s","http_date":true}}`,
 		`{"rate":"5/m","burst":2,"key":"{http.request.header.X-Api-Key}","rate_limit_fields":{},"legacy_rate_limit_fields":true}`,
+		`{"rate":"5/m","burst":2,"key":"{http.regexp.tenant.1}-{http.auth.user.id}-{http.vars.client_ip}-{env.HOME}"}`,
+		`{"name":"api","rate":"1/h","burst":1,"maintenance":{"until":"2026-12-01T22:00:00Z","hold":true}}`,
 	} {
 		if err := provisionErr(t, fromJSON[Limit](t, ok)); err != nil {
 			t.Errorf("%s: %v", ok, err)
@@ -359,6 +399,7 @@ func TestLimitCaddyfile(t *testing.T) {
 	for _, c := range []struct{ src, json string }{
 		{"retry_after_limit {\n rate 1/s\n burst 5\n}", `{"rate":"1/s","burst":5}`},
 		{`retry_after_limit {
+			name  api
 			rate  12/m
 			burst 3
 			key   {http.request.header.X-Api-Key}
@@ -367,11 +408,13 @@ func TestLimitCaddyfile(t *testing.T) {
 			maintenance 2026-12-01T22:00:00Z {
 				wait 2m
 				http_date
+				hold
 			}
-		}`, `{"rate":"12/m","burst":3,"key":"{http.request.header.X-Api-Key}","rate_limit_fields":{"policy":"api"},` +
-			`"legacy_rate_limit_fields":true,"maintenance":{"until":"2026-12-01T22:00:00Z","wait":120000000000,"http_date":true}}`},
+		}`, `{"name":"api","rate":"12/m","burst":3,"key":"{http.request.header.X-Api-Key}","rate_limit_fields":{"policy":"api"},` +
+			`"legacy_rate_limit_fields":true,"maintenance":{"until":"2026-12-01T22:00:00Z","hold":true,"wait":120000000000,"http_date":true}}`},
 		{"retry_after_limit {\n rate 1/s\n burst 1\n rate_limit_fields\n maintenance\n}", `{"rate":"1/s","burst":1,"rate_limit_fields":{},"maintenance":{}}`},
 		{"retry_after_limit {\n maintenance {\n wait 30s\n }\n}", `{"maintenance":{"wait":30000000000}}`},
+		{"retry_after_limit {\n maintenance_switch ops\n}", `{"maintenance_switch":"ops"}`},
 	} {
 		var h Limit
 		if err := fromCaddyfile(c.src, &h); err != nil {
@@ -400,6 +443,13 @@ func TestLimitCaddyfile(t *testing.T) {
 		{"retry_after_limit {\n maintenance {\n wait\n }\n}", "wait takes one duration"},
 		{"retry_after_limit {\n maintenance {\n wait 1m\n wait 2m\n }\n}", "wait given twice"},
 		{"retry_after_limit {\n maintenance {\n http_date yes\n }\n}", "takes no value"},
+		{"retry_after_limit {\n maintenance {\n hold yes\n }\n}", "takes no value"},
+		{"retry_after_limit {\n rate 1/s\n}", "rate 1/s needs a burst, a whole number of at least 1, at Testfile:1"},
+		{"retry_after_limit {\n burst 3\n}", "no rate"},
+		{"retry_after_limit {\n rate 1/d\n burst 3\n}", `rate "1/d": want N/s, N/m or N/h`},
+		{"retry_after_limit {\n rate 1/s\n burst 3\n\n key {client_addr}\n}", "unrecognized placeholder {client_addr}, at Testfile:5"},
+		{"retry_after_limit {\n maintenance tomorrow\n}", `until "tomorrow"`},
+		{"retry_after_limit {\n rate 1/s\n burst 3\n rate_limit_fields caf\u00e9\n}", "printable ASCII"},
 		{"retry_after_limit {\n maintenance {\n until 2026-12-01T22:00:00Z\n }\n}", `unknown maintenance option "until"`},
 	} {
 		var h Limit

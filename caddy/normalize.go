@@ -73,21 +73,9 @@ func (Normalize) CaddyModule() caddy.ModuleInfo {
 // the field, for any value it cannot use.
 func (h *Normalize) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	fallback, maxWait := time.Duration(h.Fallback), time.Duration(h.Max)
-	if fallback < 0 {
-		return fmt.Errorf("retry_after_normalize: fallback %v: want a duration above 0", fallback)
-	}
-	if maxWait != 0 && maxWait < time.Second {
-		return fmt.Errorf("retry_after_normalize: max %v: want a duration of at least 1s", maxWait)
-	}
-	if fallback == 0 {
-		fallback = defaultFallback
-	}
-	if maxWait == 0 {
-		maxWait = defaultMax
-	}
-	if fallback > maxWait.Truncate(time.Second) {
-		return fmt.Errorf("retry_after_normalize: fallback %v is longer than max %v", fallback, maxWait.Truncate(time.Second))
+	fallback, maxWait, err := h.check()
+	if err != nil {
+		return err
 	}
 	h.norm = &gateway.Normalizer{
 		Now:         h.now,
@@ -175,6 +163,7 @@ func (w *normalizeWriter) ReadFrom(r io.Reader) (int64, error) {
 //	}
 func (h *Normalize) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
+	file, line := d.File(), d.Line()
 	if d.NextArg() {
 		return d.Errf("retry_after_normalize takes no argument on its line, got %q: put its options in its block", d.Val())
 	}
@@ -200,6 +189,9 @@ func (h *Normalize) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				h.Max = caddy.Duration(dur)
 			}
+			if name == "max" && dur < time.Second {
+				return d.Errf("retry_after_normalize: max %v: want a duration of at least 1s", dur)
+			}
 		case "fill_missing", "exact_dates":
 			if d.NextArg() {
 				return d.Errf("retry_after_normalize: %s takes no value", name)
@@ -213,7 +205,33 @@ func (h *Normalize) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("retry_after_normalize: unknown option %q (want fallback, max, fill_missing or exact_dates)", name)
 		}
 	}
+	// What the options' own lines could not tell: a fallback longer than max.
+	if _, _, err := h.check(); err != nil {
+		return fmt.Errorf("%w, at %s:%d", err, file, line)
+	}
 	return nil
+}
+
+// check returns h's fallback and max, defaults applied, or an error that names the first value
+// h cannot use, in one short sentence.
+func (h *Normalize) check() (fallback, maxWait time.Duration, err error) {
+	fallback, maxWait = time.Duration(h.Fallback), time.Duration(h.Max)
+	if fallback < 0 {
+		return 0, 0, fmt.Errorf("retry_after_normalize: fallback %v: want a duration above 0", fallback)
+	}
+	if maxWait != 0 && maxWait < time.Second {
+		return 0, 0, fmt.Errorf("retry_after_normalize: max %v: want a duration of at least 1s", maxWait)
+	}
+	if fallback == 0 {
+		fallback = defaultFallback
+	}
+	if maxWait == 0 {
+		maxWait = defaultMax
+	}
+	if fallback > maxWait.Truncate(time.Second) {
+		return 0, 0, fmt.Errorf("retry_after_normalize: fallback %v is longer than max %v", fallback, maxWait.Truncate(time.Second))
+	}
+	return fallback, maxWait, nil
 }
 
 // parseNormalize is the Caddyfile's setup function of retry_after_normalize.
