@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -116,7 +117,7 @@ func TestNeverPushback(t *testing.T) {
 	addr, _ := serve(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(retryafter.NewTokenBucket(1, 3),
 		grpclimit.WithClock(clk.now), grpclimit.WithKeyFunc(keyFromMetadata), grpclimit.WithCost(costFromMetadata))))
 	client := dial(t, addr)
-	for _, cost := range []int{4, 100, 1 << 40} {
+	for _, cost := range []int{4, 100, math.MaxInt} {
 		a := call(withKey(t.Context(), "k", cost), client)
 		if a.st.Code() != codes.ResourceExhausted || a.retryInfo != nil || fmt.Sprint(a.pushback) != "[-1]" || a.quota == nil {
 			t.Fatalf("cost %d above the burst: %v, RetryInfo %v, pushback %q, QuotaFailure %v", cost, a.err, a.retryInfo, a.pushback, a.quota)
