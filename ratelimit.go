@@ -117,9 +117,9 @@ type bucketConfig struct {
 
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
 // with bursts of up to burst. A limit of [rate.Inf] admits everything, and so does +Inf (from
-// rate.Limit(n / d) with d = 0), which is taken for rate.Inf; a limit of 0 admits each key's
-// first burst requests and refuses the rest with no Retry-After. It panics if limit is not a
-// number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit everything) or
+// rate.Limit(n / d) with d = 0), which is taken for rate.Inf; a limit of 0 (or -0) admits each
+// key's first burst requests and refuses the rest with no Retry-After. It panics if limit is not
+// a number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit everything) or
 // burst is below 1.
 func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
 	checkPolicy(Policy{Limit: limit, Burst: burst})
@@ -142,10 +142,16 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 	return b
 }
 
-// unlimited returns limit, or rate.Inf for a limit above it. x/time/rate takes only rate.Inf
-// for no limit: at +Inf it counts 0·Inf tokens for no time, a NaN, which admits everything for
-// good while the bucket reports no tokens left.
-func unlimited(limit rate.Limit) rate.Limit { return min(limit, rate.Inf) }
+// unlimited returns limit, rate.Inf for a limit above it, or 0 for -0. x/time/rate takes only
+// rate.Inf for no limit: at +Inf it counts 0·Inf tokens for no time, a NaN, which admits
+// everything for good while the bucket reports no tokens left. A limit of -0 (from
+// rate.Limit(0 / -d)) is 0 to x/time/rate but turns this package's divisions by it to -Inf.
+func unlimited(limit rate.Limit) rate.Limit {
+	if limit == 0 {
+		return 0 // not -0
+	}
+	return min(limit, rate.Inf)
+}
 
 // checkPolicy panics if p's limit is not a number at least 0 or its burst is below 1.
 func checkPolicy(p Policy) {

@@ -912,3 +912,16 @@ func TestRemainingGuess(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenBucketNegativeZeroLimit decides a bucket of limit -0 (rate.Limit(0 / -d)) and burst
+// 1 as one of limit 0: a key that spent its burst has Remaining 0 and a Reset of
+// rate.InfDuration. It once reported Remaining 1 and a Reset of minus 292 years.
+func TestTokenBucketNegativeZeroLimit(t *testing.T) {
+	b := NewTokenBucket(rate.Limit(math.Copysign(0, -1)), 1)
+	if d := decide(t, b, "k", 1, t0); !d.Allowed || d.Remaining != 0 || d.Reset != rate.InfDuration || math.Signbit(float64(d.Policy.Limit)) {
+		t.Fatalf("the first request: %+v, want admitted, Remaining 0, Reset rate.InfDuration, limit 0", d)
+	}
+	if d := decide(t, b, "k", 1, t0); d.Allowed || d.Remaining != 0 || d.Reset != rate.InfDuration || d.RetryAfter != rate.InfDuration {
+		t.Fatalf("the second request: %+v, want refused for ever, Remaining 0, Reset rate.InfDuration", d)
+	}
+}
