@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -97,7 +96,7 @@ type TokenBucket struct {
 	policy   Policy
 	policyOf func(key string) Policy // nil: every key has policy
 	seed     maphash.Seed
-	shift    atomic.Int64 // the steps back of the clock, added to its readings (see table.at)
+	steps    steps // the steps back of the clock (see table.at)
 	parts    [partCount]table
 }
 
@@ -137,7 +136,7 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		seed:     maphash.MakeSeed(),
 	}
 	for i := range b.parts {
-		b.parts[i].init(c.maxMemory/partCount, &b.shift)
+		b.parts[i].init(c.maxMemory/partCount, &b.steps)
 	}
 	return b
 }
@@ -252,10 +251,13 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 // runs backwards, which would credit the same time twice (golang/go#65508).
 //
 // A clock without monotonic readings (see [WithClock]) may step back. A now more than a second
-// behind the latest instant of its part is taken for such a step: from then on the TokenBucket
-// adds the step to that clock's readings, in every part, so that all its buckets count on from
-// the new reading as from the latest instant, neither frozen nor refilled for the step. (A
-// reading more than a second stale is taken for a step too, and credits every key its age once.)
+// behind the latest instant of its part may be such a step or a stale reading: it is decided at
+// that later instant, as any late one, crediting nothing, and proposes a step. The step is taken
+// once readings on the new line have run on for 5 s with none of the old line in between: from
+// then on the TokenBucket adds it to the clock's readings, in every part, by as much as makes the
+// first reading of the new line the latest instant, so that all its buckets count on from there,
+// neither frozen nor refilled for the step. So a stale reading, which current ones follow at
+// once, shifts nothing; nor does a reading more than a year behind (the zero time.Time).
 //
 // The Decision also carries the key's quota after this request and its Policy:
 //   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit
