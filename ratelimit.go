@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -97,7 +96,7 @@ type TokenBucket struct {
 	policy   Policy
 	policyOf func(key string) Policy // nil: every key has policy
 	seed     maphash.Seed
-	shift    atomic.Int64 // the steps back of the clock, added to its readings (see table.at)
+	steps    steps // the steps back of the clock (see table.at)
 	parts    [partCount]table
 }
 
@@ -117,9 +116,9 @@ type bucketConfig struct {
 
 // NewTokenBucket returns a [TokenBucket] that lets each key make requests at limit per second
 // with bursts of up to burst. A limit of [rate.Inf] admits everything, and so does +Inf (from
-// rate.Limit(n / d) with d = 0), which is taken for rate.Inf; a limit of 0 admits each key's
-// first burst requests and refuses the rest with no Retry-After. It panics if limit is not a
-// number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit everything) or
+// rate.Limit(n / d) with d = 0), which is taken for rate.Inf; a limit of 0 (or -0) admits each
+// key's first burst requests and refuses the rest with no Retry-After. It panics if limit is not
+// a number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit everything) or
 // burst is below 1.
 func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
 	checkPolicy(Policy{Limit: limit, Burst: burst})
@@ -137,15 +136,21 @@ func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *Tok
 		seed:     maphash.MakeSeed(),
 	}
 	for i := range b.parts {
-		b.parts[i].init(c.maxMemory/partCount, &b.shift)
+		b.parts[i].init(c.maxMemory/partCount, &b.steps)
 	}
 	return b
 }
 
-// unlimited returns limit, or rate.Inf for a limit above it. x/time/rate takes only rate.Inf
-// for no limit: at +Inf it counts 0·Inf tokens for no time, a NaN, which admits everything for
-// good while the bucket reports no tokens left.
-func unlimited(limit rate.Limit) rate.Limit { return min(limit, rate.Inf) }
+// unlimited returns limit, rate.Inf for a limit above it, or 0 for -0. x/time/rate takes only
+// rate.Inf for no limit: at +Inf it counts 0·Inf tokens for no time, a NaN, which admits
+// everything for good while the bucket reports no tokens left. A limit of -0 (from
+// rate.Limit(0 / -d)) is 0 to x/time/rate but turns this package's divisions by it to -Inf.
+func unlimited(limit rate.Limit) rate.Limit {
+	if limit == 0 {
+		return 0 // not -0
+	}
+	return min(limit, rate.Inf)
+}
 
 // checkPolicy panics if p's limit is not a number at least 0 or its burst is below 1.
 func checkPolicy(p Policy) {
@@ -246,10 +251,13 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 // runs backwards, which would credit the same time twice (golang/go#65508).
 //
 // A clock without monotonic readings (see [WithClock]) may step back. A now more than a second
-// behind the latest instant of its part is taken for such a step: from then on the TokenBucket
-// adds the step to that clock's readings, in every part, so that all its buckets count on from
-// the new reading as from the latest instant, neither frozen nor refilled for the step. (A
-// reading more than a second stale is taken for a step too, and credits every key its age once.)
+// behind the latest instant of its part may be such a step or a stale reading: it is decided at
+// that later instant, as any late one, crediting nothing, and proposes a step. The step is taken
+// once readings on the new line have run on for 5 s with none of the old line in between: from
+// then on the TokenBucket adds it to the clock's readings, in every part, by as much as makes the
+// first reading of the new line the latest instant, so that all its buckets count on from there,
+// neither frozen nor refilled for the step. So a stale reading, which current ones follow at
+// once, shifts nothing; nor does a reading more than a year behind (the zero time.Time).
 //
 // The Decision also carries the key's quota after this request and its Policy:
 //   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit

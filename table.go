@@ -26,9 +26,9 @@ import (
 // A table must be locked (mu) for every method but init.
 type table struct {
 	mu     sync.Mutex
-	rank   uint64        // its place in the one order in which a decision of several locks its tables
-	shift  *atomic.Int64 // added to every reading of the clock (see at), shared by the tables of a TokenBucket
-	latest time.Time     // the latest instant a decision in this table was made at
+	rank   uint64    // its place in the one order in which a decision of several locks its tables
+	steps  *steps    // the clock's steps back (see at), shared by the tables of a TokenBucket
+	latest time.Time // the latest instant a decision in this table was made at
 
 	keys   map[string]*rate.Limiter
 	budget int // the most bytes it counts (see counted)
@@ -104,10 +104,10 @@ func grownBy(n int) int { return n/4 + 1 }
 // layers locks them.
 var tableRanks atomic.Uint64
 
-// init readies t to hold budget bytes, its readings of the clock shifted by shift.
-func (t *table) init(budget int, shift *atomic.Int64) {
+// init readies t to hold budget bytes, its readings of the clock shifted by s.
+func (t *table) init(budget int, s *steps) {
 	t.rank = tableRanks.Add(1)
-	t.shift = shift
+	t.steps = s
 	t.budget = budget
 	t.keys = make(map[string]*rate.Limiter)
 }
@@ -116,27 +116,30 @@ func (t *table) init(budget int, shift *atomic.Int64) {
 // seen, and how far that is after now; it records it.
 //
 // A clock without monotonic readings (an injected one, or a wall clock that was set back) can
-// step back. Were the table to wait for it to reach the latest instant again, every key would be
-// frozen for the length of the step. So a now more than maxLag behind is taken for a step: the
-// table's shift, which every table of its TokenBucket adds to the clock's readings, grows by the
-// step, so that this reading is the latest instant and the buckets count on from there, in every
-// part. The step is neither credited nor frozen, and instants on the table's side never step back,
-// so that what it knows of when buckets refill stays true. time.Now's readings are monotonic and
-// never step back.
+// step back, and a reading can be stale. A now more than maxLag behind is decided at the latest
+// instant, as a stale one, and proposes a step to the table's steps, shared by every table of
+// its TokenBucket, which takes it once the clock's new readings confirm it (see steps): then the
+// shift added to the clock's readings grows by the step, so that the buckets count on from the
+// new readings, in every part, neither frozen nor credited for the step. Instants on the table's
+// side never step back, so that what it knows of when buckets refill stays true. time.Now's
+// readings are monotonic and never step back.
 func (t *table) at(now time.Time) (at time.Time, lag time.Duration) {
+	shift := t.steps.shift.Load()
 	for {
-		shift := t.shift.Load()
-		if at = now.Add(time.Duration(shift)); !at.Before(t.latest) {
+		at = now.Add(time.Duration(shift))
+		lag = t.latest.Sub(at)
+		wall := now == now.Round(0)
+		if wall && (lag > maxLag || t.steps.pending.Load()) {
+			if s := t.steps.see(at, shift, t.latest); s != shift {
+				shift = s
+				continue // a step was taken: read now on the new line
+			}
+		}
+		if lag <= 0 {
 			t.latest = at
 			return at, 0
 		}
-		if lag = t.latest.Sub(at); lag <= maxLag || now != now.Round(0) || lag > math.MaxInt64-time.Duration(shift) {
-			return t.latest, lag
-		}
-		if t.shift.CompareAndSwap(shift, shift+int64(lag)) {
-			return t.latest, 0
-		}
-		// Another table took a step first, maybe this one.
+		return t.latest, lag
 	}
 }
 

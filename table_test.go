@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,9 +342,9 @@ func TestTableClockStepsBackInEveryPart(t *testing.T) {
 }
 
 // TestTableClockStepsBackConcurrently steps a clock without monotonic readings back an hour while
-// 8 goroutines decide keys in every part at the new reading: the step is taken once, whichever
-// part sees it first, so that a key spent at t0 is refused at the step with its whole wait, and
-// admitted exactly a second later.
+// 8 goroutines decide keys in every part at the new readings, the step and confirmStep after it:
+// the step is taken once, whichever part confirms it, by exactly the hour, so that a key spent at
+// t0 has had time to refill: admitted once, then refused for exactly a second.
 func TestTableClockStepsBackConcurrently(t *testing.T) {
 	b := NewTokenBucket(1, 1)
 	var keys []string
@@ -357,24 +356,25 @@ func TestTableClockStepsBackConcurrently(t *testing.T) {
 	back := t0.Add(-time.Hour)
 	var wg sync.WaitGroup
 	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range keys {
-				b.Decide(context.Background(), keys[(i+g*8)%len(keys)], 0, back)
+		wg.Go(func() {
+			for _, at := range []time.Time{back, back.Add(confirmStep)} {
+				for i := range keys {
+					b.Decide(context.Background(), keys[(i+g*8)%len(keys)], 0, at)
+				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	if got := time.Duration(b.shift.Load()); got != time.Hour {
+	if got := time.Duration(b.steps.shift.Load()); got != time.Hour {
 		t.Fatalf("the readings are shifted by %v, want the step of an hour", got)
 	}
+	later := back.Add(confirmStep)
 	for _, k := range keys {
-		if d := decide(t, b, k, 1, back); d.Allowed || d.RetryAfter != time.Second-slack {
-			t.Fatalf("a key spent at t0, at the step: %+v, want refused for a second", d)
+		if d := decide(t, b, k, 1, later); !d.Allowed {
+			t.Fatalf("a key spent at t0, %v after the step: %+v, want admitted", confirmStep, d)
 		}
-		if d := decide(t, b, k, 1, back.Add(time.Second)); !d.Allowed {
-			t.Fatalf("a key spent at t0, a second after the step: %+v, want admitted", d)
+		if d := decide(t, b, k, 1, later); d.Allowed || d.RetryAfter != time.Second-slack {
+			t.Fatalf("a key spent after the step, again: %+v, want refused for a second", d)
 		}
 	}
 }
@@ -528,7 +528,7 @@ func TestKeyBytesCoverAllocation(t *testing.T) {
 // key that fits what is left exactly is held at once, without that wait.
 func TestTableExactFitBesideAWait(t *testing.T) {
 	var tb table
-	tb.init(2*(entryBytes(10)+slotBytes+dueBytes), new(atomic.Int64))
+	tb.init(2*(entryBytes(10)+slotBytes+dueBytes), new(steps))
 	held, _ := tb.add(strings.Repeat("a", 10), t0, 1, 1, nil)
 	held.ReserveN(t0, 1) // full again a second on
 	if lim, wait := tb.add(strings.Repeat("l", 100), t0, 1, 1, nil); lim != nil || wait != time.Second {
@@ -546,7 +546,7 @@ func TestTableExactFit(t *testing.T) {
 	for _, n := range []int{10, 300, 40_000} {
 		key := strings.Repeat("k", n)
 		var tb table
-		tb.init(entryBytes(n)+slotBytes+dueBytes, new(atomic.Int64))
+		tb.init(entryBytes(n)+slotBytes+dueBytes, new(steps))
 		if lim, wait := tb.add(key, t0, 1, 1, nil); lim == nil {
 			t.Fatalf("a key of %d bytes in a budget it fills exactly: refused for %v", n, wait)
 		}
@@ -569,7 +569,7 @@ func TestTableExactFit(t *testing.T) {
 		}
 		checkPart(t, &tb)
 		tb = table{}
-		tb.init(entryBytes(n)+slotBytes+dueBytes-1, new(atomic.Int64))
+		tb.init(entryBytes(n)+slotBytes+dueBytes-1, new(steps))
 		if lim, wait := tb.add(key, t0, 1, 1, nil); lim != nil || wait != rate.InfDuration {
 			t.Fatalf("a key of %d bytes in a budget a byte short: %v, %v; want refused for ever", n, lim, wait)
 		}

@@ -453,8 +453,10 @@ func TestTokenBucketBoundInBytes(t *testing.T) {
 }
 
 // TestTokenBucketClockStepsBack sets an injected clock, which has no monotonic readings, back an
-// hour: the buckets count on from the new reading within a second, instead of deciding every key
-// at the old latest instant until the clock has caught up an hour later.
+// hour: the buckets count on from the new reading once it is confirmed, confirmStep on, instead
+// of deciding every key at the old latest instant until the clock has caught up an hour later.
+// Until then the reading is decided as a stale one would be, at the latest instant, its wait
+// measured from it.
 func TestTokenBucketClockStepsBack(t *testing.T) {
 	b := NewTokenBucket(1, 5)
 	now := t0
@@ -462,8 +464,12 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 		decide(t, b, "spent", 1, now)
 	}
 	now = now.Add(-time.Hour)
-	if d := decide(t, b, "spent", 1, now); d.Allowed || d.RetryAfter > time.Second {
-		t.Fatalf("right after the step: %+v, want a refusal of about a second", d)
+	if d := decide(t, b, "spent", 1, now); d.Allowed || d.RetryAfter != time.Hour+time.Second-slack {
+		t.Fatalf("right after the step: %+v, want a refusal as at the latest instant, measured from now", d)
+	}
+	now = now.Add(confirmStep)
+	if d := decide(t, b, "spent", 5, now); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("%v after the step: %+v, want the bucket refilled for that long since the step", confirmStep, d)
 	}
 	admitted := 0
 	for range 600 { // a fresh client polling once a second for ten minutes
@@ -910,5 +916,18 @@ func TestRemainingGuess(t *testing.T) {
 		if guess := guessRemaining(pol, tokens); max(n-guess, guess-n) > 2048 {
 			t.Fatalf("%v/s, burst %d, %v tokens: the guess %d is %d from the answer", pol.Limit, burst, tokens, guess, n-guess)
 		}
+	}
+}
+
+// TestTokenBucketNegativeZeroLimit decides a bucket of limit -0 (rate.Limit(0 / -d)) and burst
+// 1 as one of limit 0: a key that spent its burst has Remaining 0 and a Reset of
+// rate.InfDuration. It once reported Remaining 1 and a Reset of minus 292 years.
+func TestTokenBucketNegativeZeroLimit(t *testing.T) {
+	b := NewTokenBucket(rate.Limit(math.Copysign(0, -1)), 1)
+	if d := decide(t, b, "k", 1, t0); !d.Allowed || d.Remaining != 0 || d.Reset != rate.InfDuration || math.Signbit(float64(d.Policy.Limit)) {
+		t.Fatalf("the first request: %+v, want admitted, Remaining 0, Reset rate.InfDuration, limit 0", d)
+	}
+	if d := decide(t, b, "k", 1, t0); d.Allowed || d.Remaining != 0 || d.Reset != rate.InfDuration || d.RetryAfter != rate.InfDuration {
+		t.Fatalf("the second request: %+v, want refused for ever, Remaining 0, Reset rate.InfDuration", d)
 	}
 }

@@ -1,0 +1,107 @@
+package retryafter
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// TestStepsStaleReadingsCreditNoKey decides, on a clock without monotonic readings, a victim
+// asking every 10 ms for 60 s at 1/s, while background keys keep every part current and, once
+// or five times a second, another key's request is decided with a reading 1.1 s or 3 s stale
+// (a request that read the clock long before it was decided): the victim is admitted its burst
+// and 60 more, at most. Each stale reading was once taken for a step back of the clock and
+// shifted the whole TokenBucket, crediting every key its age: up to 417 admitted against 70.
+func TestStepsStaleReadingsCreditNoKey(t *testing.T) {
+	ctx := context.Background()
+	for _, burst := range []int{1, 10} {
+		for _, stale := range []time.Duration{1100 * time.Millisecond, 3 * time.Second} {
+			for _, perSecond := range []int{1, 5} {
+				b := NewTokenBucket(1, burst)
+				admitted := 0
+				for step := range 6000 {
+					now := t0.Add(time.Duration(step) * 10 * time.Millisecond)
+					b.Decide(ctx, fmt.Sprint("bg-", step%256), 0, now)
+					if step%(100/perSecond) == 0 {
+						b.Decide(ctx, fmt.Sprint("other-", step), 1, now.Add(-stale))
+					}
+					if d, _ := b.Decide(ctx, "victim", 1, now); d.Allowed {
+						admitted++
+					}
+				}
+				if admitted > 60+burst {
+					t.Errorf("burst %d, readings %v stale %d a second: the victim admitted %d times in 60 s, want at most %d", burst, stale, perSecond, admitted, 60+burst)
+				}
+			}
+		}
+	}
+}
+
+// TestStepsJitter decides one key 100 times a second for 60 s at 1/s with bursts of 1 on a clock
+// whose readings jitter by up to ±0.6 s (a clock of another host, one being slewed), so that
+// some are more than a second behind others: at most 61 admitted.
+func TestStepsJitter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	b := NewTokenBucket(1, 1)
+	admitted := 0
+	for step := range 6000 {
+		jitter := time.Duration((rng.Float64()*1.2 - 0.6) * float64(time.Second))
+		if d, _ := b.Decide(context.Background(), "k", 1, t0.Add(time.Duration(step)*10*time.Millisecond+jitter)); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted > 61 {
+		t.Errorf("admitted %d in 60 s, want at most 61", admitted)
+	}
+}
+
+// TestStepsBackWithRequestsInFlight sets a clock without monotonic readings back 2 s while one
+// client's requests are in flight, readings from before the step decided between readings from
+// after it, right after a victim spent its burst of 10 (1/s): 20 ms later the victim finds at
+// most a token. The interleaved readings were once taken for steps, each crediting every key.
+func TestStepsBackWithRequestsInFlight(t *testing.T) {
+	ctx := context.Background()
+	b := NewTokenBucket(1, 10)
+	for i := range 256 { // every part has seen t0
+		b.Decide(ctx, fmt.Sprint("bg", i), 0, t0)
+	}
+	b.Decide(ctx, "victim", 10, t0)
+	for i := range 20 {
+		ms := time.Duration(i) * time.Millisecond
+		b.Decide(ctx, "other", 0, t0.Add(-2*time.Second+ms)) // read after the step
+		b.Decide(ctx, "other", 0, t0.Add(ms))                // read before it, decided after
+	}
+	if d, _ := b.Decide(ctx, "victim", 0, t0.Add(-2*time.Second+20*time.Millisecond)); d.Remaining > 1 {
+		t.Errorf("20 ms after spending its burst, the victim finds %d tokens, want at most 1", d.Remaining)
+	}
+}
+
+// TestStepsZeroReading decides 100 keys, at one request an hour, spent at t0, then one peek at
+// the zero time.Time (a clock that failed): a second later none of them is admitted. And a real
+// step back of an hour after it is still taken once the new readings confirm it, 10 s on: a key
+// spent at t0 is told to wait the hour less those 10 s. The zero reading once refilled every
+// key and shifted the readings by the most a Duration holds, after which a step back was not
+// taken and every wait was an hour too long.
+func TestStepsZeroReading(t *testing.T) {
+	ctx := context.Background()
+	b := NewTokenBucket(rate.Every(time.Hour), 1)
+	for i := range 100 {
+		b.Decide(ctx, fmt.Sprint("k", i), 1, t0)
+	}
+	b.Decide(ctx, "k0", 0, time.Time{})
+	for i := range 100 {
+		if d, _ := b.Decide(ctx, fmt.Sprint("k", i), 1, t0.Add(time.Second)); d.Allowed {
+			t.Fatalf("after one zero reading, a key spent a second before: %+v, want refused", d)
+		}
+	}
+	back := t0.Add(-time.Hour)
+	b.Decide(ctx, "k1", 0, back)
+	want := time.Hour - time.Second - 10*time.Second // from t0 + 1 s, the latest instant
+	if d, _ := b.Decide(ctx, "k0", 1, back.Add(10*time.Second)); d.Allowed || d.RetryAfter < want-time.Millisecond || d.RetryAfter > want {
+		t.Errorf("10 s after a step back of an hour: %+v, want refused for %v", d, want)
+	}
+}
