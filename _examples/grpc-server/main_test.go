@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -361,5 +362,32 @@ func TestExactWait(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRedisDown runs the example's server on a Redis that does not answer: a call ends with
+// UNAVAILABLE and a wait of one second, as RetryInfo and pushback, and the client is not told
+// why.
+func TestRedisDown(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing answers there now
+	var logged atomic.Int64
+	client := dial(t, start(t, newLimiter(addr, rate.Every(time.Second), 5),
+		grpclimit.WithErrorHook(func(context.Context, string, error) { logged.Add(1) })), grpc.WithDisableRetry())
+	var trailer metadata.MD
+	_, err = client.Check(t.Context(), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	a := read(err, trailer)
+	if a.code != codes.Unavailable || a.ms != 1000 || len(a.pushback) != 1 || a.pushback[0] != "1000" {
+		t.Fatalf("%v, RetryInfo %d ms, pushback %q; want UNAVAILABLE and 1000 ms", a.code, a.ms, a.pushback)
+	}
+	if n := logged.Load(); n != 1 {
+		t.Fatalf("the error hook saw %d errors, want 1", n)
+	}
+	if msg := status.Convert(err).Message(); strings.Contains(msg, addr) || strings.Contains(msg, "refused") {
+		t.Fatalf("the client is told %q", msg)
 	}
 }
