@@ -183,8 +183,8 @@ func (o *outcomes) since(n int) []retryafter.Outcome {
 
 // TestStores runs the example's server on the Limiters of redisstore (on a real Redis) and
 // httpratestore, on the real clock, since a Redis store decides at Redis's: a refused call's
-// RetryInfo and pushback agree, are no shorter than the wait the store itself then reports and
-// no longer than that plus the time the call took, rounded up to the millisecond; a grpc-go
+// RetryInfo and pushback agree, are no shorter than the wait the store itself reports right
+// after, and no longer than that plus the time between the two and a millisecond; a grpc-go
 // client whose retry policy backs off for a millisecond is admitted on its first retry, after
 // the pushback; and a call above what the limit ever admits is told -1, which the same client
 // obeys by not retrying.
@@ -202,22 +202,21 @@ func TestStores(t *testing.T) {
 				grpclimit.WithCost(listCost), grpclimit.WithDecisionHook(seen.hook))
 			once, retrying := dial(t, addr, grpc.WithDisableRetry()), dial(t, addr, grpc.WithDefaultServiceConfig(policy))
 
-			if a := check(t.Context(), once); a.code != codes.OK {
-				t.Fatalf("first call: %v", a.code)
+			begin, a := time.Now(), check(t.Context(), once)
+			for a.code == codes.OK { // the first call, or a slow machine's, whose wait was over
+				begin, a = time.Now(), check(t.Context(), once)
 			}
-			begin := time.Now()
-			a := check(t.Context(), once)
-			took := time.Since(begin)
 			d, err := l.Decide(t.Context(), key, 1, time.Now()) // a refusal costs nothing: the wait left
 			if err != nil {
 				t.Fatal(err)
 			}
+			took := time.Since(begin) // at most the time between the two decisions
 			told := time.Duration(a.ms) * time.Millisecond
 			if a.code != codes.ResourceExhausted || a.ms < 1 || len(a.pushback) != 1 || a.pushback[0] != strconv.FormatInt(a.ms, 10) {
-				t.Fatalf("second call: %v, RetryInfo %d ms, pushback %q; want RESOURCE_EXHAUSTED and the same milliseconds", a.code, a.ms, a.pushback)
+				t.Fatalf("refused call: %v, RetryInfo %d ms, pushback %q; want RESOURCE_EXHAUSTED and the same milliseconds", a.code, a.ms, a.pushback)
 			}
 			if d.Allowed || told < d.RetryAfter || told > d.RetryAfter+took+time.Millisecond {
-				t.Fatalf("told %v; the store then said %v (allowed %v), after a call of %v", told, d.RetryAfter, d.Allowed, took)
+				t.Fatalf("told %v; the store then said %v (allowed %v), within %v", told, d.RetryAfter, d.Allowed, took)
 			}
 
 			n := len(seen.since(0))
