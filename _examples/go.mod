@@ -11,6 +11,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/retryafter/retryafter v0.0.0
 	github.com/retryafter/retryafter/grpclimit v0.0.0
+	github.com/retryafter/retryafter/httpratestore v0.0.0
 	github.com/retryafter/retryafter/otelmetrics v0.0.0
 	github.com/retryafter/retryafter/redisstore v0.0.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
@@ -23,11 +24,14 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-chi/httprate v0.16.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -44,6 +48,7 @@ require (
 replace (
 	github.com/retryafter/retryafter => ../
 	github.com/retryafter/retryafter/grpclimit => ../grpclimit
+	github.com/retryafter/retryafter/httpratestore => ../httpratestore
 	github.com/retryafter/retryafter/otelmetrics => ../otelmetrics
 	github.com/retryafter/retryafter/redisstore => ../redisstore
 )

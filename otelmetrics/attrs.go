@@ -16,6 +16,7 @@ const (
 	outcomeKey = attribute.Key("retryafter.outcome")
 	policyKey  = attribute.Key("retryafter.policy.name")
 	routeKey   = attribute.Key("http.route")
+	methodKey  = attribute.Key("rpc.method")
 	limiterKey = attribute.Key("retryafter.limiter.name")
 	errorKey   = attribute.Key("error.type")
 
@@ -38,11 +39,12 @@ func route(pattern string) string {
 }
 
 // An attrKey is what a decision's attributes depend on: policy is "" when the limiter was not
-// asked, route "" when no route matched.
+// asked, route "" when no route matched; with rpc, route is a gRPC call's method.
 type attrKey struct {
 	outcome retryafter.Outcome
 	policy  string
 	route   string
+	rpc     bool
 }
 
 // attrs are the options of one attribute set, made once so that recording allocates nothing.
@@ -53,8 +55,8 @@ type attrs struct {
 }
 
 // An attrCache holds the attrs of every key seen, with at most maxPolicies policy names and
-// maxRoutes routes besides Other: so at most 6 × (maxPolicies + 2) × (maxRoutes + 2) entries,
-// whatever the requests.
+// maxRoutes routes and methods besides Other: so at most 6 × (maxPolicies + 2) × 2(maxRoutes + 2)
+// entries, whatever the requests.
 type attrCache struct {
 	mu          sync.RWMutex
 	byKey       map[attrKey]*attrs
@@ -145,7 +147,11 @@ func newAttrs(k attrKey) *attrs {
 	if k.policy != "" {
 		kvs = append(kvs, policyKey.String(k.policy))
 	}
-	if k.route != "" {
+	switch {
+	case k.route == "":
+	case k.rpc:
+		kvs = append(kvs, methodKey.String(k.route))
+	default:
 		kvs = append(kvs, routeKey.String(k.route))
 	}
 	quota := attribute.NewSet(kvs...)

@@ -65,3 +65,20 @@ func run(b *testing.B, h http.Handler) {
 		h.ServeHTTP(w, r)
 	}
 }
+
+// BenchmarkCallDecided records an admitted gRPC call, as grpclimit's decision hook does: the
+// cost that m.CallDecided adds to each call.
+func BenchmarkCallDecided(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := New(mp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	d := retryafter.Decision{Allowed: true, Limit: 100, Remaining: 99}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.CallDecided(ctx, "/grpc.testing.TestService/EmptyCall", retryafter.Admitted, d)
+	}
+}

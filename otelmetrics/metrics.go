@@ -1,8 +1,10 @@
 package otelmetrics
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,9 +73,9 @@ func WithMaxPolicies(n int) Option {
 	return func(c *config) { c.maxPolicies = n }
 }
 
-// WithMaxRoutes bounds the distinct route patterns recorded: past n, the patterns not yet seen
-// are recorded as "_OTHER". The default is 128. A pattern longer than 256 bytes or not valid
-// UTF-8 is always "_OTHER". It panics if n is below 1.
+// WithMaxRoutes bounds the distinct route patterns, and gRPC methods ([Metrics.CallDecided]),
+// recorded: past n, those not yet seen are recorded as "_OTHER". The default is 128. One longer
+// than 256 bytes or not valid UTF-8 is always "_OTHER". It panics if n is below 1.
 func WithMaxRoutes(n int) Option {
 	if n < 1 {
 		panic("otelmetrics: WithMaxRoutes below 1")
@@ -107,10 +109,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	var errs [8]error
 	m.decisions, errs[0] = meter.Int64Counter("retryafter.decisions",
 		metric.WithUnit("{decision}"),
-		metric.WithDescription("Requests the rate-limit middleware handled, by what it did with them."))
+		metric.WithDescription("Requests and gRPC calls the rate limit handled, by what it did with them."))
 	m.retryAfter, errs[1] = meter.Int64Histogram("retryafter.retry_after",
 		metric.WithUnit("s"),
-		metric.WithDescription("The Retry-After of each 429 Too Many Requests, in the whole seconds sent."),
+		metric.WithDescription("The wait each refusal told its client, in whole seconds: the Retry-After of a 429, a gRPC call's wait rounded up."),
 		metric.WithExplicitBucketBoundaries(retryAfterBounds...))
 	m.nearLimit, errs[2] = meter.Int64Counter("retryafter.near_limit.decisions",
 		metric.WithUnit("{decision}"),
@@ -146,20 +148,40 @@ func (m *Metrics) Option() retryafter.Option {
 
 // decided records what the middleware did with r.
 func (m *Metrics) decided(r *http.Request, o retryafter.Outcome, d retryafter.Decision) {
-	asked := o == retryafter.Admitted || o == retryafter.Refused || o == retryafter.DryRunRefused
-	var policy string
-	if asked {
-		if policy = d.Policy.Name; policy == "" {
-			policy = "default"
+	m.record(r.Context(), attrKey{outcome: o, route: route(r.Pattern)}, d)
+}
+
+// CallDecided records what a gRPC server interceptor did with a call to fullMethod
+// ("/package.Service/Method"), on the instruments the hook of [Metrics.Option] records a request
+// on: it is a hook for grpclimit.WithDecisionHook, so that a Metrics counts a gRPC server's
+// decisions without this module requiring gRPC.
+//
+//	grpclimit.UnaryServerInterceptor(limiter, grpclimit.WithDecisionHook(m.CallDecided))
+//
+// The method is recorded as rpc.method, "package.Service/Method", as OpenTelemetry's RPC
+// conventions name it, where a request has http.route; methods and routes share the bound of
+// [WithMaxRoutes]. A refused call's wait is recorded in retryafter.retry_after rounded up to the
+// whole second, at least 1, though the call was told it to the millisecond; a call told no wait
+// (one that can never be admitted) records none.
+func (m *Metrics) CallDecided(ctx context.Context, fullMethod string, o retryafter.Outcome, d retryafter.Decision) {
+	m.record(ctx, attrKey{outcome: o, route: strings.TrimPrefix(fullMethod, "/"), rpc: true}, d)
+}
+
+// record records a decision d with outcome k.outcome, under the route or method of k.
+func (m *Metrics) record(ctx context.Context, k attrKey, d retryafter.Decision) {
+	if o := k.outcome; o == retryafter.Admitted || o == retryafter.Refused || o == retryafter.DryRunRefused {
+		if k.policy = d.Policy.Name; k.policy == "" {
+			k.policy = "default"
 		}
 	}
-	a := m.attrs.get(attrKey{outcome: o, policy: policy, route: route(r.Pattern)})
-	ctx := r.Context()
+	a := m.attrs.get(k)
 	m.decisions.Add(ctx, 1, a.decision...)
-	switch o {
+	switch k.outcome {
 	case retryafter.Refused:
-		if d.RetryAfter > 0 && d.RetryAfter < rate.InfDuration { // else no Retry-After is sent
-			m.retryAfter.Record(ctx, header.DelaySeconds(d.RetryAfter), a.retryAfter...) // as the middleware rounds it
+		// The middleware sends no Retry-After for a wait of 0 or less, grpclimit a wait of a
+		// millisecond; neither sends one that is never over.
+		if (d.RetryAfter > 0 || k.rpc) && d.RetryAfter < rate.InfDuration {
+			m.retryAfter.Record(ctx, header.DelaySeconds(d.RetryAfter), a.retryAfter...) // rounded up, at least 1
 		}
 	case retryafter.Admitted:
 		if d.Limit > 0 && float64(d.Remaining) < m.near*float64(d.Limit) {

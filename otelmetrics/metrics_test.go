@@ -383,3 +383,119 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("%d decisions recorded, want %d", total, workers*each)
 	}
 }
+
+// call returns the attributes of a gRPC call's point: with the outcome o, those of a
+// retryafter.decisions point, without it (o = 0), those of a retry_after or near_limit one.
+func call(o retryafter.Outcome, policy, method string) []attribute.KeyValue {
+	var kvs []attribute.KeyValue
+	if o != 0 {
+		kvs = append(kvs, outcomeKey.String(o.String()))
+	}
+	if policy != "" {
+		kvs = append(kvs, policyKey.String(policy))
+	}
+	return append(kvs, methodKey.String(method))
+}
+
+// TestCallDecided walks the hook of grpclimit through every outcome and checks that each is
+// counted as the middleware counts a request, under rpc.method (the full method without its
+// leading slash) in place of http.route, and the policy only when the limiter was asked.
+func TestCallDecided(t *testing.T) {
+	rd := newReader(t, WithNearLimit(0.5))
+	ctx := context.Background()
+	const full, method = "/grpc.testing.TestService/EmptyCall", "grpc.testing.TestService/EmptyCall"
+	pro := retryafter.Policy{Name: "pro"}
+	rd.m.CallDecided(ctx, full, retryafter.Admitted, retryafter.Decision{Allowed: true, Limit: 10, Remaining: 9, Policy: pro})
+	rd.m.CallDecided(ctx, full, retryafter.Admitted, retryafter.Decision{Allowed: true, Limit: 10, Remaining: 4, Policy: pro})
+	rd.m.CallDecided(ctx, full, retryafter.Refused, retryafter.Decision{RetryAfter: 1500 * time.Millisecond, Policy: pro})
+	rd.m.CallDecided(ctx, full, retryafter.DryRunRefused, retryafter.Decision{RetryAfter: time.Second})
+	for _, o := range []retryafter.Outcome{retryafter.Exempt, retryafter.FailedOpen, retryafter.FailedClosed} {
+		rd.m.CallDecided(ctx, full, o, retryafter.Decision{})
+	}
+	s := rd.collect()
+	want(t, s, 2, "retryafter.decisions", call(retryafter.Admitted, "pro", method)...)
+	want(t, s, 1, "retryafter.decisions", call(retryafter.Refused, "pro", method)...)
+	want(t, s, 1, "retryafter.decisions", call(retryafter.DryRunRefused, "default", method)...)
+	for _, o := range []retryafter.Outcome{retryafter.Exempt, retryafter.FailedOpen, retryafter.FailedClosed} {
+		want(t, s, 1, "retryafter.decisions", call(o, "", method)...)
+	}
+	want(t, s, 1, "retryafter.near_limit.decisions", call(0, "pro", method)...)
+	if p, _ := s.at("retryafter.retry_after", call(0, "pro", method)...); p.count != 1 || p.sum != 2 {
+		t.Fatalf("retry_after of a 1.5 s wait: count %d, sum %v; want 1 and 2", p.count, p.sum)
+	}
+	for _, name := range []string{"retryafter.decisions", "retryafter.retry_after", "retryafter.near_limit.decisions"} {
+		for _, set := range sets(s, name) {
+			if _, ok := set.Value(routeKey); ok {
+				t.Fatalf("%s: a gRPC call recorded with http.route: %v", name, set.Encoded(attribute.DefaultEncoder()))
+			}
+		}
+	}
+}
+
+// TestCallDecidedRetryAfter checks, over many waits, that the wait recorded for a refused call
+// is the one it was told, in milliseconds, rounded up to the whole second, and that a call told
+// no wait, because it can never be admitted, records none.
+func TestCallDecidedRetryAfter(t *testing.T) {
+	rd := newReader(t)
+	ctx := context.Background()
+	var total float64
+	var count uint64
+	for i := range 500 {
+		wait := time.Duration(i*i*i)*997*time.Microsecond - time.Millisecond // -1 ms to about 2 minutes
+		rd.m.CallDecided(ctx, "/s/M", retryafter.Refused, retryafter.Decision{RetryAfter: wait})
+		told := max(time.Millisecond, (wait+time.Millisecond-1)/time.Millisecond*time.Millisecond) // as grpclimit: up, at least 1 ms
+		secs := told / time.Second
+		if told%time.Second != 0 {
+			secs++
+		}
+		total += float64(secs)
+		count++
+		p, _ := rd.collect().at("retryafter.retry_after", call(0, "default", "s/M")...)
+		if p.count != count || p.sum != total {
+			t.Fatalf("wait %v told %v: count %d sum %v, want %d and %v", wait, told, p.count, p.sum, count, total)
+		}
+	}
+	rd.m.CallDecided(ctx, "/s/M", retryafter.Refused, retryafter.Decision{RetryAfter: rate.InfDuration})
+	s := rd.collect()
+	if p, _ := s.at("retryafter.retry_after", call(0, "default", "s/M")...); p.count != count {
+		t.Fatalf("a call told no wait was recorded: count %d, want %d", p.count, count)
+	}
+	want(t, s, int64(count)+1, "retryafter.decisions", call(retryafter.Refused, "default", "s/M")...)
+}
+
+// TestCallDecidedBounded records calls to many methods, some unfit, beside requests to many
+// routes, and checks that methods and routes share the bound of WithMaxRoutes, past which they
+// are "_OTHER".
+func TestCallDecidedBounded(t *testing.T) {
+	const maxRoutes = 4
+	rd := newReader(t, WithMaxRoutes(maxRoutes))
+	h := retryafter.Limit(rate.Inf, 1, rd.m.Option())(ok)
+	ctx := context.Background()
+	for i := range 50 {
+		serve(h, request("/", "GET /r"+strconv.Itoa(i)))
+		m := "/pkg.S/M" + strconv.Itoa(i)
+		if i%3 == 0 {
+			m = "/pkg.S/\xff" + strconv.Itoa(i) // not UTF-8
+		}
+		rd.m.CallDecided(ctx, m, retryafter.Admitted, retryafter.Decision{Allowed: true})
+	}
+	names := map[string]bool{}
+	var total int64
+	s := rd.collect()
+	for _, set := range sets(s, "retryafter.decisions") {
+		for _, k := range []attribute.Key{routeKey, methodKey} {
+			if v, ok := set.Value(k); ok {
+				names[v.AsString()] = true
+			}
+		}
+	}
+	for _, p := range s.points("retryafter.decisions") {
+		total += p.value
+	}
+	if total != 100 {
+		t.Fatalf("%d decisions recorded, want 100", total)
+	}
+	if len(names) != maxRoutes+1 || !names[Other] {
+		t.Fatalf("routes and methods recorded: %v; want %d and %q", names, maxRoutes, Other)
+	}
+}
