@@ -225,7 +225,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	if err != nil {
 		cause := err
-		if !isTimeout(err) {
+		if resend(err) {
 			g.giveBack(c) // refused or failed before the script ran
 		}
 		err, down := lead.failed(ctx, rt, health, sent, cause)

@@ -144,7 +144,7 @@ func (s *Store) Flush(ctx context.Context) error {
 		}
 		if err := s.charge(ctx, key, int(o.tokens), now, max(s.instant(now)-o.at, 0)); err != nil {
 			errs = append(errs, err)
-			if !isTimeout(err) {
+			if resend(err) {
 				s.giveBack(key, o) // for the next decision, or the next flush
 			}
 		}

@@ -17,7 +17,8 @@
 //
 // Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
 // no answer in time fails, on its own. The store takes Redis for down only from evidence: three
-// failures in a row, each of a round trip sent after the one before had failed (the round trips
+// failures of Redis in a row (a key holding another program's value fails alone, with
+// [ErrKeyState]), each of a round trip sent after the one before had failed (the round trips
 // in flight together when one fails count once). From then on it fails every decision at once,
 // asking Redis again once per probe interval ([WithProbeInterval]), so that an outage costs
 // requests no waiting and the store decides again within an interval of Redis coming back.
@@ -311,7 +312,8 @@ func honoursDeadlines(client redis.Scripter) bool {
 // timeout. Decide returns an error wrapping [ErrUnavailable], never a partial Decision, when
 // Redis does not answer within the timeout (see [WithTimeout]) or answers with an error, and at
 // once while the store knows Redis to be down (see [WithProbeInterval]), unless it decides
-// locally then (see [WithLocalFallback]); and one wrapping
+// locally then (see [WithLocalFallback]); one wrapping [ErrKeyState] when key holds another
+// program's value in Redis; and one wrapping
 // [retryafter.ErrNegativeCost] when cost is negative. A request whose answer was lost to the
 // timeout may still have been counted, as with any store reached over a network.
 func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
@@ -376,7 +378,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		if carries && !isTimeout(err) {
+		if carries && resend(err) {
 			s.giveBack(key, carried) // refused or failed before the script ran
 		}
 		err, down := s.failed(ctx, rt, health, sent, err)
@@ -505,8 +507,13 @@ func isTimeout(err error) bool {
 
 // failed returns the error of a round trip rt of the caller's ctx, sent at sent (from
 // health.admit), that failed with err, and whether it was a failure of Redis, which it then
-// records in health: not when the caller's own deadline ended it.
+// records in health: not when the caller's own deadline ended it, nor when the failure is a
+// key's (see [ErrKeyState]), the one place that tells them apart.
 func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
+	if isKeyState(err) {
+		health.ok() // Redis answered: the failure is the key's (see ErrKeyState)
+		return &keyStateError{cause: err}, false
+	}
 	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
 		return fmt.Errorf("redisstore: %w", err), false
 	}
