@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 
@@ -66,7 +67,7 @@ const DefaultRefusalMemory = 1 << 20
 //     that lacks the last writes, or Redis's clock stepping forward.
 //
 // The memory is bounded by bytes as the in-memory table's is: each refusal takes its key's
-// length and about 230 bytes; past the budget, refusals whose instant is over go first, then
+// length, its policy's name and about 230 bytes; past the budget, refusals whose instant is over go first, then
 // others at random, which then only cost a round trip again. It panics if bytes is negative.
 func WithRefusalMemory(bytes int) Option {
 	if bytes < 0 {
@@ -304,7 +305,7 @@ func (r *refusals) remember(key string, e refusal, t ticket) {
 	if old, ok := sh.m[key]; ok {
 		sh.remove(key, old)
 	}
-	size := len(key) + refusalBytes
+	size := e.size(key)
 	if sh.bytes+size > r.budget {
 		for k, old := range sh.m { // expired ones first
 			if old.expires() <= e.learned {
@@ -341,6 +342,7 @@ func (r *refusals) refresh(key string, e refusal, t ticket) {
 		if e.plans == old.plans && r.valid(t) {
 			e.dec.Policy = old.dec.Policy
 			sh.m[key] = e
+			sh.bytes += e.size(key) - old.size(key)
 		} else {
 			sh.remove(key, old)
 		}
@@ -362,10 +364,26 @@ func (r *refusals) forget(key string) {
 }
 
 // remove deletes key, whose entry is e, with sh locked.
-func (sh *refusalShard) remove(key string, _ refusal) {
+func (sh *refusalShard) remove(key string, e refusal) {
 	delete(sh.m, key)
-	sh.bytes -= len(key) + refusalBytes
+	sh.bytes -= e.size(key)
 	sh.n.Store(int32(len(sh.m)))
+}
+
+// decisionBytes is what one Decision of a group's layers takes, besides its policy's name.
+const decisionBytes = int(unsafe.Sizeof(retryafter.Decision{}))
+
+// size returns the bytes that e, remembered for key, holds: its key, its entry and share of the
+// map, and what its Decision points to, the names of its policies and its layers.
+func (e *refusal) size(key string) int {
+	n := len(key) + refusalBytes + len(e.dec.Policy.Name)
+	if ls := e.dec.Layers(); ls != nil {
+		n += 24 + cap(ls)*decisionBytes // the slice and its array
+		for _, l := range ls {
+			n += len(l.Policy.Name)
+		}
+	}
+	return n
 }
 
 // LocalAnswers returns how many requests the store has answered from a refusal it remembered,

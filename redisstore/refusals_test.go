@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -622,4 +623,30 @@ func TestRefusalMemoryChangeInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRefusalMemoryBudget fills a memory of 1 MiB with the refusals of 20,000 keys whose
+// policies have names of 600 bytes, built anew for each (as a policy function may), some of them
+// a group's with two layers: the heap the memory holds stays within its budget.
+func TestRefusalMemoryBudget(t *testing.T) {
+	const budget = 1 << 20
+	name := func(i int) string { return strings.Repeat("p", 600) + strconv.Itoa(i) }
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := newRefusals(budget)
+	for i := range 20000 {
+		key := fmt.Sprintf("k%019d", i)
+		d := retryafter.Decision{Policy: retryafter.Policy{Name: name(i), Limit: 1, Burst: 1}}
+		if i%2 == 1 {
+			d = retryafter.Binding(d, retryafter.Decision{Policy: retryafter.Policy{Name: name(i), Limit: 2, Burst: 1}})
+		}
+		r.remember(key, refusal{d: int64(time.Hour), interval: int64(time.Second), horizon: int64(time.Second), burst: 1, dec: d}, r.ticket(key, false))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if held := int64(after.HeapAlloc) - int64(before.HeapAlloc); held > budget*11/10 {
+		t.Errorf("the memory holds %d KiB of heap against a budget of %d KiB", held>>10, budget>>10)
+	}
+	runtime.KeepAlive(r)
 }
