@@ -67,8 +67,10 @@ const DefaultRefusalMemory = 1 << 20
 //     that lacks the last writes, or Redis's clock stepping forward.
 //
 // The memory is bounded by bytes as the in-memory table's is: each refusal takes its key's
-// length, its policy's name and about 230 bytes; past the budget, refusals whose instant is over go first, then
-// others at random, which then only cost a round trip again. It panics if bytes is negative.
+// length, its policy's name and about 230 bytes. When a refusal would pass the budget, an
+// eighth of it is made room for at once: refusals whose instant is over go first, then others at
+// random, which then only cost a round trip again; so making room costs about the same per
+// refusal whatever the budget. It panics if bytes is negative.
 func WithRefusalMemory(bytes int) Option {
 	if bytes < 0 {
 		panic("redisstore: WithRefusalMemory below 0")
@@ -307,17 +309,7 @@ func (r *refusals) remember(key string, e refusal, t ticket) {
 	}
 	size := e.size(key)
 	if sh.bytes+size > r.budget {
-		for k, old := range sh.m { // expired ones first
-			if old.expires() <= e.learned {
-				sh.remove(k, old)
-			}
-		}
-		for k, old := range sh.m { // then at random, as Go's maps range
-			if sh.bytes+size <= r.budget {
-				break
-			}
-			sh.remove(k, old)
-		}
+		sh.makeRoom(r.budget-r.budget/8-size, e.learned)
 		if sh.bytes+size > r.budget {
 			return // a key longer than the budget
 		}
@@ -361,6 +353,24 @@ func (r *refusals) forget(key string) {
 		sh.remove(key, e)
 	}
 	sh.mu.Unlock()
+}
+
+// makeRoom removes refusals from sh, locked, until it holds at most to bytes: first those over
+// at the instant at, then others at random, as Go's maps range. Each call walks the whole shard,
+// so it makes room for an eighth of the budget at once (see remember): a walk every eighth of a
+// shard's refusals, about the same cost per refusal whatever the budget.
+func (sh *refusalShard) makeRoom(to int, at int64) {
+	for k, old := range sh.m {
+		if old.expires() <= at {
+			sh.remove(k, old)
+		}
+	}
+	for k, old := range sh.m {
+		if sh.bytes <= to {
+			break
+		}
+		sh.remove(k, old)
+	}
 }
 
 // remove deletes key, whose entry is e, with sh locked.

@@ -650,3 +650,65 @@ func TestRefusalMemoryBudget(t *testing.T) {
 	}
 	runtime.KeepAlive(r)
 }
+
+// rememberKey has r remember a refusal of the i-th key, for an hour from the instant 0.
+func rememberKey(r *refusals, i int) string {
+	key := fmt.Sprintf("k%019d", i)
+	r.remember(key, refusal{d: int64(time.Hour), interval: int64(time.Second), horizon: int64(time.Second), burst: 1}, r.ticket(key, false))
+	return key
+}
+
+// fullRefusals returns a memory of budget bytes filled past its bound, and the count of keys
+// it was given.
+func fullRefusals(budget int) (*refusals, int) {
+	r := newRefusals(budget)
+	n := budget / (20 + refusalBytes) * 5 / 4
+	for i := range n {
+		rememberKey(r, i)
+	}
+	return r, n
+}
+
+// TestRefusalMemoryRoomCost times new refusals in a memory at its bound, of 64 KiB and of
+// 32 MiB: making room costs about the same per refusal whatever the budget (at most 10 times as
+// much in the larger, where the scans of whole shards made it hundreds of times).
+func TestRefusalMemoryRoomCost(t *testing.T) {
+	const n = 20000
+	per := func(budget int) time.Duration {
+		best := time.Duration(1 << 62)
+		for range 3 {
+			r, next := fullRefusals(budget)
+			start := time.Now()
+			for i := range n {
+				rememberKey(r, next+i)
+			}
+			best = min(best, time.Since(start)/n)
+		}
+		return best
+	}
+	small, large := per(64<<10), per(32<<20)
+	t.Logf("a refusal at the bound: %v in 64 KiB, %v in 32 MiB", small, large)
+	if large > 10*small {
+		t.Errorf("a refusal at the bound costs %v in 32 MiB, %v in 64 KiB", large, small)
+	}
+}
+
+// BenchmarkRefusalMemory is the cost of remembering a refusal of a new key in a memory of
+// 32 MiB, empty (each forgotten at once) and at its bound (each making room).
+func BenchmarkRefusalMemory(b *testing.B) {
+	b.Run("empty", func(b *testing.B) {
+		r := newRefusals(32 << 20)
+		i := 0
+		for b.Loop() {
+			r.forget(rememberKey(r, i))
+			i++
+		}
+	})
+	b.Run("full", func(b *testing.B) {
+		r, i := fullRefusals(32 << 20)
+		for b.Loop() {
+			rememberKey(r, i)
+			i++
+		}
+	})
+}
