@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -166,21 +167,21 @@ type groupCall struct {
 	keys    []string
 	args    []any
 	plans   []plan
-	carried []owed // what each layer's Store held back for its key and the call carries
+	carried []carry // what each layer's Store held back for its key and the call carries
 }
 
 type smallCall struct {
 	keys    [4]string
 	args    [1 + 8*4]any
 	plans   [4]plan
-	carried [4]owed
+	carried [4]carry
 }
 
 type largeCall struct {
 	keys    [maxLayers]string
 	args    [1 + 8*maxLayers]any
 	plans   [maxLayers]plan
-	carried [maxLayers]owed
+	carried [maxLayers]carry
 }
 
 // Decide implements [retryafter.Limiter] as [Store.Combine] describes.
@@ -209,14 +210,20 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 			return d, nil
 		}
 	}
-	g.carry(c, at)
-	defer g.landed(c)
+	if err := g.carry(ctx, c, at); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return g.orLocal(ctx, key, cost, now, err)
+		}
+		return retryafter.Decision{}, err
+	}
+	again := false
+	defer func() { g.landed(c, again) }()
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
 	health := lead.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
-		g.giveBack(c)
+		again = true // never sent
 		return g.orLocal(ctx, key, cost, now, err)
 	}
 	res, err := allScript.Run(rt.ctx, g.client, c.keys, c.args...).Int64Slice()
@@ -225,9 +232,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	if err != nil {
 		cause := err
-		if resend(err) {
-			g.giveBack(c) // refused or failed before the script ran
-		}
+		again = resend(err) // refused or failed before the script ran
 		err, down := lead.failed(ctx, rt, health, sent, cause)
 		if !down {
 			return retryafter.Decision{}, err
@@ -384,32 +389,60 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 }
 
 // carry takes what each layer's Store holds back for the layer's key (WithDeferredCharges) into
-// c, for a call sent at the instant at.
-func (g *group) carry(c groupCall, at int64) {
+// c, for a call sent at the instant at. While a charge of a layer's key is on its way to Redis,
+// it holds again what it took, waits for that charge's answer within the budget of a request of
+// ctx (so that two calls never wait for each other), and takes again; it returns the budget's
+// error if it runs out.
+func (g *group) carry(ctx context.Context, c groupCall, at int64) error {
+	var b *budget
+	for {
+		wait := g.take(c, at)
+		if wait == nil {
+			return nil
+		}
+		g.landed(c, true)
+		clear(c.carried)
+		if b == nil {
+			nb := g.layers[0].store.budget(ctx)
+			b = &nb
+		}
+		if !b.wait(wait) {
+			return b.expired()
+		}
+	}
+}
+
+// take takes what each layer's Store holds back for the layer's key into c, until a key whose
+// charge is on its way to Redis, whose flight it returns.
+func (g *group) take(c groupCall, at int64) *flight {
 	for i := range g.layers {
 		st := g.layers[i].store
-		if o, ok := st.takeCharges(strings.TrimPrefix(c.keys[i], st.prefix)); ok {
-			c.carried[i] = o
+		c.args[7+8*i], c.args[8+8*i] = 0, 0 // nothing carried, unless taken below
+		if st.deferred == nil {
+			continue
+		}
+		key := strings.TrimPrefix(c.keys[i], st.prefix)
+		o, f, wait := st.deferred.take(key)
+		if wait != nil {
+			return wait
+		}
+		if f != nil {
+			if st.refusals != nil {
+				st.refusals.begin(key)
+			}
+			c.carried[i] = carry{o, f}
 			c.args[7+8*i], c.args[8+8*i] = o.tokens, max(at-o.at, 0)
 		}
 	}
+	return nil
 }
 
 // landed records that the round trip of c, which carried what its keys owed, has landed (see
-// Store.takeCharges).
-func (g *group) landed(c groupCall) {
-	for i := range g.layers {
-		if st := g.layers[i].store; c.carried[i] != (owed{}) {
-			st.landed(strings.TrimPrefix(c.keys[i], st.prefix))
-		}
-	}
-}
-
-// giveBack holds again what c was to carry, for a call that was never sent.
-func (g *group) giveBack(c groupCall) {
+// Store.landed), holding it again if again.
+func (g *group) landed(c groupCall, again bool) {
 	for i := range g.layers {
 		st := g.layers[i].store
-		st.giveBack(strings.TrimPrefix(c.keys[i], st.prefix), c.carried[i])
+		st.landed(strings.TrimPrefix(c.keys[i], st.prefix), c.carried[i], again)
 	}
 }
 

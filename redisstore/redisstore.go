@@ -352,9 +352,13 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		}
 	}
 	c := s.newCall(key, cost, now, &pl)
-	carried, carries := s.takeCharges(key)
+	carried, err := s.takeCharges(ctx, key)
+	if err != nil {
+		return s.orUnavailable(ctx, key, cost, now, err)
+	}
+	carries, again := carried.f != nil, false
+	defer func() { s.landed(key, carried, again) }()
 	if carries {
-		defer s.landed(key)
 		c.extend(carried.tokens, max(at-carried.at, 0))
 	}
 	var t ticket
@@ -367,9 +371,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	health := s.healthOf(rt.ctx, c.keys[0])
 	sent, err := health.admit()
 	if err != nil {
-		if carries {
-			s.giveBack(key, carried) // never sent
-		}
+		again = true // never sent
 		failure = err
 		return s.orLocal(ctx, key, cost, now, err)
 	}
@@ -378,9 +380,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		err = fmt.Errorf("script answered %d values, want 4", len(res))
 	}
 	if err != nil {
-		if carries && resend(err) {
-			s.giveBack(key, carried) // refused or failed before the script ran
-		}
+		again = resend(err) // refused or failed before the script ran
 		err, down := s.failed(ctx, rt, health, sent, err)
 		if !down {
 			return retryafter.Decision{}, err

@@ -571,9 +571,10 @@ func TestRefusalMemoryShortRoundTripNoEvidence(t *testing.T) {
 }
 
 // TestRefusalMemoryChangeInFlight checks, on a real Redis and an injected clock, that while a
-// charge is on its way to Redis, carried by a decision (held back by WithDeferredCharges) or sent
-// by Charge, the refusals that Redis gives the key meanwhile are not remembered: Redis may have
-// given them before the charge, and they would tell too short a wait once it lands.
+// charge is on its way to Redis, sent by Charge, the refusals that Redis gives the key meanwhile
+// are not remembered: Redis may have given them before the charge, and they would tell too short
+// a wait once it lands; and that while a decision carries it (held back by WithDeferredCharges),
+// the key's other decisions wait for it.
 func TestRefusalMemoryChangeInFlight(t *testing.T) {
 	addr := sharedAddr(t)
 	const every, burst = time.Second, 3
@@ -606,16 +607,33 @@ func TestRefusalMemoryChangeInFlight(t *testing.T) {
 			done := make(chan error)
 			go func() { done <- inFlight() }()
 			<-h.held // the charge, not yet sent
-			if d := decide(t, s, "k", 1, at); d.Allowed {
-				t.Fatalf("a request while the charge is in flight: %+v, want refused", d)
-			}
-			calls, local := h.calls.Load(), s.LocalAnswers()
-			if d := decide(t, s, "k", 1, at); h.calls.Load() == calls || s.LocalAnswers() != local {
-				t.Fatalf("a refusal Redis gave while a charge was in flight was remembered: %+v", d)
-			}
-			close(h.release)
-			if err := <-done; err != nil {
-				t.Fatal(err)
+			if carried {
+				// A decision of the key waits for the charge its round trip carries (see
+				// takeCharges), and is answered after it.
+				waited := make(chan result, 1)
+				go func() {
+					d, err := s.Decide(context.Background(), "k", 1, at)
+					waited <- result{d: d, err: err}
+				}()
+				close(h.release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if r := <-waited; r.err != nil || r.d.Allowed {
+					t.Fatalf("a request while the charge was in flight: %+v, %v; want refused", r.d, r.err)
+				}
+			} else {
+				if d := decide(t, s, "k", 1, at); d.Allowed {
+					t.Fatalf("a request while the charge is in flight: %+v, want refused", d)
+				}
+				calls, local := h.calls.Load(), s.LocalAnswers()
+				if d := decide(t, s, "k", 1, at); h.calls.Load() == calls || s.LocalAnswers() != local {
+					t.Fatalf("a refusal Redis gave while a charge was in flight was remembered: %+v", d)
+				}
+				close(h.release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
 			}
 			got := decide(t, s, "k", 1, at)
 			if want := decide(t, other, "k", 1, at); got != want {
