@@ -117,7 +117,9 @@ type leaseOp struct {
 // Redis. A request of the same cost sent to any replica once the Retry-After of Redis's refusal
 // has passed is admitted unless requests spent the key's tokens meanwhile; after a refusal of the
 // replica's own, unless they spent them since it last asked Redis (the request is then refused
-// again, with the rest of the wait). A single replica decides every request, charge and refund
+// again, with the rest of the wait). A key lost in Redis meanwhile (see "What Redis must keep" in
+// the package doc) is refused by the replica's own refusals until that wait is over, although
+// Redis would admit it. A single replica decides every request, charge and refund
 // exactly as its Store would (to the nanosecond, with the caller's clock of the tests).
 //
 // Remaining and Reset are those of the bucket that Redis and the replica's lease make together,

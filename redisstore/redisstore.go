@@ -26,6 +26,28 @@
 // ([retryafter.WithFailOpen]), unless the store decides locally at each replica's share of the
 // limit ([WithLocalFallback]).
 //
+// # What Redis must keep
+//
+// A Store, its memory of refusals and a [Leased] take what Redis told them of a key to hold
+// until the instant it named: the requests of other replicas can only spend the key's quota,
+// never give it back. A key that Redis loses gives it all back, and then a replica may refuse,
+// until that instant at the latest, a request that Redis would admit: a remembered refusal
+// ([WithRefusalMemory]), and a Leased's refusal of its own, whose wait is what Redis last said.
+// Redis loses a key
+//
+//   - on a restart without persistence (no RDB or AOF, or the writes since the last save);
+//   - in a failover to a replica that lacks the master's last writes;
+//   - to eviction, under a maxmemory-policy of allkeys-lru, allkeys-lfu or allkeys-random, which
+//     drop a key in debt as readily as one nearly full;
+//   - deleted by hand; and, to the same effect, when its clock steps forward.
+//
+// The same losses let the key's clients spend its burst again. Give the store's Redis
+// maxmemory-policy noeviction, so that a full Redis fails writes (an OOM error, which the store
+// answers as Redis unavailable) rather than forget limits in silence; or, on a Redis shared with
+// a cache whose keys expire, volatile-ttl, which evicts first the keys nearest their expiry: for
+// the store, the buckets nearest full, whose loss forgives least. Every key of the store
+// expires (see [Store]), so volatile-* policies may evict them too.
+//
 // # CPU starvation
 //
 // A replica whose process gets too little CPU (a busy host, a CPU quota, GOMAXPROCS=1 beside a

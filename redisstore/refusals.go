@@ -63,8 +63,9 @@ const DefaultRefusalMemory = 1 << 20
 //     still on the old one keep theirs. A key's own policy ([WithPolicyFunc]) is asked at each
 //     request, and a refusal given at another is forgotten; but a replica whose policy function
 //     has not yet learned of the change keeps the refusal it remembers.
-//   - The key changed in Redis by other means: deleted by hand, lost in a failover to a replica
-//     that lacks the last writes, or Redis's clock stepping forward.
+//   - The key lost in Redis: a restart without persistence, a failover to a replica that lacks
+//     the last writes, eviction under a maxmemory-policy of allkeys-*, deleted by hand, or
+//     Redis's clock stepping forward (see "What Redis must keep" in the package doc).
 //
 // The memory is bounded by bytes as the in-memory table's is: each refusal takes its key's
 // length, its policy's name and about 230 bytes. When a refusal would pass the budget, an
