@@ -72,19 +72,12 @@ func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time,
 	}
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
-	health := s.healthOf(rt.ctx, c.keys[0])
-	sent, err := health.admit()
-	if err != nil {
-		return s.chargeLocal(ctx, key, cost, now, err)
-	}
-	if err := chargeScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
-		err, down := s.failed(ctx, rt, health, sent, err)
-		if !down {
+	if tr, err := s.run(ctx, rt, chargeScript, c.keys[:], c.args[:c.nargs], 0); err != nil {
+		if !tr.down {
 			return err
 		}
 		return s.chargeLocal(ctx, key, cost, now, err)
 	}
-	health.ok()
 	return nil
 }
 

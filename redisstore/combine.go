@@ -58,7 +58,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 	if len(layers) == 0 || len(layers) > maxLayers {
 		return nil, false
 	}
-	g := &group{client: s.client, caller: s.caller, cluster: s.cluster}
+	g := &group{caller: s.caller, cluster: s.cluster}
 	var tags []string // of the prefixes that have one
 	var locals []retryafter.Layer
 	for _, l := range layers {
@@ -134,7 +134,6 @@ func hashTag(prefix string) (tag string, ok bool) {
 
 // A group is the layers of Stores that Combine decides in one round trip.
 type group struct {
-	client  redis.Scripter
 	caller  bool                  // decide at the caller's now (tests)
 	cluster *redis.ClusterClient  // client, when it is one
 	layers  []layer               // the layers that ask Redis, in order
@@ -220,31 +219,20 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	defer func() { g.landed(c, again) }()
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
-	health := lead.healthOf(rt.ctx, c.keys[0])
-	sent, err := health.admit()
+	tr, err := lead.run(ctx, rt, allScript, c.keys, c.args, 4*n)
 	if err != nil {
-		again = true // never sent
-		return g.orLocal(ctx, key, cost, now, err)
-	}
-	res, err := allScript.Run(rt.ctx, g.client, c.keys, c.args...).Int64Slice()
-	if err == nil && len(res) != 4*n {
-		err = fmt.Errorf("script answered %d values, want %d", len(res), 4*n)
-	}
-	if err != nil {
-		cause := err
-		again = resend(err) // refused or failed before the script ran
-		err, down := lead.failed(ctx, rt, health, sent, cause)
-		if !down {
+		again = !tr.sent || resend(tr.cause) // never sent, or refused or failed before the script ran
+		if !tr.down {
 			return retryafter.Decision{}, err
 		}
-		for i := 1; i < n; i++ {
-			if h := g.layers[i].store.healthOf(rt.ctx, c.keys[i]); h != health {
-				h.failed(sent, cause)
+		for i := 1; i < n && tr.sent; i++ {
+			if h := g.layers[i].store.healthOf(rt.ctx, c.keys[i]); h != tr.health {
+				h.failed(tr.at, tr.cause)
 			}
 		}
 		return g.orLocal(ctx, key, cost, now, err)
 	}
-	health.ok()
+	res := tr.res
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
 		ds[i] = decision(res[4*i:4*i+4], c.plans[i].policy)

@@ -434,22 +434,14 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
 	rt.short = b.waited && !b.own
-	health := s.healthOf(rt.ctx, keys[0])
-	at, err := health.admit()
-	if err != nil {
-		return res, true, false, err
-	}
-	l.trips.Add(1)
-	vals, err := leaseScript.Run(rt.ctx, s.client, keys, args...).Int64Slice()
-	if err == nil && len(vals) != 4 {
-		err = fmt.Errorf("script answered %d values, want 4", len(vals))
+	tr, err := s.run(ctx, rt, leaseScript, keys, args, 4)
+	if tr.sent {
+		l.trips.Add(1)
 	}
 	if err != nil {
-		err, down := s.failed(ctx, rt, health, at, err)
-		return res, down, true, err
+		return res, tr.down, tr.sent, err
 	}
-	health.ok()
-	copy(res[:], vals)
+	copy(res[:], tr.res)
 	return res, false, true, nil
 }
 

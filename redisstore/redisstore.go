@@ -390,27 +390,16 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
 	rt.short = timeout < s.timeout
-	health := s.healthOf(rt.ctx, c.keys[0])
-	sent, err := health.admit()
+	tr, err := s.run(ctx, rt, decideScript, c.keys[:], c.args[:c.nargs], 4)
 	if err != nil {
-		again = true // never sent
-		failure = err
-		return s.orLocal(ctx, key, cost, now, err)
-	}
-	res, err := decideScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
-	if err == nil && len(res) != 4 {
-		err = fmt.Errorf("script answered %d values, want 4", len(res))
-	}
-	if err != nil {
-		again = resend(err) // refused or failed before the script ran
-		err, down := s.failed(ctx, rt, health, sent, err)
-		if !down {
+		again = !tr.sent || resend(tr.cause) // never sent, or refused or failed before the script ran
+		if !tr.down {
 			return retryafter.Decision{}, err
 		}
 		failure = err
 		return s.orLocal(ctx, key, cost, now, err)
 	}
-	health.ok()
+	res := tr.res
 	d := decision(res, pl.policy)
 	if s.refusals != nil {
 		// Timed from the answer's arrival, which is after Redis's reading: so a remembered
@@ -451,6 +440,44 @@ func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost 
 		return d, true, nil
 	}
 	return retryafter.Decision{}, false, nil
+}
+
+// A trip is the outcome of one script call (see Store.run).
+type trip struct {
+	res    []int64
+	health *health // of the node the call went to
+	at     int64   // the call's instant on health's clock (see health.admit)
+	sent   bool    // the call went out: what it carried may have been made
+	down   bool    // its error is a failure of Redis (see failed)
+	cause  error   // its error as the client returned it
+}
+
+// run makes the one script call of a decision, a charge or a lease on keys, within rt: it asks
+// the health of the node of keys[0] (and fails at once while that is down), runs script, checks
+// that the answer holds want integers (0: any answer), and learns from the outcome: the node is
+// up, or the failure is evidence against it, or the key's own (see failed). Every script call of
+// the store but a flush's pipeline goes through it.
+func (s *Store) run(ctx context.Context, rt roundTrip, script *redis.Script, keys []string, args []any, want int) (trip, error) {
+	t := trip{health: s.healthOf(rt.ctx, keys[0])}
+	var err error
+	if t.at, err = t.health.admit(); err != nil {
+		t.down, t.cause = true, err
+		return t, err
+	}
+	t.sent = true
+	cmd := script.Run(rt.ctx, s.client, keys, args...)
+	if want == 0 {
+		err = cmd.Err()
+	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != want {
+		err = fmt.Errorf("script answered %d values, want %d", len(t.res), want)
+	}
+	if err != nil {
+		t.cause = err
+		err, t.down = s.failed(ctx, rt, t.health, t.at, err)
+		return t, err
+	}
+	t.health.ok()
+	return t, nil
 }
 
 // A call is the key and the script's arguments of one round trip, in one allocation.
