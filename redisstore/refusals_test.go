@@ -525,12 +525,17 @@ func atLastToken(t *testing.T, every time.Duration, burst int, opts ...Option) (
 	s = New(newClient(t, sharedAddr(t)), rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), withInjectedClock()}, opts...)...)
 	h = &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
 	s.client = h
+	// The burst and the refusal with the tests' long timeout: the short one of a test may run
+	// out on a loaded machine before its subject begins.
+	timeout := s.timeout
+	s.timeout = testTimeout
 	if d := decide(t, s, "k", burst, t0); !d.Allowed {
 		t.Fatalf("the burst: %+v", d)
 	}
 	if d := decide(t, s, "k", 1, t0); d.Allowed {
 		t.Fatalf("after the burst: %+v, want refused", d)
 	}
+	s.timeout = timeout
 	boarded = new(atomic.Int64)
 	testHookBoarded = func(context.Context) { boarded.Add(1) }
 	t.Cleanup(func() { testHookBoarded = nil })
