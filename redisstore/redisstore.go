@@ -399,22 +399,30 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		failure = err
 		return s.orLocal(ctx, key, cost, now, err)
 	}
-	res := tr.res
-	d := decision(res, pl.policy)
-	if s.refusals != nil {
-		// Timed from the answer's arrival, which is after Redis's reading: so a remembered
-		// wait is never shorter than Redis's (see WithRefusalMemory).
-		e := refusal{cost: cost, learned: s.instant(now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
-		switch {
-		case d.Allowed && cost > 0:
-			s.changes.Add(1)
-			s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
-			s.refusals.changed(key)       // for the answers in flight meanwhile, which lack it
-		case !d.Allowed && d.RetryAfter < rate.InfDuration:
-			s.refusals.remember(key, e, t)
-		}
-	}
+	d := decision(tr.res, pl.policy)
+	s.learn(key, cost, now, &pl, sig, tr.res, d, t)
 	return d, nil
+}
+
+// learn takes into the memory of refusals what Redis answered, res and its Decision d, to a
+// request of key of cost, whose answer arrived at now, of plan pl (its fingerprint sig), sent with
+// the ticket t: an admission that spent the key refreshes what is remembered, a refusal whose
+// wait is known is remembered (see WithRefusalMemory).
+func (s *Store) learn(key string, cost int, now time.Time, pl *plan, sig uint64, res []int64, d retryafter.Decision, t ticket) {
+	if s.refusals == nil {
+		return
+	}
+	// Timed from the answer's arrival, which is after Redis's reading: so a remembered wait is
+	// never shorter than Redis's (see WithRefusalMemory).
+	e := refusal{cost: cost, learned: s.instant(now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
+	switch {
+	case d.Allowed && cost > 0:
+		s.changes.Add(1)
+		s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
+		s.refusals.changed(key)       // for the answers in flight meanwhile, which lack it
+	case !d.Allowed && d.RetryAfter < rate.InfDuration:
+		s.refusals.remember(key, e, t)
+	}
 }
 
 // ride waits, within the budget b, for f, the round trip in the air of another request of key
