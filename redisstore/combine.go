@@ -247,27 +247,34 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 		g.admitted(key, c, at, res, g.refundCount() == refunds)
 	}
 	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
-		// The layer that binds, as Binding picks it: the first refused with the longest wait.
-		// Every refused layer's wait shortens with time as long as its key's bucket is not full
-		// (d > 0, as read): until the first of them is, the layer that binds stays the same and
-		// the group's wait shortens with time, exactly; after, Redis is asked.
-		b := -1
-		valid := at + int64(d.RetryAfter)
-		for i := range n {
-			if !ds[i].Allowed {
-				valid = min(valid, at+res[4*i+3])
-				if b < 0 || ds[i].RetryAfter > ds[b].RetryAfter {
-					b = i
-				}
-			}
-		}
-		if pl := &c.plans[b]; valid > at {
-			// The group's own count of changes is refunds, checked above and by answer.
-			g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
-				interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds}, g.refusals.ticket(key, false))
-		}
+		g.remember(key, cost, c, ds[:n], res, d, at, sig, refunds)
 	}
 	return d, nil
+}
+
+// remember takes into the group's memory the refusal d of a request of key of cost, by the call
+// c whose layers answered res and ds, which arrived at at; sig is the fingerprint of the call's
+// plans and refunds the count of refunds when it was sent.
+func (g *group) remember(key string, cost int, c groupCall, ds []retryafter.Decision, res []int64, d retryafter.Decision, at int64, sig, refunds uint64) {
+	// The layer that binds, as Binding picks it: the first refused with the longest wait. Every
+	// refused layer's wait shortens with time as long as its key's bucket is not full (d > 0, as
+	// read): until the first of them is, the layer that binds stays the same and the group's wait
+	// shortens with time, exactly; after, Redis is asked.
+	b := -1
+	valid := at + int64(d.RetryAfter)
+	for i := range ds {
+		if !ds[i].Allowed {
+			valid = min(valid, at+res[4*i+3])
+			if b < 0 || ds[i].RetryAfter > ds[b].RetryAfter {
+				b = i
+			}
+		}
+	}
+	if pl := &c.plans[b]; valid > at {
+		// The group's own count of changes is refunds, checked by the caller and by answer.
+		g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
+			interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds}, g.refusals.ticket(key, false))
+	}
 }
 
 // refundCount returns a count that changes whenever a layer's Store gives quota back, is charged
