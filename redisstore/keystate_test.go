@@ -137,3 +137,39 @@ func TestKeyStateClassified(t *testing.T) {
 		t.Error("an error not from Redis taken for a key's")
 	}
 }
+
+// TestServerStateIsRedis turns a Redis of the test's own out of memory (maxmemory 1 with
+// noeviction), or into a read-only replica of a master it cannot reach: a decision that writes
+// fails with ErrUnavailable, not ErrKeyState, and three in a row take Redis for down, for every
+// key, as the state of the server, not of a key, should.
+func TestServerStateIsRedis(t *testing.T) {
+	for _, state := range []string{"out of memory", "read-only replica"} {
+		t.Run(state, func(t *testing.T) {
+			ctx := context.Background()
+			client := newClient(t, startServer(t).Addr())
+			s := New(client, rate.Every(time.Second), 5, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), WithProbeInterval(time.Hour))
+			if d := decide(t, s, "before", 1, t0); !d.Allowed {
+				t.Fatalf("before: %+v", d)
+			}
+			if state == "out of memory" {
+				if err := client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := client.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := client.SlaveOf(ctx, "127.0.0.1", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range downAfter {
+				_, err := s.Decide(ctx, fmt.Sprint("k", i), 1, t0)
+				if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrKeyState) {
+					t.Fatalf("decision %d: %v, want ErrUnavailable", i, err)
+				}
+			}
+			if s.Down() == nil {
+				t.Fatalf("Redis not taken for down after %d decisions failed on its state", downAfter)
+			}
+		})
+	}
+}
