@@ -8,7 +8,7 @@ import (
 
 // ErrKeyState is the error, wrapped, that a decision or a charge of a key returns when the key
 // holds in Redis a value that is not a limiter's state: another program's (a hash, a list, a
-// string that is no state, a number older than any state lives), under the store's prefix by
+// string that is no state, a number longer or older than any state), under the store's prefix by
 // accident or by a client's choice of key. It is that key's failure, not Redis's: it is not an
 // [ErrUnavailable], counts nothing toward taking Redis for down, is not decided by a local
 // fallback ([WithLocalFallback]), and leaves every other key decided as usual. The value is

@@ -28,6 +28,8 @@ func foreignValues(t *testing.T, client *redis.Client, prefix string) []string {
 		"tagged":  func(k string) error { return client.Set(ctx, k, "1234567:x:y", 0).Err() },
 		"colon":   func(k string) error { return client.Set(ctx, k, "1234567:", 0).Err() },
 		"json":    func(k string) error { return client.Set(ctx, k, `{"n":1}`, 0).Err() },
+		"huge":    func(k string) error { return client.Set(ctx, k, "99999999999999999999999", 0).Err() },
+		"hugedot": func(k string) error { return client.Set(ctx, k, "99999999999999999999.1234567", 0).Err() },
 	}
 	var keys []string
 	for name, set := range values {

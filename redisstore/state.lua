@@ -122,8 +122,9 @@ local d, changed, ago
 -- not there), when it is; tolerance is in nanoseconds. T0 and b0 (strings) are the policy of a
 -- state written without one, when they are given, and otherwise the call's.
 -- A value that is not a state these scripts write (another program's: a hash makes GET fail
--- with WRONGTYPE, a string that is no state, a number older than any state lives by TIME) ends
--- the script with a KEYSTATE error before anything is written, so that it is never overwritten.
+-- with WRONGTYPE, a string that is no state, a number of more digits than a state has, or older
+-- than any state lives by TIME) ends the script with a KEYSTATE error before anything is
+-- written, so that it is never overwritten.
 d, changed, ago = 0, false, maxd
 do
 	local v = redis.call('GET', key)
@@ -142,12 +143,14 @@ do
 			b = tonumber(string.sub(v, second + 1))
 			v = string.sub(v, 1, colon - 1)
 		end
-		if not (string.find(v, '^%d%d%d%d+$') or string.find(v, '^%d+%.%d%d%d%d+$')) then
+		-- At most 16 digits of microseconds (until the year 2286), as every state written has.
+		local dot = string.find(v, '.', 1, true)
+		if not (not dot and #v <= 19 and string.find(v, '^%d%d%d%d+$')
+			or dot and dot <= 17 and #v - dot <= 19 and string.find(v, '^%d+%.%d%d%d%d+$')) then
 			return redis.error_reply('KEYSTATE ' .. key .. ' holds no limiter state')
 		end
 		local h = b * T
 		local ns = tonumber(string.sub(v, -3))
-		local dot = string.find(v, '.', 1, true)
 		if dot then
 			local tat = tonumber(string.sub(v, 1, dot - 1))
 			local w = tonumber(string.sub(v, dot + 1, -4))
