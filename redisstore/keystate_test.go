@@ -160,7 +160,7 @@ func TestServerStateIsRedis(t *testing.T) {
 				if err := client.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := client.SlaveOf(ctx, "127.0.0.1", "1").Err(); err != nil {
+			} else if err := client.ReplicaOf(ctx, "127.0.0.1", "1").Err(); err != nil {
 				t.Fatal(err)
 			}
 			for i := range downAfter {
