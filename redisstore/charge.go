@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -71,19 +72,12 @@ func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time,
 	}
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
-	health := s.healthOf(rt.ctx, c.keys[0])
-	sent, err := health.admit()
-	if err != nil {
-		return s.chargeLocal(ctx, key, cost, now, err)
-	}
-	if err := chargeScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Err(); err != nil {
-		err, down := s.failed(ctx, rt, health, sent, err)
-		if !down {
+	if tr, err := s.run(ctx, rt, chargeScript, c.keys[:], c.args[:c.nargs], 0); err != nil {
+		if !tr.down {
 			return err
 		}
 		return s.chargeLocal(ctx, key, cost, now, err)
 	}
-	health.ok()
 	return nil
 }
 
@@ -93,4 +87,114 @@ func (s *Store) chargeLocal(ctx context.Context, key string, cost int, now time.
 		return err
 	}
 	return s.local.Charge(ctx, key, cost, now)
+}
+
+// maxBatch is the most held charges one round trip of a flush sends, pipelined.
+const maxBatch = 1000
+
+// A pipeliner is a client that sends several commands in one round trip, as go-redis's do.
+type pipeliner interface{ Pipeline() redis.Pipeliner }
+
+// A pipedCharge is one held charge in a pipelined round trip.
+type pipedCharge struct {
+	cmd    *redis.Cmd // nil when not sent
+	call   *call
+	health *health
+	sent   int64 // from health.admit
+	now    time.Time
+}
+
+// sendCharges sends the charges of held (at most maxBatch) in one pipelined round trip, or one by
+// one with a client that does not pipeline, and returns the errors of those that failed, each
+// answered as [Store.Charge] answers it; again[i] is set to the charge of held[i] when it is to
+// be held again (see resend).
+func (s *Store) sendCharges(ctx context.Context, held []heldCharge, again []owed) error {
+	var errs []error
+	fail := func(i int, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			if resend(err) {
+				again[i] = held[i].owed
+			}
+		}
+	}
+	p, ok := s.client.(pipeliner)
+	if !ok {
+		for i, h := range held {
+			now, age := s.heldAt(h.owed)
+			fail(i, s.charge(ctx, h.key, int(h.tokens), now, age))
+		}
+		return errors.Join(errs...)
+	}
+	rt, cancel := newRoundTrip(ctx, s.timeout)
+	defer cancel()
+	pipe := p.Pipeline()
+	sends := make([]pipedCharge, len(held))
+	for i, h := range held {
+		ps := &sends[i]
+		var age int64
+		ps.now, age = s.heldAt(h.owed)
+		pl, err := s.planOf(h.key)
+		if err != nil || pl.unlimited() {
+			errs = append(errs, err) // a policy it cannot keep: never to be made
+			continue
+		}
+		s.charged(h.key) // before and after, as charge
+		defer s.charged(h.key)
+		ps.call = s.newCall(h.key, int(h.tokens), ps.now, &pl)
+		if age > 0 {
+			ps.call.extend(age)
+		}
+		ps.health = s.healthOf(rt.ctx, ps.call.keys[0])
+		if ps.sent, err = ps.health.admit(); err != nil {
+			fail(i, s.chargeLocal(ctx, h.key, int(h.tokens), ps.now, err))
+			continue
+		}
+		ps.cmd = chargeScript.EvalSha(rt.ctx, pipe, ps.call.keys[:], ps.call.args[:ps.call.nargs]...)
+	}
+	s.execCharges(rt, p, pipe, sends)
+	for i := range sends {
+		ps := &sends[i]
+		if ps.cmd == nil {
+			continue
+		}
+		if err := ps.cmd.Err(); err != nil {
+			err, down := s.failed(ctx, rt, ps.health, ps.sent, err)
+			if down {
+				err = s.chargeLocal(ctx, held[i].key, int(held[i].tokens), ps.now, err)
+			}
+			fail(i, err)
+			continue
+		}
+		ps.health.ok()
+	}
+	return errors.Join(errs...)
+}
+
+// execCharges sends pipe, the round trip of sends, and again by EVAL those that the server had
+// not the script for (the first flush, or after a restart), which loads it.
+func (s *Store) execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sends []pipedCharge) {
+	if pipe.Len() == 0 {
+		return
+	}
+	pipe.Exec(rt.ctx) // each command has its own error
+	redo := p.Pipeline()
+	for i := range sends {
+		if ps := &sends[i]; ps.cmd != nil && redis.HasErrorPrefix(ps.cmd.Err(), "NOSCRIPT") {
+			ps.cmd = chargeScript.Eval(rt.ctx, redo, ps.call.keys[:], ps.call.args[:ps.call.nargs]...)
+		}
+	}
+	if redo.Len() > 0 {
+		redo.Exec(rt.ctx)
+	}
+}
+
+// heldAt returns the instant to send the held charge o at, and how long before it o's last
+// charge was made: now, or with the caller's clock (tests) the instant of that last charge.
+func (s *Store) heldAt(o owed) (time.Time, int64) {
+	now := time.Now()
+	if s.caller {
+		now = time.UnixMicro(o.at / 1000)
+	}
+	return now, max(s.instant(now)-o.at, 0)
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -57,7 +58,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 	if len(layers) == 0 || len(layers) > maxLayers {
 		return nil, false
 	}
-	g := &group{client: s.client, caller: s.caller, cluster: s.cluster}
+	g := &group{caller: s.caller, cluster: s.cluster}
 	var tags []string // of the prefixes that have one
 	var locals []retryafter.Layer
 	for _, l := range layers {
@@ -133,7 +134,6 @@ func hashTag(prefix string) (tag string, ok bool) {
 
 // A group is the layers of Stores that Combine decides in one round trip.
 type group struct {
-	client  redis.Scripter
 	caller  bool                  // decide at the caller's now (tests)
 	cluster *redis.ClusterClient  // client, when it is one
 	layers  []layer               // the layers that ask Redis, in order
@@ -166,21 +166,21 @@ type groupCall struct {
 	keys    []string
 	args    []any
 	plans   []plan
-	carried []owed // what each layer's Store held back for its key and the call carries
+	carried []carry // what each layer's Store held back for its key and the call carries
 }
 
 type smallCall struct {
 	keys    [4]string
 	args    [1 + 8*4]any
 	plans   [4]plan
-	carried [4]owed
+	carried [4]carry
 }
 
 type largeCall struct {
 	keys    [maxLayers]string
 	args    [1 + 8*maxLayers]any
 	plans   [maxLayers]plan
-	carried [maxLayers]owed
+	carried [maxLayers]carry
 }
 
 // Decide implements [retryafter.Limiter] as [Store.Combine] describes.
@@ -209,37 +209,30 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 			return d, nil
 		}
 	}
-	g.carry(c, at)
-	defer g.landed(c)
+	if err := g.carry(ctx, c, at); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return g.orLocal(ctx, key, cost, now, err)
+		}
+		return retryafter.Decision{}, err
+	}
+	again := false
+	defer func() { g.landed(c, again) }()
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
-	health := lead.healthOf(rt.ctx, c.keys[0])
-	sent, err := health.admit()
+	tr, err := lead.run(ctx, rt, allScript, c.keys, c.args, 4*n)
 	if err != nil {
-		g.giveBack(c)
-		return g.orLocal(ctx, key, cost, now, err)
-	}
-	res, err := allScript.Run(rt.ctx, g.client, c.keys, c.args...).Int64Slice()
-	if err == nil && len(res) != 4*n {
-		err = fmt.Errorf("script answered %d values, want %d", len(res), 4*n)
-	}
-	if err != nil {
-		cause := err
-		if !isTimeout(err) {
-			g.giveBack(c) // refused or failed before the script ran
-		}
-		err, down := lead.failed(ctx, rt, health, sent, cause)
-		if !down {
+		again = !tr.sent || resend(tr.cause) // never sent, or refused or failed before the script ran
+		if !tr.down {
 			return retryafter.Decision{}, err
 		}
-		for i := 1; i < n; i++ {
-			if h := g.layers[i].store.healthOf(rt.ctx, c.keys[i]); h != health {
-				h.failed(sent, cause)
+		for i := 1; i < n && tr.sent; i++ {
+			if h := g.layers[i].store.healthOf(rt.ctx, c.keys[i]); h != tr.health {
+				h.failed(tr.at, tr.cause)
 			}
 		}
 		return g.orLocal(ctx, key, cost, now, err)
 	}
-	health.ok()
+	res := tr.res
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
 		ds[i] = decision(res[4*i:4*i+4], c.plans[i].policy)
@@ -254,27 +247,34 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 		g.admitted(key, c, at, res, g.refundCount() == refunds)
 	}
 	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
-		// The layer that binds, as Binding picks it: the first refused with the longest wait.
-		// Every refused layer's wait shortens with time as long as its key's bucket is not full
-		// (d > 0, as read): until the first of them is, the layer that binds stays the same and
-		// the group's wait shortens with time, exactly; after, Redis is asked.
-		b := -1
-		valid := at + int64(d.RetryAfter)
-		for i := range n {
-			if !ds[i].Allowed {
-				valid = min(valid, at+res[4*i+3])
-				if b < 0 || ds[i].RetryAfter > ds[b].RetryAfter {
-					b = i
-				}
-			}
-		}
-		if pl := &c.plans[b]; valid > at {
-			// The group's own count of changes is refunds, checked above and by answer.
-			g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
-				interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds}, g.refusals.ticket(key, false))
-		}
+		g.remember(key, cost, c, ds[:n], res, d, at, sig, refunds)
 	}
 	return d, nil
+}
+
+// remember takes into the group's memory the refusal d of a request of key of cost, by the call
+// c whose layers answered res and ds, which arrived at at; sig is the fingerprint of the call's
+// plans and refunds the count of refunds when it was sent.
+func (g *group) remember(key string, cost int, c groupCall, ds []retryafter.Decision, res []int64, d retryafter.Decision, at int64, sig, refunds uint64) {
+	// The layer that binds, as Binding picks it: the first refused with the longest wait. Every
+	// refused layer's wait shortens with time as long as its key's bucket is not full (d > 0, as
+	// read): until the first of them is, the layer that binds stays the same and the group's wait
+	// shortens with time, exactly; after, Redis is asked.
+	b := -1
+	valid := at + int64(d.RetryAfter)
+	for i := range ds {
+		if !ds[i].Allowed {
+			valid = min(valid, at+res[4*i+3])
+			if b < 0 || ds[i].RetryAfter > ds[b].RetryAfter {
+				b = i
+			}
+		}
+	}
+	if pl := &c.plans[b]; valid > at {
+		// The group's own count of changes is refunds, checked by the caller and by answer.
+		g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
+			interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds}, g.refusals.ticket(key, false))
+	}
 }
 
 // refundCount returns a count that changes whenever a layer's Store gives quota back, is charged
@@ -384,32 +384,60 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 }
 
 // carry takes what each layer's Store holds back for the layer's key (WithDeferredCharges) into
-// c, for a call sent at the instant at.
-func (g *group) carry(c groupCall, at int64) {
+// c, for a call sent at the instant at. While a charge of a layer's key is on its way to Redis,
+// it holds again what it took, waits for that charge's answer within the budget of a request of
+// ctx (so that two calls never wait for each other), and takes again; it returns the budget's
+// error if it runs out.
+func (g *group) carry(ctx context.Context, c groupCall, at int64) error {
+	var b *budget
+	for {
+		wait := g.take(c, at)
+		if wait == nil {
+			return nil
+		}
+		g.landed(c, true)
+		clear(c.carried)
+		if b == nil {
+			nb := g.layers[0].store.budget(ctx)
+			b = &nb
+		}
+		if !b.wait(wait) {
+			return b.expired()
+		}
+	}
+}
+
+// take takes what each layer's Store holds back for the layer's key into c, until a key whose
+// charge is on its way to Redis, whose flight it returns.
+func (g *group) take(c groupCall, at int64) *flight {
 	for i := range g.layers {
 		st := g.layers[i].store
-		if o, ok := st.takeCharges(strings.TrimPrefix(c.keys[i], st.prefix)); ok {
-			c.carried[i] = o
+		c.args[7+8*i], c.args[8+8*i] = 0, 0 // nothing carried, unless taken below
+		if st.deferred == nil {
+			continue
+		}
+		key := strings.TrimPrefix(c.keys[i], st.prefix)
+		o, f, wait := st.deferred.take(key)
+		if wait != nil {
+			return wait
+		}
+		if f != nil {
+			if st.refusals != nil {
+				st.refusals.begin(key)
+			}
+			c.carried[i] = carry{o, f}
 			c.args[7+8*i], c.args[8+8*i] = o.tokens, max(at-o.at, 0)
 		}
 	}
+	return nil
 }
 
 // landed records that the round trip of c, which carried what its keys owed, has landed (see
-// Store.takeCharges).
-func (g *group) landed(c groupCall) {
-	for i := range g.layers {
-		if st := g.layers[i].store; c.carried[i] != (owed{}) {
-			st.landed(strings.TrimPrefix(c.keys[i], st.prefix))
-		}
-	}
-}
-
-// giveBack holds again what c was to carry, for a call that was never sent.
-func (g *group) giveBack(c groupCall) {
+// Store.landed), holding it again if again.
+func (g *group) landed(c groupCall, again bool) {
 	for i := range g.layers {
 		st := g.layers[i].store
-		st.giveBack(strings.TrimPrefix(c.keys[i], st.prefix), c.carried[i])
+		st.landed(strings.TrimPrefix(c.keys[i], st.prefix), c.carried[i], again)
 	}
 }
 

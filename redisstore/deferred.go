@@ -15,33 +15,47 @@ const maxDeferredKeys = 1 << 16
 // WithDeferredCharges makes [Store.Charge] of a cost above 0 return at once and send the charge
 // later, within delay: with the key's next decision, which carries it in the same round trip
 // ([retryafter.ChargedAfter] through the middleware then costs Redis one round trip a request,
-// not two), or, if the key has none by then, on its own, one round trip for all the charges the
-// key got meanwhile. A charge is made in Redis as of the instant of the key's last charge, by
-// the local clock: the debt the next decision sees is the one it would see had each charge been
-// sent at once, but that a charge made before a refill of the whole burst is counted from the
-// last charge's instant, no later than delay after it. Refunds (a negative cost) are sent at once.
+// not two), or, if the key has none by then, when the delay of the oldest charge held is over,
+// with every other charge held then, in one pipelined round trip per 1,000 keys. A charge is
+// made in Redis as of the instant of the key's last charge, by the local clock: the debt the
+// next decision sees is the one it would see had each charge been sent at once, but that a
+// charge made before a refill of the whole burst is counted from the last charge's instant, no
+// later than delay after it. Refunds (a negative cost) are sent at once. A decision of a key
+// never misses a charge the Store holds for it: it carries the charge, or, while the charge is
+// on its way to Redis (sent by a flush or carried by another decision), waits for its answer,
+// within the decision's timeout.
 //
 // What a charge held back can lose: a crash of the process loses the charges of at most the last
-// delay (call [Store.Flush] on a graceful shutdown, which loses none); a round trip that times out
-// loses the charges it carried, as a Charge whose answer is lost may or may not have been made,
-// while one that fails otherwise (Redis refused the connection, or is known to be down) keeps
-// them for the next; a flush whose key's Store has a local fallback ([WithLocalFallback])
-// charges the local bucket when Redis is down. Other replicas do not see a charge until it is sent. At
-// most 65,536 keys' charges are held back at once; a charge of another key then is sent at once.
-// It panics if delay is not positive.
+// delay and one round trip (call [Store.Flush] on a graceful shutdown, which loses none); a round
+// trip that times out loses the charges it carried, as a Charge whose answer is lost may or may
+// not have been made, while one that fails otherwise (Redis refused the connection, or is known
+// to be down) keeps them for the next; a flush whose key's Store has a local fallback
+// ([WithLocalFallback]) charges the local bucket when Redis is down; the charges of a key that
+// holds another program's value ([ErrKeyState]) are dropped. Other replicas do not see a charge
+// until it is sent. At most 65,536 keys' charges are held back at once; a charge of another key
+// then is sent at once. It panics if delay is not positive.
 func WithDeferredCharges(delay time.Duration) Option {
 	if delay <= 0 {
 		panic("redisstore: WithDeferredCharges not positive")
 	}
-	return func(s *Store) { s.deferred = &deferred{delay: delay, m: map[string]owed{}} }
+	return func(s *Store) {
+		s.deferred = &deferred{delay: delay, m: map[string]owed{}, sending: map[string]sending{}}
+	}
 }
 
-// deferred holds the charges a Store has not yet sent, by key.
+// deferred holds the charges a Store has not yet sent, by key, and knows those on their way.
 type deferred struct {
-	delay time.Duration
-	mu    sync.Mutex
-	m     map[string]owed
-	armed bool // a flush is due
+	delay   time.Duration
+	mu      sync.Mutex
+	m       map[string]owed
+	sending map[string]sending // the keys whose charges are in a round trip, until it lands
+	armed   bool               // a flush is due
+}
+
+// sending is a key's charge in a round trip: its flight, and the instant of the charge.
+type sending struct {
+	f  *flight
+	at int64
 }
 
 // owed is what a key was charged and not yet sent: tokens, the last at the instant at.
@@ -50,17 +64,28 @@ type owed struct {
 	at     int64 // Store.instant
 }
 
+// A heldCharge is what one key owes, taken to be sent.
+type heldCharge struct {
+	key string
+	owed
+}
+
 // hold adds a charge of tokens on key at the instant at, and reports whether it did: not past
 // the bound of keys. It arms the flush when it is the first charge held.
 func (s *Store) hold(key string, tokens int64, at int64) bool {
 	q := s.deferred
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.holdLocked(s, key, owed{tokens, at})
+}
+
+// holdLocked is hold, with q locked.
+func (q *deferred) holdLocked(s *Store, key string, add owed) bool {
 	o, ok := q.m[key]
 	if !ok && len(q.m) >= maxDeferredKeys {
 		return false
 	}
-	q.m[key] = owed{tokens: min(o.tokens+tokens, math.MaxInt), at: max(o.at, at)} // an int, for charge
+	q.m[key] = owed{tokens: min(o.tokens+add.tokens, math.MaxInt), at: max(o.at, add.at)} // an int, for charge
 	if !q.armed {
 		q.armed = true
 		time.AfterFunc(q.delay, s.flushDue)
@@ -68,42 +93,108 @@ func (s *Store) hold(key string, tokens int64, at int64) bool {
 	return true
 }
 
-// take removes and returns what key owes, if anything.
-func (q *deferred) take(key string) (owed, bool) {
-	if q == nil {
-		return owed{}, false
-	}
+// take removes and returns what key owes, if anything, as a round trip's to carry, with the
+// flight it is in until land; or, while a charge of key is in flight, that flight to wait for.
+func (q *deferred) take(key string) (o owed, f *flight, wait *flight) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if wait = q.sending[key].f; wait != nil {
+		return owed{}, nil, wait
+	}
 	o, ok := q.m[key]
 	if ok {
 		delete(q.m, key)
+		f = &flight{done: make(chan struct{})}
+		q.sending[key] = sending{f, o.at}
 	}
-	return o, ok
+	return o, f, nil
+}
+
+// takeAll removes and returns every charge held but those of keys in flight, which stay for the
+// next flush, and the flight they are in together until land.
+func (q *deferred) takeAll(s *Store) ([]heldCharge, *flight) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := &flight{done: make(chan struct{})}
+	held := make([]heldCharge, 0, len(q.m))
+	for key, o := range q.m {
+		if q.sending[key].f == nil {
+			held = append(held, heldCharge{key, o})
+			q.sending[key] = sending{f, o.at}
+			delete(q.m, key)
+		}
+	}
+	if len(q.m) > 0 && !q.armed {
+		q.armed = true
+		time.AfterFunc(q.delay, s.flushDue)
+	}
+	return held, f
+}
+
+// land ends f, the flight of the charges of held, holding again those of again (keyed alike,
+// a zero owed for none; nil for none at all) first, so that a decision that waited for the
+// flight finds them.
+func (q *deferred) land(s *Store, held []heldCharge, again []owed, f *flight) {
+	q.mu.Lock()
+	for i, h := range held {
+		if again != nil && again[i].tokens > 0 {
+			q.holdLocked(s, h.key, again[i])
+		}
+		if q.sending[h.key].f == f {
+			delete(q.sending, h.key)
+		}
+	}
+	q.mu.Unlock()
+	close(f.done)
+}
+
+// A carry is what a round trip carries of what one key owed, and the flight it is in.
+type carry struct {
+	owed
+	f *flight // nil for nothing carried
 }
 
 // takeCharges removes and returns what key owes, for a round trip to carry: a change in flight
-// of key's bucket for the memory of refusals (see ticket), until landed.
-func (s *Store) takeCharges(key string) (owed, bool) {
-	o, ok := s.deferred.take(key)
-	if ok && s.refusals != nil {
-		s.refusals.begin(key)
+// of key's bucket for the memory of refusals (see ticket), until landed. While a charge of key is
+// on its way to Redis, it waits for its answer first, within the budget of a request of ctx, and
+// returns that budget's error if it runs out.
+func (s *Store) takeCharges(ctx context.Context, key string) (carry, error) {
+	if s.deferred == nil {
+		return carry{}, nil
 	}
-	return o, ok
+	var b *budget
+	for {
+		o, f, wait := s.deferred.take(key)
+		if wait == nil {
+			if f != nil && s.refusals != nil {
+				s.refusals.begin(key)
+			}
+			return carry{o, f}, nil
+		}
+		if b == nil {
+			nb := s.budget(ctx)
+			b = &nb
+		}
+		if !b.wait(wait) {
+			return carry{}, b.expired()
+		}
+	}
 }
 
-// landed records that the round trip that carried what key owed (see takeCharges) has landed,
-// its answer remembered if it was to be, or was never sent.
-func (s *Store) landed(key string) {
+// landed records that the round trip that carried c, what key owed (see takeCharges), has
+// landed, its answer remembered if it was to be, or was never sent; again says whether to hold
+// it again. It does nothing for a round trip that carried nothing.
+func (s *Store) landed(key string, c carry, again bool) {
+	if c.f == nil {
+		return
+	}
+	var back []owed
+	if again {
+		back = []owed{c.owed}
+	}
+	s.deferred.land(s, []heldCharge{{key, c.owed}}, back, c.f)
 	if s.refusals != nil {
 		s.refusals.end(key)
-	}
-}
-
-// giveBack holds again what a round trip that was never sent was to carry for key.
-func (s *Store) giveBack(key string, o owed) {
-	if o.tokens > 0 {
-		s.hold(key, o.tokens, o.at)
 	}
 }
 
@@ -117,38 +208,37 @@ func (s *Store) flushDue() {
 	s.Flush(context.Background())
 }
 
-// Flush sends every charge the Store holds back ([WithDeferredCharges]) now, one round trip per
-// key, each within the store's timeout, and returns the errors of those that failed (whose
-// charges went to the local fallback, if any, or were lost). Call it on a graceful shutdown,
-// once the server has stopped taking requests (after http.Server.Shutdown returns), so that no
-// charge is lost. It does nothing without WithDeferredCharges.
+// Flush sends every charge the Store holds back ([WithDeferredCharges]) now, in one pipelined
+// round trip per 1,000 keys (one per key with a client that does not pipeline), each within the
+// store's timeout, and returns the errors of those that failed (whose charges went to the local
+// fallback, if any, or were lost). Call it on a graceful shutdown, once the server has stopped
+// taking requests (after http.Server.Shutdown returns), so that no charge is lost. It does
+// nothing without WithDeferredCharges.
 func (s *Store) Flush(ctx context.Context) error {
 	q := s.deferred
 	if q == nil {
 		return nil
 	}
-	q.mu.Lock()
-	m := q.m
-	q.m = make(map[string]owed, len(m))
-	q.mu.Unlock()
+	held, f := q.takeAll(s)
+	if len(held) == 0 {
+		return nil
+	}
 	if s.refusals != nil {
-		for key := range m {
-			s.refusals.begin(key) // until its charge is sent (see takeCharges)
+		for _, h := range held {
+			s.refusals.begin(h.key) // until its charge is sent (see takeCharges)
 		}
 	}
+	again := make([]owed, len(held))
 	var errs []error
-	for key, o := range m {
-		now := time.Now()
-		if s.caller {
-			now = time.UnixMicro(o.at / 1000) // the tests' clock: as of the last charge
+	for i := 0; i < len(held); i += maxBatch {
+		part := held[i:min(i+maxBatch, len(held))]
+		errs = append(errs, s.sendCharges(ctx, part, again[i:i+len(part)]))
+	}
+	q.land(s, held, again, f)
+	if s.refusals != nil {
+		for _, h := range held {
+			s.refusals.end(h.key)
 		}
-		if err := s.charge(ctx, key, int(o.tokens), now, max(s.instant(now)-o.at, 0)); err != nil {
-			errs = append(errs, err)
-			if !isTimeout(err) {
-				s.giveBack(key, o) // for the next decision, or the next flush
-			}
-		}
-		s.landed(key)
 	}
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -243,5 +244,141 @@ func TestDeferredChargesMiddleware(t *testing.T) {
 	// RoundTrip sends two more requests for each refusal.
 	if got, requests := calls.n.Load()-before, int64(n+2*refusals); got > requests {
 		t.Fatalf("%d script calls for %d requests", got, requests)
+	}
+}
+
+// gate is a go-redis hook that, once shut, holds the next command or pipeline the client sends
+// until released, and counts the script calls sent alone and the pipelines of script calls.
+type gate struct {
+	shut      atomic.Bool
+	held      chan struct{} // closed when a call is held
+	release   chan struct{}
+	commands  atomic.Int64
+	pipelines atomic.Int64
+}
+
+func newGate() *gate { return &gate{held: make(chan struct{}), release: make(chan struct{})} }
+
+func (g *gate) hold() {
+	if g.shut.CompareAndSwap(true, false) {
+		close(g.held)
+		<-g.release
+	}
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd) {
+			g.commands.Add(1)
+		}
+		g.hold()
+		return next(ctx, cmd)
+	}
+}
+
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, isScript) {
+			g.pipelines.Add(1)
+		}
+		g.hold()
+		return next(ctx, cmds)
+	}
+}
+
+// isScript reports whether cmd runs a script.
+func isScript(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name() == "eval" }
+
+// TestDeferredChargeInFlight holds back a charge that puts a key deep into debt, and holds its
+// round trip in the air, sent by a flush, carried by a decision of the key, or by the decision of
+// an All: a decision of the key made meanwhile, on a real Redis and its clock, is refused, as it
+// is once the charge has landed.
+func TestDeferredChargeInFlight(t *testing.T) {
+	addr := sharedAddr(t)
+	for _, how := range []string{"flush", "decision", "all"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			client := newClient(t, addr)
+			g := newGate()
+			client.AddHook(g)
+			prefix := testPrefix(t)
+			s := New(client, rate.Every(time.Second), 10, WithPrefix(prefix), WithTimeout(testTimeout), WithDeferredCharges(time.Hour))
+			perKey := New(client, rate.Every(time.Second), 10, WithPrefix(prefix+"per-key:"), WithTimeout(testTimeout))
+			all := retryafter.All(perKey, retryafter.ChargedAfter(s))
+			if err := s.Charge(ctx, "k", 1000, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			g.shut.Store(true)
+			sent := make(chan error, 1)
+			go func() {
+				var err error
+				switch how {
+				case "flush":
+					err = s.Flush(ctx)
+				case "decision":
+					_, err = s.Decide(ctx, "k", 0, time.Now())
+				case "all":
+					_, err = all.Decide(ctx, "k", 1, time.Now())
+				}
+				sent <- err
+			}()
+			<-g.held
+			done := make(chan result, 1)
+			go func() {
+				d, err := s.Decide(ctx, "k", 1, time.Now())
+				done <- result{d: d, err: err}
+			}()
+			var r result
+			select {
+			case r = <-done: // it did not wait for the charge in the air
+				close(g.release)
+			case <-time.After(200 * time.Millisecond): // waiting, as it should
+				close(g.release)
+				r = <-done
+			}
+			if err := <-sent; err != nil {
+				t.Fatalf("the round trip that carried the charge: %v", err)
+			}
+			if r.err != nil || r.d.Allowed {
+				t.Fatalf("a decision while the charge was in the air: %+v, %v; want refused", r.d, r.err)
+			}
+			if d := decide(t, s, "k", 1, time.Now()); d.Allowed {
+				t.Fatalf("after the charge landed: %+v, want refused", d)
+			}
+		})
+	}
+}
+
+// TestFlushPipelines holds back the charges of 2,500 keys and flushes them: they go to Redis in
+// three pipelined round trips (1,000 keys each at most), not one round trip per key, and each
+// is made.
+func TestFlushPipelines(t *testing.T) {
+	ctx := context.Background()
+	client := newClient(t, sharedAddr(t))
+	if err := chargeScript.Load(ctx, client).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	client.AddHook(g)
+	prefix := testPrefix(t)
+	s := New(client, rate.Every(time.Second), 10, WithPrefix(prefix), WithTimeout(testTimeout), WithDeferredCharges(time.Hour))
+	const n = 2500
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + fmt.Sprint(i)
+		if err := s.Charge(ctx, fmt.Sprint(i), 5, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, p := g.commands.Load(), g.pipelines.Load(); c != 0 || p != 3 {
+		t.Errorf("a flush of %d keys: %d script calls alone and %d pipelines of them, want 0 and 3", n, c, p)
+	}
+	if got, err := client.Exists(ctx, keys...).Result(); err != nil || got != n {
+		t.Errorf("%d of %d keys charged in Redis (%v)", got, n, err)
 	}
 }

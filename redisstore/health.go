@@ -9,8 +9,9 @@ import (
 )
 
 // ErrUnavailable is the error, wrapped, that [Store.Decide] returns when Redis did not answer
-// (it timed out, refused the connection, or answered with an error), and while the store knows
-// it to be down (see [WithProbeInterval]).
+// (it timed out, refused the connection, or answered with an error of its own state: out of
+// memory, read-only, loading, busy), and while the store knows it to be down (see
+// [WithProbeInterval]). An error that belongs to one key is [ErrKeyState] instead.
 var ErrUnavailable = errors.New("redisstore: Redis is unavailable")
 
 // unavailableError is an error wrapping ErrUnavailable and its cause.

@@ -88,6 +88,32 @@ func (k keptKeys) keep(ctx context.Context, keys []string, run func(redis.Pipeli
 	return cmd
 }
 
+// Pipeline returns a pipeline whose script calls keep their keys as keptKeys's do, each with a
+// PEXPIRE queued right after it: not atomic, but a key the script wrote lives at least a
+// millisecond, far longer than the gap between two commands of one pipeline on the server.
+func (k keptKeys) Pipeline() redis.Pipeliner { return keptPipe{k.Cmdable.Pipeline()} }
+
+// keptPipe is the pipeline of keptKeys.
+type keptPipe struct{ redis.Pipeliner }
+
+func (p keptPipe) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	cmd := p.Pipeliner.Eval(ctx, script, keys, args...)
+	p.keep(ctx, keys)
+	return cmd
+}
+
+func (p keptPipe) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	cmd := p.Pipeliner.EvalSha(ctx, sha1, keys, args...)
+	p.keep(ctx, keys)
+	return cmd
+}
+
+func (p keptPipe) keep(ctx context.Context, keys []string) {
+	for _, key := range keys {
+		p.PExpire(ctx, key, keepFor)
+	}
+}
+
 // redisNow returns Redis's clock (TIME), to the microsecond.
 func redisNow(t testing.TB, client *redis.Client) time.Time {
 	t.Helper()

@@ -117,7 +117,9 @@ type leaseOp struct {
 // Redis. A request of the same cost sent to any replica once the Retry-After of Redis's refusal
 // has passed is admitted unless requests spent the key's tokens meanwhile; after a refusal of the
 // replica's own, unless they spent them since it last asked Redis (the request is then refused
-// again, with the rest of the wait). A single replica decides every request, charge and refund
+// again, with the rest of the wait). A key lost in Redis meanwhile (see "What Redis must keep" in
+// the package doc) is refused by the replica's own refusals until that wait is over, although
+// Redis would admit it. A single replica decides every request, charge and refund
 // exactly as its Store would (to the nanosecond, with the caller's clock of the tests).
 //
 // Remaining and Reset are those of the bucket that Redis and the replica's lease make together,
@@ -432,22 +434,14 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
 	rt.short = b.waited && !b.own
-	health := s.healthOf(rt.ctx, keys[0])
-	at, err := health.admit()
-	if err != nil {
-		return res, true, false, err
-	}
-	l.trips.Add(1)
-	vals, err := leaseScript.Run(rt.ctx, s.client, keys, args...).Int64Slice()
-	if err == nil && len(vals) != 4 {
-		err = fmt.Errorf("script answered %d values, want 4", len(vals))
+	tr, err := s.run(ctx, rt, leaseScript, keys, args, 4)
+	if tr.sent {
+		l.trips.Add(1)
 	}
 	if err != nil {
-		err, down := s.failed(ctx, rt, health, at, err)
-		return res, down, true, err
+		return res, tr.down, tr.sent, err
 	}
-	health.ok()
-	copy(res[:], vals)
+	copy(res[:], tr.res)
 	return res, false, true, nil
 }
 

@@ -17,13 +17,36 @@
 //
 // Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
 // no answer in time fails, on its own. The store takes Redis for down only from evidence: three
-// failures in a row, each of a round trip sent after the one before had failed (the round trips
+// failures of Redis in a row (a key holding another program's value fails alone, with
+// [ErrKeyState]), each of a round trip sent after the one before had failed (the round trips
 // in flight together when one fails count once). From then on it fails every decision at once,
 // asking Redis again once per probe interval ([WithProbeInterval]), so that an outage costs
 // requests no waiting and the store decides again within an interval of Redis coming back.
 // Failed decisions are answered as the middleware says: closed (503, Retry-After: 1) or open
 // ([retryafter.WithFailOpen]), unless the store decides locally at each replica's share of the
 // limit ([WithLocalFallback]).
+//
+// # What Redis must keep
+//
+// A Store, its memory of refusals and a [Leased] take what Redis told them of a key to hold
+// until the instant it named: the requests of other replicas can only spend the key's quota,
+// never give it back. A key that Redis loses gives it all back, and then a replica may refuse,
+// until that instant at the latest, a request that Redis would admit: a remembered refusal
+// ([WithRefusalMemory]), and a Leased's refusal of its own, whose wait is what Redis last said.
+// Redis loses a key
+//
+//   - on a restart without persistence (no RDB or AOF, or the writes since the last save);
+//   - in a failover to a replica that lacks the master's last writes;
+//   - to eviction, under a maxmemory-policy of allkeys-lru, allkeys-lfu or allkeys-random, which
+//     drop a key in debt as readily as one nearly full;
+//   - deleted by hand; and, to the same effect, when its clock steps forward.
+//
+// The same losses let the key's clients spend its burst again. Give the store's Redis
+// maxmemory-policy noeviction, so that a full Redis fails writes (an OOM error, which the store
+// answers as Redis unavailable) rather than forget limits in silence; or, on a Redis shared with
+// a cache whose keys expire, volatile-ttl, which evicts first the keys nearest their expiry: for
+// the store, the buckets nearest full, whose loss forgives least. Every key of the store
+// expires (see [Store]), so volatile-* policies may evict them too.
 //
 // # CPU starvation
 //
@@ -311,7 +334,8 @@ func honoursDeadlines(client redis.Scripter) bool {
 // timeout. Decide returns an error wrapping [ErrUnavailable], never a partial Decision, when
 // Redis does not answer within the timeout (see [WithTimeout]) or answers with an error, and at
 // once while the store knows Redis to be down (see [WithProbeInterval]), unless it decides
-// locally then (see [WithLocalFallback]); and one wrapping
+// locally then (see [WithLocalFallback]); one wrapping [ErrKeyState] when key holds another
+// program's value in Redis; and one wrapping
 // [retryafter.ErrNegativeCost] when cost is negative. A request whose answer was lost to the
 // timeout may still have been counted, as with any store reached over a network.
 func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
@@ -350,9 +374,13 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		}
 	}
 	c := s.newCall(key, cost, now, &pl)
-	carried, carries := s.takeCharges(key)
+	carried, err := s.takeCharges(ctx, key)
+	if err != nil {
+		return s.orUnavailable(ctx, key, cost, now, err)
+	}
+	carries, again := carried.f != nil, false
+	defer func() { s.landed(key, carried, again) }()
 	if carries {
-		defer s.landed(key)
 		c.extend(carried.tokens, max(at-carried.at, 0))
 	}
 	var t ticket
@@ -362,46 +390,39 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
 	rt.short = timeout < s.timeout
-	health := s.healthOf(rt.ctx, c.keys[0])
-	sent, err := health.admit()
+	tr, err := s.run(ctx, rt, decideScript, c.keys[:], c.args[:c.nargs], 4)
 	if err != nil {
-		if carries {
-			s.giveBack(key, carried) // never sent
-		}
-		failure = err
-		return s.orLocal(ctx, key, cost, now, err)
-	}
-	res, err := decideScript.Run(rt.ctx, s.client, c.keys[:], c.args[:c.nargs]...).Int64Slice()
-	if err == nil && len(res) != 4 {
-		err = fmt.Errorf("script answered %d values, want 4", len(res))
-	}
-	if err != nil {
-		if carries && !isTimeout(err) {
-			s.giveBack(key, carried) // refused or failed before the script ran
-		}
-		err, down := s.failed(ctx, rt, health, sent, err)
-		if !down {
+		again = !tr.sent || resend(tr.cause) // never sent, or refused or failed before the script ran
+		if !tr.down {
 			return retryafter.Decision{}, err
 		}
 		failure = err
 		return s.orLocal(ctx, key, cost, now, err)
 	}
-	health.ok()
-	d := decision(res, pl.policy)
-	if s.refusals != nil {
-		// Timed from the answer's arrival, which is after Redis's reading: so a remembered
-		// wait is never shorter than Redis's (see WithRefusalMemory).
-		e := refusal{cost: cost, learned: s.instant(now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
-		switch {
-		case d.Allowed && cost > 0:
-			s.changes.Add(1)
-			s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
-			s.refusals.changed(key)       // for the answers in flight meanwhile, which lack it
-		case !d.Allowed && d.RetryAfter < rate.InfDuration:
-			s.refusals.remember(key, e, t)
-		}
-	}
+	d := decision(tr.res, pl.policy)
+	s.learn(key, cost, now, &pl, sig, tr.res, d, t)
 	return d, nil
+}
+
+// learn takes into the memory of refusals what Redis answered, res and its Decision d, to a
+// request of key of cost, whose answer arrived at now, of plan pl (its fingerprint sig), sent with
+// the ticket t: an admission that spent the key refreshes what is remembered, a refusal whose
+// wait is known is remembered (see WithRefusalMemory).
+func (s *Store) learn(key string, cost int, now time.Time, pl *plan, sig uint64, res []int64, d retryafter.Decision, t ticket) {
+	if s.refusals == nil {
+		return
+	}
+	// Timed from the answer's arrival, which is after Redis's reading: so a remembered wait is
+	// never shorter than Redis's (see WithRefusalMemory).
+	e := refusal{cost: cost, learned: s.instant(now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
+	switch {
+	case d.Allowed && cost > 0:
+		s.changes.Add(1)
+		s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
+		s.refusals.changed(key)       // for the answers in flight meanwhile, which lack it
+	case !d.Allowed && d.RetryAfter < rate.InfDuration:
+		s.refusals.remember(key, e, t)
+	}
 }
 
 // ride waits, within the budget b, for f, the round trip in the air of another request of key
@@ -427,6 +448,44 @@ func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost 
 		return d, true, nil
 	}
 	return retryafter.Decision{}, false, nil
+}
+
+// A trip is the outcome of one script call (see Store.run).
+type trip struct {
+	res    []int64
+	health *health // of the node the call went to
+	at     int64   // the call's instant on health's clock (see health.admit)
+	sent   bool    // the call went out: what it carried may have been made
+	down   bool    // its error is a failure of Redis (see failed)
+	cause  error   // its error as the client returned it
+}
+
+// run makes the one script call of a decision, a charge or a lease on keys, within rt: it asks
+// the health of the node of keys[0] (and fails at once while that is down), runs script, checks
+// that the answer holds want integers (0: any answer), and learns from the outcome: the node is
+// up, or the failure is evidence against it, or the key's own (see failed). Every script call of
+// the store but a flush's pipeline goes through it.
+func (s *Store) run(ctx context.Context, rt roundTrip, script *redis.Script, keys []string, args []any, want int) (trip, error) {
+	t := trip{health: s.healthOf(rt.ctx, keys[0])}
+	var err error
+	if t.at, err = t.health.admit(); err != nil {
+		t.down, t.cause = true, err
+		return t, err
+	}
+	t.sent = true
+	cmd := script.Run(rt.ctx, s.client, keys, args...)
+	if want == 0 {
+		err = cmd.Err()
+	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != want {
+		err = fmt.Errorf("script answered %d values, want %d", len(t.res), want)
+	}
+	if err != nil {
+		t.cause = err
+		err, t.down = s.failed(ctx, rt, t.health, t.at, err)
+		return t, err
+	}
+	t.health.ok()
+	return t, nil
 }
 
 // A call is the key and the script's arguments of one round trip, in one allocation.
@@ -505,8 +564,13 @@ func isTimeout(err error) bool {
 
 // failed returns the error of a round trip rt of the caller's ctx, sent at sent (from
 // health.admit), that failed with err, and whether it was a failure of Redis, which it then
-// records in health: not when the caller's own deadline ended it.
+// records in health: not when the caller's own deadline ended it, nor when the failure is a
+// key's (see [ErrKeyState]), the one place that tells them apart.
 func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
+	if isKeyState(err) {
+		health.ok() // Redis answered: the failure is the key's (see ErrKeyState)
+		return &keyStateError{cause: err}, false
+	}
 	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
 		return fmt.Errorf("redisstore: %w", err), false
 	}

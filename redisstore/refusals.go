@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 
@@ -62,12 +63,15 @@ const DefaultRefusalMemory = 1 << 20
 //     still on the old one keep theirs. A key's own policy ([WithPolicyFunc]) is asked at each
 //     request, and a refusal given at another is forgotten; but a replica whose policy function
 //     has not yet learned of the change keeps the refusal it remembers.
-//   - The key changed in Redis by other means: deleted by hand, lost in a failover to a replica
-//     that lacks the last writes, or Redis's clock stepping forward.
+//   - The key lost in Redis: a restart without persistence, a failover to a replica that lacks
+//     the last writes, eviction under a maxmemory-policy of allkeys-*, deleted by hand, or
+//     Redis's clock stepping forward (see "What Redis must keep" in the package doc).
 //
 // The memory is bounded by bytes as the in-memory table's is: each refusal takes its key's
-// length and about 230 bytes; past the budget, refusals whose instant is over go first, then
-// others at random, which then only cost a round trip again. It panics if bytes is negative.
+// length, its policy's name and about 230 bytes. When a refusal would pass the budget, an
+// eighth of it is made room for at once: refusals whose instant is over go first, then others at
+// random, which then only cost a round trip again; so making room costs about the same per
+// refusal whatever the budget. It panics if bytes is negative.
 func WithRefusalMemory(bytes int) Option {
 	if bytes < 0 {
 		panic("redisstore: WithRefusalMemory below 0")
@@ -304,19 +308,9 @@ func (r *refusals) remember(key string, e refusal, t ticket) {
 	if old, ok := sh.m[key]; ok {
 		sh.remove(key, old)
 	}
-	size := len(key) + refusalBytes
+	size := e.size(key)
 	if sh.bytes+size > r.budget {
-		for k, old := range sh.m { // expired ones first
-			if old.expires() <= e.learned {
-				sh.remove(k, old)
-			}
-		}
-		for k, old := range sh.m { // then at random, as Go's maps range
-			if sh.bytes+size <= r.budget {
-				break
-			}
-			sh.remove(k, old)
-		}
+		sh.makeRoom(r.budget-r.budget/8-size, e.learned)
 		if sh.bytes+size > r.budget {
 			return // a key longer than the budget
 		}
@@ -341,6 +335,7 @@ func (r *refusals) refresh(key string, e refusal, t ticket) {
 		if e.plans == old.plans && r.valid(t) {
 			e.dec.Policy = old.dec.Policy
 			sh.m[key] = e
+			sh.bytes += e.size(key) - old.size(key)
 		} else {
 			sh.remove(key, old)
 		}
@@ -361,11 +356,45 @@ func (r *refusals) forget(key string) {
 	sh.mu.Unlock()
 }
 
+// makeRoom removes refusals from sh, locked, until it holds at most to bytes: first those over
+// at the instant at, then others at random, as Go's maps range. Each call walks the whole shard,
+// so it makes room for an eighth of the budget at once (see remember): a walk every eighth of a
+// shard's refusals, about the same cost per refusal whatever the budget.
+func (sh *refusalShard) makeRoom(to int, at int64) {
+	for k, old := range sh.m {
+		if old.expires() <= at {
+			sh.remove(k, old)
+		}
+	}
+	for k, old := range sh.m {
+		if sh.bytes <= to {
+			break
+		}
+		sh.remove(k, old)
+	}
+}
+
 // remove deletes key, whose entry is e, with sh locked.
-func (sh *refusalShard) remove(key string, _ refusal) {
+func (sh *refusalShard) remove(key string, e refusal) {
 	delete(sh.m, key)
-	sh.bytes -= len(key) + refusalBytes
+	sh.bytes -= e.size(key)
 	sh.n.Store(int32(len(sh.m)))
+}
+
+// decisionBytes is what one Decision of a group's layers takes, besides its policy's name.
+const decisionBytes = int(unsafe.Sizeof(retryafter.Decision{}))
+
+// size returns the bytes that e, remembered for key, holds: its key, its entry and share of the
+// map, and what its Decision points to, the names of its policies and its layers.
+func (e *refusal) size(key string) int {
+	n := len(key) + refusalBytes + len(e.dec.Policy.Name)
+	if ls := e.dec.Layers(); ls != nil {
+		n += 24 + cap(ls)*decisionBytes // the slice and its array
+		for _, l := range ls {
+			n += len(l.Policy.Name)
+		}
+	}
+	return n
 }
 
 // LocalAnswers returns how many requests the store has answered from a refusal it remembered,

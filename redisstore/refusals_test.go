@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -524,12 +525,17 @@ func atLastToken(t *testing.T, every time.Duration, burst int, opts ...Option) (
 	s = New(newClient(t, sharedAddr(t)), rate.Every(every), burst, append([]Option{WithPrefix(testPrefix(t)), withInjectedClock()}, opts...)...)
 	h = &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{})}
 	s.client = h
+	// The burst and the refusal with the tests' long timeout: the short one of a test may run
+	// out on a loaded machine before its subject begins.
+	timeout := s.timeout
+	s.timeout = testTimeout
 	if d := decide(t, s, "k", burst, t0); !d.Allowed {
 		t.Fatalf("the burst: %+v", d)
 	}
 	if d := decide(t, s, "k", 1, t0); d.Allowed {
 		t.Fatalf("after the burst: %+v, want refused", d)
 	}
+	s.timeout = timeout
 	boarded = new(atomic.Int64)
 	testHookBoarded = func(context.Context) { boarded.Add(1) }
 	t.Cleanup(func() { testHookBoarded = nil })
@@ -570,9 +576,10 @@ func TestRefusalMemoryShortRoundTripNoEvidence(t *testing.T) {
 }
 
 // TestRefusalMemoryChangeInFlight checks, on a real Redis and an injected clock, that while a
-// charge is on its way to Redis, carried by a decision (held back by WithDeferredCharges) or sent
-// by Charge, the refusals that Redis gives the key meanwhile are not remembered: Redis may have
-// given them before the charge, and they would tell too short a wait once it lands.
+// charge is on its way to Redis, sent by Charge, the refusals that Redis gives the key meanwhile
+// are not remembered: Redis may have given them before the charge, and they would tell too short
+// a wait once it lands; and that while a decision carries it (held back by WithDeferredCharges),
+// the key's other decisions wait for it.
 func TestRefusalMemoryChangeInFlight(t *testing.T) {
 	addr := sharedAddr(t)
 	const every, burst = time.Second, 3
@@ -605,16 +612,33 @@ func TestRefusalMemoryChangeInFlight(t *testing.T) {
 			done := make(chan error)
 			go func() { done <- inFlight() }()
 			<-h.held // the charge, not yet sent
-			if d := decide(t, s, "k", 1, at); d.Allowed {
-				t.Fatalf("a request while the charge is in flight: %+v, want refused", d)
-			}
-			calls, local := h.calls.Load(), s.LocalAnswers()
-			if d := decide(t, s, "k", 1, at); h.calls.Load() == calls || s.LocalAnswers() != local {
-				t.Fatalf("a refusal Redis gave while a charge was in flight was remembered: %+v", d)
-			}
-			close(h.release)
-			if err := <-done; err != nil {
-				t.Fatal(err)
+			if carried {
+				// A decision of the key waits for the charge its round trip carries (see
+				// takeCharges), and is answered after it.
+				waited := make(chan result, 1)
+				go func() {
+					d, err := s.Decide(context.Background(), "k", 1, at)
+					waited <- result{d: d, err: err}
+				}()
+				close(h.release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if r := <-waited; r.err != nil || r.d.Allowed {
+					t.Fatalf("a request while the charge was in flight: %+v, %v; want refused", r.d, r.err)
+				}
+			} else {
+				if d := decide(t, s, "k", 1, at); d.Allowed {
+					t.Fatalf("a request while the charge is in flight: %+v, want refused", d)
+				}
+				calls, local := h.calls.Load(), s.LocalAnswers()
+				if d := decide(t, s, "k", 1, at); h.calls.Load() == calls || s.LocalAnswers() != local {
+					t.Fatalf("a refusal Redis gave while a charge was in flight was remembered: %+v", d)
+				}
+				close(h.release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
 			}
 			got := decide(t, s, "k", 1, at)
 			if want := decide(t, other, "k", 1, at); got != want {
@@ -622,4 +646,92 @@ func TestRefusalMemoryChangeInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRefusalMemoryBudget fills a memory of 1 MiB with the refusals of 20,000 keys whose
+// policies have names of 600 bytes, built anew for each (as a policy function may), some of them
+// a group's with two layers: the heap the memory holds stays within its budget.
+func TestRefusalMemoryBudget(t *testing.T) {
+	const budget = 1 << 20
+	name := func(i int) string { return strings.Repeat("p", 600) + strconv.Itoa(i) }
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := newRefusals(budget)
+	for i := range 20000 {
+		key := fmt.Sprintf("k%019d", i)
+		d := retryafter.Decision{Policy: retryafter.Policy{Name: name(i), Limit: 1, Burst: 1}}
+		if i%2 == 1 {
+			d = retryafter.Binding(d, retryafter.Decision{Policy: retryafter.Policy{Name: name(i), Limit: 2, Burst: 1}})
+		}
+		r.remember(key, refusal{d: int64(time.Hour), interval: int64(time.Second), horizon: int64(time.Second), burst: 1, dec: d}, r.ticket(key, false))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if held := int64(after.HeapAlloc) - int64(before.HeapAlloc); held > budget*11/10 {
+		t.Errorf("the memory holds %d KiB of heap against a budget of %d KiB", held>>10, budget>>10)
+	}
+	runtime.KeepAlive(r)
+}
+
+// rememberKey has r remember a refusal of the i-th key, for an hour from the instant 0.
+func rememberKey(r *refusals, i int) string {
+	key := fmt.Sprintf("k%019d", i)
+	r.remember(key, refusal{d: int64(time.Hour), interval: int64(time.Second), horizon: int64(time.Second), burst: 1}, r.ticket(key, false))
+	return key
+}
+
+// fullRefusals returns a memory of budget bytes filled past its bound, and the count of keys
+// it was given.
+func fullRefusals(budget int) (*refusals, int) {
+	r := newRefusals(budget)
+	n := budget / (20 + refusalBytes) * 5 / 4
+	for i := range n {
+		rememberKey(r, i)
+	}
+	return r, n
+}
+
+// TestRefusalMemoryRoomCost times new refusals in a memory at its bound, of 64 KiB and of
+// 32 MiB: making room costs about the same per refusal whatever the budget (at most 10 times as
+// much in the larger, where the scans of whole shards made it hundreds of times).
+func TestRefusalMemoryRoomCost(t *testing.T) {
+	const n = 20000
+	per := func(budget int) time.Duration {
+		best := time.Duration(1 << 62)
+		for range 3 {
+			r, next := fullRefusals(budget)
+			start := time.Now()
+			for i := range n {
+				rememberKey(r, next+i)
+			}
+			best = min(best, time.Since(start)/n)
+		}
+		return best
+	}
+	small, large := per(64<<10), per(32<<20)
+	t.Logf("a refusal at the bound: %v in 64 KiB, %v in 32 MiB", small, large)
+	if large > 10*small {
+		t.Errorf("a refusal at the bound costs %v in 32 MiB, %v in 64 KiB", large, small)
+	}
+}
+
+// BenchmarkRefusalMemory is the cost of remembering a refusal of a new key in a memory of
+// 32 MiB, empty (each forgotten at once) and at its bound (each making room).
+func BenchmarkRefusalMemory(b *testing.B) {
+	b.Run("empty", func(b *testing.B) {
+		r := newRefusals(32 << 20)
+		i := 0
+		for b.Loop() {
+			r.forget(rememberKey(r, i))
+			i++
+		}
+	})
+	b.Run("full", func(b *testing.B) {
+		r, i := fullRefusals(32 << 20)
+		for b.Loop() {
+			rememberKey(r, i)
+			i++
+		}
+	})
 }

@@ -121,6 +121,10 @@ local d, changed, ago
 -- or rescaled and must be written, and ago, how long the bucket has been full (maxd for a key
 -- not there), when it is; tolerance is in nanoseconds. T0 and b0 (strings) are the policy of a
 -- state written without one, when they are given, and otherwise the call's.
+-- A value that is not a state these scripts write (another program's: a hash makes GET fail
+-- with WRONGTYPE, a string that is no state, a number of more digits than a state has, or older
+-- than any state lives by TIME) ends the script with a KEYSTATE error before anything is
+-- written, so that it is never overwritten.
 d, changed, ago = 0, false, maxd
 do
 	local v = redis.call('GET', key)
@@ -131,14 +135,22 @@ do
 		end
 		local colon = string.find(v, ':', 1, true)
 		if colon then
+			if not string.find(v, '^:[1-9]%d*:[1-9]%d*$', colon) then
+				return redis.error_reply('KEYSTATE ' .. key .. ' holds no limiter state')
+			end
 			local second = string.find(v, ':', colon + 1, true)
 			T = tonumber(string.sub(v, colon + 1, second - 1))
 			b = tonumber(string.sub(v, second + 1))
 			v = string.sub(v, 1, colon - 1)
 		end
+		-- At most 16 digits of microseconds (until the year 2286), as every state written has.
+		local dot = string.find(v, '.', 1, true)
+		if not (not dot and #v <= 19 and string.find(v, '^%d%d%d%d+$')
+			or dot and dot <= 17 and #v - dot <= 19 and string.find(v, '^%d+%.%d%d%d%d+$')) then
+			return redis.error_reply('KEYSTATE ' .. key .. ' holds no limiter state')
+		end
 		local h = b * T
 		local ns = tonumber(string.sub(v, -3))
-		local dot = string.find(v, '.', 1, true)
 		if dot then
 			local tat = tonumber(string.sub(v, 1, dot - 1))
 			local w = tonumber(string.sub(v, dot + 1, -4))
@@ -152,6 +164,11 @@ do
 			if d > h + tolerance then
 				d, changed = h, true
 			end
+		end
+		if d < -maxd and not (arg and arg ~= '') then
+			-- Full for longer than any state lives by Redis's clock (it expires when full): a
+			-- number of another program's.
+			return redis.error_reply('KEYSTATE ' .. key .. ' holds no limiter state')
 		end
 		if d < 0 then
 			d, ago = 0, -d

@@ -60,8 +60,8 @@ func (s scripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, arg
 
 // eval runs a script command and returns its answer as go-redis would: an integer (what the
 // store's charge answers) as an int64, an array of integers (what its decisions answer) as []any
-// of int64, and NOSCRIPT as an error wrapping redis.ErrNoScript, so that redis.Script.Run sends
-// the script itself.
+// of int64, NOSCRIPT as an error wrapping redis.ErrNoScript, so that redis.Script.Run sends
+// the script itself, and other error replies as a redis.Error.
 func (s scripter) eval(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
 	strs := make([]string, len(args))
 	for i, a := range args {
@@ -70,8 +70,12 @@ func (s scripter) eval(ctx context.Context, name, script string, keys []string, 
 	cmd := s.c.B().Arbitrary(name, script, strconv.Itoa(len(keys))).Keys(keys...).Args(strs...).Build()
 	msg, err := s.c.Do(ctx, cmd).ToMessage()
 	if err != nil {
-		if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
-			err = fmt.Errorf("%w: %w", redis.ErrNoScript, err)
+		if re, ok := rueidis.IsRedisErr(err); ok {
+			if re.IsNoScript() {
+				err = fmt.Errorf("%w: %w", redis.ErrNoScript, err)
+			} else {
+				err = replyError{err}
+			}
 		}
 		return redis.NewCmdResult(nil, err)
 	}
@@ -89,6 +93,15 @@ func (s scripter) eval(ctx context.Context, name, script string, keys []string, 
 	}
 	return redis.NewCmdResult(vals, nil)
 }
+
+// replyError is an error reply of Redis's, marked as go-redis marks its own (redis.Error), so
+// that the store tells a key's failure (WRONGTYPE, KEYSTATE: see redisstore.ErrKeyState) from
+// Redis's.
+type replyError struct{ err error }
+
+func (e replyError) Error() string { return e.err.Error() }
+func (e replyError) Unwrap() error { return e.err }
+func (replyError) RedisError()     {}
 
 // argString formats an argument of a script as go-redis would send it.
 func argString(a any) string {

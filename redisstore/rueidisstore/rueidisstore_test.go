@@ -307,3 +307,24 @@ func TestRefusalMemory(t *testing.T) {
 		t.Fatalf("%d script calls for 100 refusals remembered, want 0", n)
 	}
 }
+
+// TestKeyState puts another program's hash under the store's prefix and decides its key more
+// times in a row than take Redis for down: each fails with ErrKeyState, not ErrUnavailable, and
+// another key is decided as usual.
+func TestKeyState(t *testing.T) {
+	client := newClient(t, redistest.Addr(t))
+	prefix := fmt.Sprintf("rueidisstore-test:keystate:%d:", time.Now().UnixNano())
+	ctx := context.Background()
+	if err := client.Do(ctx, client.B().Hset().Key(prefix+"hash").FieldValue().FieldValue("f", "v").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	s := New(client, rate.Every(time.Second), 5, redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second))
+	for i := range 6 {
+		if _, err := s.Decide(ctx, "hash", 1, time.Now()); !errors.Is(err, redisstore.ErrKeyState) || errors.Is(err, redisstore.ErrUnavailable) {
+			t.Fatalf("decision %d of another program's hash: %v, want ErrKeyState", i, err)
+		}
+	}
+	if d, err := s.Decide(ctx, "k", 1, time.Now()); err != nil || !d.Allowed {
+		t.Fatalf("another key: %+v, %v", d, err)
+	}
+}
