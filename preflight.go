@@ -12,29 +12,34 @@ import (
 // client more often than the limit admits. So the handler a Middleware wraps around next learns
 // what next does with such requests:
 //
-//   - Until next has answered one other than as a preflight, each is passed to next uncounted,
-//     and its answer looked at before its header goes out: a preflight answer
-//     (Access-Control-Allow-Methods or Access-Control-Allow-Headers set, or Vary naming
-//     Access-Control-Request-Method) goes out; any other is decided first, as the request it
-//     is, and answered 429 in its place when the limiter refuses it.
-//   - From then on, one is passed on so only when next has answered a preflight to its route
-//     (host and path) as one; any other is decided first, as any request, and reaches next only
-//     when admitted. When next then answers it as a preflight, its route is remembered.
+//   - One sent where next has answered a preflight as one (the same host, path and Origin) is
+//     passed on uncounted.
+//   - Until next has answered one other than as a preflight, one at a time of the others is
+//     passed to next uncounted, and its answer looked at before its header goes out: a
+//     preflight answer (Access-Control-Allow-Methods or Access-Control-Allow-Headers set, or
+//     Vary naming Access-Control-Request-Method) goes out, and its host, path and Origin are
+//     remembered; any other is decided first, as the request it is, and answered 429 in its
+//     place when the limiter refuses it.
+//   - Any other is decided first, as any request, and reaches next only when admitted. When
+//     next then answers it as a preflight, its host, path and Origin are remembered.
 //
 // A request that CORS middleware before the limiter answered and passes on (go-chi/cors's
 // OptionsPassthrough), its preflight answer set already, is passed on uncounted.
 //
 // So behind CORS middleware on every route, on either side of the limiter, no preflight is
-// counted or refused. Behind a handler that serves every method and no CORS middleware, a
-// request shaped as a preflight reaches the handler only when admitted, except the first such
-// request next is ever sent (and any sent at the same moment), which reaches it before it is
-// decided: if its client is over its limit, the handler runs once more than the limit admits,
-// once for the life of the middleware. Behind a router with CORS middleware on some routes only,
-// a preflight to a route not remembered is counted, and refused to a client over its limit,
-// until one is admitted. The routes remembered are a fixed number (answeredRoutes), so that no
-// flood of routes grows the memory, and one is replaced only when next answers a preflight to
-// another route as one: once next has answered one other than as a preflight, only an admitted
-// request can do that.
+// counted or refused once its route and origin are remembered; before, one at a time is passed
+// on uncounted, and one sent at the same moment to a route and origin not yet remembered is
+// counted. Behind a handler that serves every method and no CORS middleware, a request shaped
+// as a preflight reaches the handler only when admitted, except the first such request next is
+// ever sent, which reaches it before it is decided: if its client is over its limit, the
+// handler runs once more than the limit admits, once for the life of the middleware. Behind a
+// router with CORS middleware on some routes or origins only, a preflight to a route and origin
+// not remembered is counted, and refused to a client over its limit, until one is admitted.
+// The Origin is part of what is remembered because CORS middleware answers the preflights of
+// the origins it allows and may pass others on to next. The routes remembered are a fixed
+// number (answeredRoutes), so that no flood of routes grows the memory, and one is replaced
+// only when next answers a preflight to another route as one: once next has answered one other
+// than as a preflight, only an admitted request can do that.
 
 // answeredRoutes is how many routes whose preflights next answers a preflightMemory remembers.
 const answeredRoutes = 64
@@ -44,18 +49,26 @@ const answeredRoutes = 64
 type preflightMemory struct {
 	seed     maphash.Seed
 	handled  atomic.Bool                   // next has answered one other than as a preflight
+	probing  atomic.Bool                   // one is passed on uncounted to learn what next does
 	answered [answeredRoutes]atomic.Uint64 // hashes of routes next answered preflights to, one a slot
 }
 
 // answers reports whether next is taken to answer r, shaped as a preflight, as CORS middleware
-// does.
+// does: next answered a preflight to its route as one.
 func (p *preflightMemory) answers(r *http.Request) bool {
-	if !p.handled.Load() {
-		return true
-	}
 	k := p.route(r)
 	return p.answered[(k>>1)%answeredRoutes].Load() == k
 }
+
+// probe reports whether r, shaped as a preflight, is to be passed on uncounted to learn what
+// next does with it: while next has answered none other than as a preflight, and no other is
+// being passed on so. The caller that is told true calls probed when next has answered.
+func (p *preflightMemory) probe() bool {
+	return !p.handled.Load() && p.probing.CompareAndSwap(false, true)
+}
+
+// probed ends what probe began.
+func (p *preflightMemory) probed() { p.probing.Store(false) }
 
 // learn records whether next answered r, shaped as a preflight, as a preflight.
 func (p *preflightMemory) learn(r *http.Request, preflight bool) {
@@ -69,13 +82,16 @@ func (p *preflightMemory) learn(r *http.Request, preflight bool) {
 	slot.CompareAndSwap(k, 0)
 }
 
-// route returns the hash of r's route, its host and path: never 0, which is an empty slot.
+// route returns the hash of r's route, its host and path, and its Origin: never 0, which is an
+// empty slot.
 func (p *preflightMemory) route(r *http.Request) uint64 {
 	var h maphash.Hash
 	h.SetSeed(p.seed)
 	h.WriteString(r.Host)
 	h.WriteByte(0)
 	h.WriteString(r.URL.Path)
+	h.WriteByte(0)
+	h.WriteString(r.Header.Get(headerOrigin))
 	return h.Sum64() | 1
 }
 
@@ -87,6 +103,9 @@ func (h *limitHandler) passPreflight(w http.ResponseWriter, r *http.Request) boo
 	case answersPreflight(w.Header()):
 		h.serve(w, r)
 	case h.preflights.answers(r):
+		h.servePreflight(w, r)
+	case h.preflights.probe():
+		defer h.preflights.probed()
 		h.servePreflight(w, r)
 	default:
 		return false

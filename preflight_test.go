@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -397,5 +398,75 @@ func TestPreflightMixedRoutes(t *testing.T) {
 	wg.Wait()
 	if n := runs.Load(); n != 2 {
 		t.Fatalf("with the browser's preflights among them, the flood ran the handler %d times, want 2", n)
+	}
+}
+
+// TestPreflightShapedConcurrentAtStart: 100 requests shaped as preflights from one client, sent
+// at once to a new middleware with no CORS middleware behind it, while the handler takes its
+// time: one is passed on to learn what the chain does, and the others are decided first, so the
+// handler runs at most once more than the limit of 2 admits.
+func TestPreflightShapedConcurrentAtStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var runs atomic.Int64
+		release := make(chan struct{})
+		h := Limit(rate.Every(30*time.Second), 2)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			<-release
+			w.Write([]byte("expensive"))
+		}))
+		var wg sync.WaitGroup
+		codes := make([]int, 100)
+		for i := range codes {
+			wg.Go(func() { codes[i] = serveRequest(h, corsRequest(http.MethodOptions, "http://page.test", true)).Code })
+		}
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		if n := runs.Load(); n > 3 {
+			t.Errorf("100 requests shaped as preflights, sent at once, ran the handler %d times under a limit of 2 a minute", n)
+		}
+		if refused := strings.Count(fmt.Sprint(codes), "429"); refused < 97 {
+			t.Errorf("%d of 100 refused, want at least 97: %v", refused, codes)
+		}
+	})
+}
+
+// TestPreflightOriginRemembered: CORS middleware that answers the preflights of the page's origin
+// and passes those of other origins on to the handler (as CORS middleware does for an origin it
+// does not allow). The browser's preflights are answered and free; a client over its limit that
+// sends requests shaped as preflights from another origin to the same route, each right after
+// one of the browser's, reaches the handler once, the first such request the middleware is ever
+// sent (see preflight.go), and never again: what the chain answered for one origin says nothing
+// of another.
+func TestPreflightOriginRemembered(t *testing.T) {
+	var other atomic.Int64
+	cors := corsMiddleware(false)(http.NotFoundHandler())
+	h := Limit(rate.Every(30*time.Second), 2, WithClock(newClock(t0).Now), WithErrorHook(func(*http.Request, error) {}))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Origin") == "http://page.test" {
+				cors.ServeHTTP(w, r)
+				return
+			}
+			other.Add(1)
+		}))
+	attacker := func(method string) int {
+		r := corsRequest(method, "http://other.test", method == http.MethodOptions)
+		r.RemoteAddr = "198.51.100.1:1"
+		return serveRequest(h, r).Code
+	}
+	for range 3 {
+		attacker(http.MethodGet)
+	}
+	before := other.Load()
+	for i := range 20 {
+		if c := serveRequest(h, corsRequest(http.MethodOptions, "http://page.test", true)).Code; c != http.StatusNoContent {
+			t.Fatalf("the browser's preflight %d: %d, want 204", i+1, c)
+		}
+		if c := attacker(http.MethodOptions); c != http.StatusTooManyRequests {
+			t.Fatalf("request %d shaped as a preflight, from another origin and a client over its limit: %d, want 429", i+1, c)
+		}
+	}
+	if n := other.Load() - before; n > 1 {
+		t.Errorf("a client over its limit ran the handler %d times with 20 requests shaped as preflights from another origin, want at most once", n)
 	}
 }
