@@ -1,11 +1,12 @@
-// Package maintenance is the Traefik middleware plugin retryAfterMaintenance: it answers every
-// request it is given with 503 Service Unavailable, a Retry-After that counts down to the
-// announced end of the work, and a Date from the same clock reading, as
-// retryafter.Maintenance does, by the same rule.
+// Package maintenance is the Traefik middleware plugin retryAfterMaintenance: until the
+// announced end of the work it answers every request with 503 Service Unavailable, a
+// Retry-After that counts down to that end, and a Date from the same clock reading, by the rule
+// of retryafter.Maintenance; from the end on, it passes requests to the service, so that a
+// client that waits as told is let in.
 //
 // Traefik interprets it with Yaegi, from source; its configuration comes from Traefik's dynamic
-// configuration (see [Config]). Maintenance is on while a router uses the middleware: remove it
-// from the router's middlewares to end it, and Traefik applies that at once.
+// configuration (see [Config]), which Traefik reloads as it changes: to end the work early or
+// late, remove the middleware from the router or change Until.
 package maintenance
 
 import (
@@ -26,13 +27,13 @@ const defaultWait = time.Minute
 // its dynamic configuration (YAML, TOML, labels).
 type Config struct {
 	// Until is the announced end of the work, an RFC 3339 instant such as
-	// "2026-12-05T06:00:00Z". Retry-After counts down to it; once it has passed, while the
-	// middleware is still in use, Retry-After is how late the work is so far, at least one
-	// second and at most Wait. If empty, the end is unknown and Retry-After is Wait.
+	// "2026-12-05T06:00:00Z". Retry-After counts down to it, and from it on requests pass to
+	// the service. If empty, the end is unknown: every request is answered 503 with Retry-After
+	// Wait, until the middleware is removed.
 	Until string `json:"until,omitempty"`
 
-	// Wait is the Retry-After when the end is unknown, and the longest one while the work
-	// overruns its end, as a Go duration ("1m", "90s"). If empty, the default is 1 minute.
+	// Wait is the Retry-After when the end is unknown, as a Go duration ("1m", "90s"). If
+	// empty, the default is 1 minute.
 	Wait string `json:"wait,omitempty"`
 
 	// HTTPDate states Retry-After as an HTTP-date (the end, rounded up to the next second),
@@ -46,10 +47,10 @@ func CreateConfig() *Config {
 	return &Config{}
 }
 
-// New returns the middleware, which answers every request itself and never calls next. It
-// fails when Until is not an RFC 3339 instant or Wait not a duration above zero.
-func New(_ context.Context, _ http.Handler, config *Config, _ string) (http.Handler, error) {
-	h := &handler{wait: defaultWait, httpDate: config.HTTPDate}
+// New returns the middleware, which passes requests to next from Until on. It fails when Until
+// is not an RFC 3339 instant or Wait not a duration above zero.
+func New(_ context.Context, next http.Handler, config *Config, _ string) (http.Handler, error) {
+	h := &handler{next: next, wait: defaultWait, httpDate: config.HTTPDate}
 	if config.Until != "" {
 		until, err := time.Parse(time.RFC3339, config.Until)
 		if err != nil {
@@ -69,6 +70,7 @@ func New(_ context.Context, _ http.Handler, config *Config, _ string) (http.Hand
 
 // handler is the middleware that New returns.
 type handler struct {
+	next     http.Handler
 	until    time.Time // zero: unknown
 	wait     time.Duration
 	httpDate bool
@@ -78,11 +80,15 @@ type handler struct {
 }
 
 // ServeHTTP answers 503 with Date and Retry-After from one reading of the clock, and the body
-// of [http.Error].
-func (h *handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+// of [http.Error]; from Until on, it calls next.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	if h.now != nil {
 		now = h.now()
+	}
+	if !h.until.IsZero() && !now.Before(h.until) {
+		h.next.ServeHTTP(w, r)
+		return
 	}
 	end, left, _ := downtime.Answer(now, h.until, h.wait)
 	hdr := w.Header()

@@ -23,6 +23,11 @@ func never(t *testing.T) http.Handler {
 	})
 }
 
+// service is the next handler that the middleware passes requests to once the work is over.
+var service = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Write([]byte("ok\n"))
+})
+
 // serve sends one GET through h and returns the response and the instants just before and after.
 func serve(h http.Handler) (resp *http.Response, before, after time.Time) {
 	rec := httptest.NewRecorder()
@@ -75,24 +80,34 @@ func checkAnswers(t *testing.T, p *plugintest.Plugin) {
 		t.Errorf("httpDate: Retry-After %q against Date %q: a wait of %v, short of %v", resp.Header.Get("Retry-After"), resp.Header.Get("Date"), w, until)
 	}
 
-	// An unknown end, and an overrun: Wait, and how late the work is, capped at Wait.
+	// An unknown end: Wait.
 	for _, tc := range []struct {
-		config   map[string]any
-		min, max int
+		config map[string]any
+		want   string
 	}{
-		{map[string]any{}, 60, 60},
-		{map[string]any{"wait": "90s"}, 90, 90},
-		{map[string]any{"until": time.Now().Add(-10 * time.Minute).Format(time.RFC3339), "wait": "2m"}, 120, 120},
-		{map[string]any{"until": time.Now().Add(-30 * time.Second).Format(time.RFC3339)}, 30, 60},
-		{map[string]any{"until": time.Now().Format(time.RFC3339Nano)}, 1, 60},
+		{map[string]any{}, "60"},
+		{map[string]any{"wait": "90s"}, "90"},
+		{map[string]any{"wait": "1500ms", "httpDate": "false"}, "2"},
 	} {
 		h, err := p.New(ctx, tc.config, never(t), "m")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp, _, _ := serve(h)
-		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || n < tc.min || n > tc.max {
-			t.Errorf("%v: Retry-After %q, want %d to %d", tc.config, resp.Header.Get("Retry-After"), tc.min, tc.max)
+		if got := resp.Header.Get("Retry-After"); resp.StatusCode != 503 || got != tc.want {
+			t.Errorf("%v: %d, Retry-After %q; want 503 and %q", tc.config, resp.StatusCode, got, tc.want)
+		}
+	}
+
+	// The end is honoured: from it on, requests pass to the service.
+	for _, until := range []time.Time{time.Now(), time.Now().Add(-10 * time.Minute)} {
+		h, err := p.New(ctx, map[string]any{"until": until.Format(time.RFC3339Nano)}, service, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, _, _ := serve(h)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Retry-After") != "" {
+			t.Errorf("until %v, passed: %d, Retry-After %q; want the service's 200", until, resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
 	}
 
@@ -121,7 +136,8 @@ func TestAnswersCompiled(t *testing.T) {
 }
 
 // TestSameAnswerAsMaintenance holds the plugin to retryafter.Maintenance's answer at many instants
-// of an injected clock, before, at and after the announced end, in both forms.
+// of an injected clock before the announced end, in both forms; from the end on, a client that
+// waited as told is let in.
 func TestSameAnswerAsMaintenance(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	until := t0.Add(2*time.Minute + 250*time.Millisecond)
@@ -131,12 +147,12 @@ func TestSameAnswerAsMaintenance(t *testing.T) {
 		m := &retryafter.Maintenance{Now: clock, Wait: 90 * time.Second, HTTPDate: httpDate}
 		m.Start(until)
 		want := m.Handler(never(t))
-		got, err := New(context.Background(), never(t), &Config{Until: until.Format(time.RFC3339Nano), Wait: "90s", HTTPDate: httpDate}, "m")
+		got, err := New(context.Background(), service, &Config{Until: until.Format(time.RFC3339Nano), Wait: "90s", HTTPDate: httpDate}, "m")
 		if err != nil {
 			t.Fatal(err)
 		}
 		got.(*handler).now = clock
-		for step := time.Duration(0); step < 10*time.Minute; step += 777 * time.Millisecond {
+		for step := time.Duration(0); t0.Add(step).Before(until); step += 77 * time.Millisecond {
 			now = t0.Add(step)
 			a, b := httptest.NewRecorder(), httptest.NewRecorder()
 			want.ServeHTTP(a, httptest.NewRequest("GET", "/", nil))
@@ -146,6 +162,19 @@ func TestSameAnswerAsMaintenance(t *testing.T) {
 					t.Fatalf("httpDate %v, at %v: %d %s %q, want retryafter.Maintenance's %d %q", httpDate, now, b.Code, name, b.Header().Get(name), a.Code, a.Header().Get(name))
 				}
 			}
+			// The round trip: a client that waits what it was told, from this instant, is let in.
+			told, ok := retryafter.ParseRetryAfter(b.Header(), now)
+			if !ok {
+				t.Fatalf("at %v: Retry-After %q does not parse", now, b.Header().Get("Retry-After"))
+			}
+			saved := now
+			now = now.Add(told)
+			c := httptest.NewRecorder()
+			got.ServeHTTP(c, httptest.NewRequest("GET", "/", nil))
+			if c.Code != http.StatusOK {
+				t.Fatalf("at %v, told %v: the retry got %d, want the service's 200", saved, told, c.Code)
+			}
+			now = saved
 		}
 	}
 }
