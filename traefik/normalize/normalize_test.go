@@ -3,8 +3,10 @@ package normalize_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,5 +196,31 @@ func TestWriteWithoutWriteHeader(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != 200 || rec.Header().Get("Retry-After") != "0" || rec.Header().Get("Date") != "" {
 		t.Errorf("got %d %v, want 200 and the header as the handler set it", rec.Code, rec.Header())
+	}
+}
+
+// BenchmarkRequest measures a 200 passed untouched and a 429 whose Retry-After: 0 is repaired
+// (and logged), through the plugin as Traefik interprets it and compiled: what the plugin costs
+// per request under Yaegi.
+func BenchmarkRequest(b *testing.B) {
+	for _, mode := range []string{"interpreted", "compiled"} {
+		for _, tc := range []repairCase{repairCases[len(repairCases)-1], repairCases[0]} {
+			b.Run(mode+"/"+strconv.Itoa(tc.status), func(b *testing.B) {
+				p := plugintest.Compiled(normalize.New, normalize.CreateConfig)
+				if mode == "interpreted" {
+					p = plugintest.Load(b, plugintest.GoPath(b, importPath), importPath, io.Discard)
+				}
+				h, err := p.New(context.Background(), nil, upstream(tc), "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				req := httptest.NewRequest("GET", "/", nil)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					h.ServeHTTP(httptest.NewRecorder(), req)
+				}
+			})
+		}
 	}
 }
