@@ -84,14 +84,12 @@
 //
 // # Traefik
 //
-// Traefik runs its plugins in Yaegi, an interpreter of Go source, not in compiled Go, and Yaegi
-// v0.16.1 runs none of this repository's packages: it lacks atomic.Pointer[T] (package
-// internal/header's Date cache, which every package here imports), the min and max builtins
-// (Go 1.21) and range over an int (Go 1.22), and it mis-assigns a pointer passed as an interface
-// beside variadic arguments (in Limit). About 70 lines of workarounds would make the root package,
-// gateway and retryclient run there; they are not made, since they would cost the compiled code
-// its clarity for an interpreter the other gateways do not use. In Traefik, put a gateway built
-// on package gateway in front of it, or this middleware in the service behind it.
+// Traefik runs its plugins in Yaegi, an interpreter of Go source. Package gateway and the
+// maintenance 503 run there, as the plugins retryAfterNormalize and retryAfterMaintenance
+// (module github.com/retryafter/retryafter/traefik); this package does not: Yaegi v0.16.1
+// lacks atomic.Pointer[T], the min and max builtins and range over an int, and mis-assigns a
+// pointer passed as an interface beside variadic arguments (in Limit). In Traefik, use its own
+// RateLimit middleware, or this middleware in the service behind it.
 //
 // # The other side
 //

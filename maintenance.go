@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter/internal/downtime"
 )
 
 // defaultMaintenanceWait is the Retry-After of a [Maintenance] with no end to count down to,
@@ -155,30 +157,19 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 	if wait <= 0 {
 		wait = defaultMaintenanceWait
 	}
-	wait = min(wait, rate.InfDuration-1)
-	if !until.IsZero() && !until.After(at) {
-		// An overrun: come back when the work will have been late twice as long, so that a
-		// short overrun costs a short wait and a long one backs off to Wait.
-		wait = min(max(at.Sub(until), time.Second), wait)
-		until = time.Time{}
-	}
-	spread := !until.IsZero() && m.ReturnRate > 0
+	// An overrun, handled by downtime.Answer: come back when the work will have been late twice
+	// as long, so that a short overrun costs a short wait and a long one backs off to Wait.
+	end, wait, counting := downtime.Answer(at, until, wait)
+	spread := counting && m.ReturnRate > 0
 	if m.HTTPDate {
-		if until.IsZero() {
-			until = at.Add(wait)
-		} else if spread {
-			until = time.Unix(m.returns.book(at, until, float64(m.ReturnRate), 0, true), 0)
+		if spread {
+			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, true), 0)
 		}
-		m.emit.refuseUntil(w, r, m.Respond, http.StatusServiceUnavailable, at, until)
+		m.emit.refuseUntil(w, r, m.Respond, http.StatusServiceUnavailable, at, end)
 		return
 	}
-	if !until.IsZero() {
-		// An end too far away for a Duration saturates at rate.InfDuration, which the
-		// emitter takes for "never"; one nanosecond less still rounds to a finite header.
-		wait = min(until.Sub(at), rate.InfDuration-1)
-		if spread {
-			wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0)
-		}
+	if spread {
+		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0)
 	}
 	m.emit.refuse(w, r, m.Respond, http.StatusServiceUnavailable, at, wait, nil)
 }

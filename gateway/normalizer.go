@@ -92,7 +92,10 @@ func (n *Normalizer) limits() (fallback, maxWait time.Duration) {
 	if fallback <= 0 {
 		fallback = defaultFallback
 	}
-	return min(fallback, maxWait), maxWait
+	if fallback > maxWait { // not min: Yaegi v0.16.1, which runs Traefik's plugins, lacks it
+		fallback = maxWait
+	}
+	return fallback, maxWait
 }
 
 // A Repair describes one response whose Retry-After a [Normalizer] repaired.

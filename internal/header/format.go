@@ -5,6 +5,10 @@
 //
 // Writing is pure: functions of a wait or an instant, and a [Lines] that hands out the header
 // values of one response from one allocation.
+//
+// Traefik's plugins interpret this package with Yaegi v0.16.1 (see traefik/), which lacks the
+// min and max builtins, range over an int and the standard library's generic types; the
+// package uses none of them, and traefik/'s tests fail if it does.
 package header
 
 import (
@@ -130,7 +134,10 @@ func (l *Lines) Done() {
 // since the Date of a busy server changes once a second. The zero value is ready to use; it is
 // safe for concurrent use.
 type DateCache struct {
-	last atomic.Pointer[dateLine]
+	// last holds the last *dateLine. It is an atomic.Value rather than an
+	// atomic.Pointer[dateLine] because Yaegi v0.16.1, the interpreter that runs Traefik's
+	// plugins, knows none of the standard library's generic types.
+	last atomic.Value
 }
 
 type dateLine struct {
@@ -142,7 +149,7 @@ type dateLine struct {
 // years 0000 to 9999, which no IMF-fixdate can name, is formatted as the nearest one that can.
 func (c *DateCache) Format(t time.Time) string {
 	unix := t.Unix()
-	d := c.last.Load()
+	d, _ := c.last.Load().(*dateLine)
 	if d == nil || d.unix != unix {
 		d = &dateLine{unix: unix, value: inRange(t).UTC().Format(http.TimeFormat)}
 		c.last.Store(d)

@@ -50,8 +50,10 @@ func (l Leniency) String() string {
 		return "conforming"
 	}
 	var b strings.Builder
+	// The shifts are of a Leniency, not of an untyped 1: Yaegi v0.16.1, which interprets
+	// Traefik's plugins, types the untyped 1 of such a shift as an int.
 	for i, name := range leniencyNames {
-		if l&(1<<i) == 0 {
+		if l&(Leniency(1)<<i) == 0 {
 			continue
 		}
 		if b.Len() > 0 {
@@ -59,7 +61,7 @@ func (l Leniency) String() string {
 		}
 		b.WriteString(name)
 	}
-	if rest := l &^ (1<<len(leniencyNames) - 1); rest != 0 {
+	if rest := l &^ (Leniency(1)<<len(leniencyNames) - 1); rest != 0 {
 		if b.Len() > 0 {
 			b.WriteByte('+')
 		}

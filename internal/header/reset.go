@@ -39,8 +39,13 @@ const minEpoch = 100_000_000
 // which no reset names), at least minEpoch. It follows the reference, not the calendar, so
 // that a server whose clock is far off (or fake, in a test) is read the same way.
 func epochFrom(ref time.Time) (seconds, millis uint64) {
-	s := max(ref.Unix()/2, minEpoch)
-	ms := max(ref.UnixMilli()/2, minEpoch*1000)
+	s, ms := ref.Unix()/2, ref.UnixMilli()/2 // no max builtin in Yaegi v0.16.1 (Traefik's plugins)
+	if s < minEpoch {
+		s = minEpoch
+	}
+	if ms < minEpoch*1000 {
+		ms = minEpoch * 1000
+	}
 	return uint64(s), uint64(ms)
 }
 
@@ -150,7 +155,7 @@ func epochReading(field string, whole uint64, frac string, millis bool, lenient 
 	roundUp := strings.Trim(frac, "0") != ""
 	switch {
 	case millis:
-		t = time.UnixMilli(int64(min(whole, math.MaxInt64)))
+		t = time.UnixMilli(int64(whole)) // whole is at most maxNumber: no min needed, which Yaegi lacks
 		if roundUp {
 			t = t.Add(time.Millisecond)
 		}
