@@ -93,13 +93,16 @@ func loadCaddy(t *testing.T, config, configType string) *caddytest.Tester {
 }
 
 // get sends a GET for path to the site, with the given headers, and returns the response with
-// its body read.
+// its body read. Each request has a connection of its own: the tests load one configuration
+// after another on the same port, and a connection kept from the last one belongs to a server
+// that Caddy is closing (grace_period 1ns), which resets it.
 func get(t *testing.T, tc *caddytest.Tester, path string, header ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", sitePort, path), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Close = true
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -603,6 +606,7 @@ http://127.0.0.1:SITE {
 `, ""), "caddyfile")
 	send := func(method string) int {
 		req, _ := http.NewRequest(method, fmt.Sprintf("http://localhost:%d/retry-after/maintenance/ops", adminPort), strings.NewReader(`{"until": "2099-01-01T00:00:00Z"}`))
+		req.Close = true
 		resp, err := tc.Client.Do(req)
 		if err != nil {
 			t.Fatal(err)
