@@ -2,7 +2,6 @@ package retryafter
 
 import (
 	"container/list"
-	"context"
 	"math"
 	"net/http"
 	"sync"
@@ -246,7 +245,7 @@ func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.MaxPerKey > 0 {
 		var err error
 		if key, err = c.key(r); err != nil {
-			c.emit.refuse(w, r, c.Respond, http.StatusInternalServerError, c.now(), 0, nil)
+			c.emit.refuse(w, r, c.Respond, Refusal{Status: http.StatusInternalServerError}, c.now(), nil)
 			return
 		}
 	}
@@ -477,22 +476,11 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 	if c.OnShed != nil {
 		c.OnShed(r, sh)
 	}
-	r = r.WithContext(context.WithValue(r.Context(), reducedCapacityKey{}, true))
-	c.emit.refuse(w, r, c.Respond, http.StatusServiceUnavailable, now, sh.RetryAfter, nil)
+	c.emit.refuse(w, r, c.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: sh.RetryAfter, Type: ProblemReducedCapacity}, now, nil)
 }
 
 // fromSeconds converts s seconds to a Duration, saturating at 2^62 ns (146 years), which leaves
 // room to round it up.
 func fromSeconds(s float64) time.Duration {
 	return time.Duration(min(s*float64(time.Second), 1<<62))
-}
-
-// reducedCapacityKey is the context key that marks a request a [Concurrency] refused, so that
-// [ProblemDetails] names its problem type.
-type reducedCapacityKey struct{}
-
-// reducedCapacity reports whether r was refused by a Concurrency.
-func reducedCapacity(r *http.Request) bool {
-	v, _ := r.Context().Value(reducedCapacityKey{}).(bool)
-	return v
 }

@@ -35,12 +35,12 @@ func TestRefuseUntil(t *testing.T) {
 	var e emitter
 	for _, tt := range tests {
 		var told time.Duration
-		respond := func(w http.ResponseWriter, r *http.Request, status int, wait time.Duration) {
-			told = wait
-			writeRefusal(w, r, status, wait)
+		respond := func(w http.ResponseWriter, r *http.Request, f Refusal) {
+			told = f.RetryAfter
+			writeRefusal(w, r, f)
 		}
 		w := httptest.NewRecorder()
-		e.refuseUntil(w, httptest.NewRequest("GET", "/", nil), respond, http.StatusServiceUnavailable, tt.now, tt.until)
+		e.refuseUntil(w, httptest.NewRequest("GET", "/", nil), respond, Refusal{Status: http.StatusServiceUnavailable}, tt.now, tt.until)
 		if w.Code != http.StatusServiceUnavailable {
 			t.Fatalf("status %d", w.Code)
 		}
@@ -65,7 +65,7 @@ func TestRefuseUntilNeverEarly(t *testing.T) {
 	for d := time.Duration(1); d < 48*time.Hour; d = d*3/2 + 7 {
 		until := now.Add(d)
 		w := httptest.NewRecorder()
-		e.refuseUntil(w, httptest.NewRequest("GET", "/", nil), nil, http.StatusServiceUnavailable, now, until)
+		e.refuseUntil(w, httptest.NewRequest("GET", "/", nil), nil, Refusal{Status: http.StatusServiceUnavailable}, now, until)
 		h := w.Header()
 		at, err := http.ParseTime(h.Get("Retry-After"))
 		if err != nil || at.Before(until) || !at.Before(until.Add(time.Second)) {

@@ -22,6 +22,9 @@ var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ok"))
 })
 
+// writeRefusal is the default plain text as a [Responder].
+func writeRefusal(w http.ResponseWriter, r *http.Request, f Refusal) { writePlain(w, r, f.Status, nil) }
+
 // serve sends one request from remote (host:port) through h and returns what h answered.
 func serve(h http.Handler, method, remote string) *httptest.ResponseRecorder {
 	return serveWith(h, method, remote, "", "")

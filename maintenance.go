@@ -165,11 +165,11 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 		if spread {
 			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, true), 0)
 		}
-		m.emit.refuseUntil(w, r, m.Respond, http.StatusServiceUnavailable, at, end)
+		m.emit.refuseUntil(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable}, at, end)
 		return
 	}
 	if spread {
 		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0)
 	}
-	m.emit.refuse(w, r, m.Respond, http.StatusServiceUnavailable, at, wait, nil)
+	m.emit.refuse(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: wait}, at, nil)
 }

@@ -238,7 +238,8 @@ func TestMaintenanceResponder(t *testing.T) {
 	for _, date := range []bool{false, true} {
 		clk := newClock(t0.Add(300 * time.Millisecond))
 		var told time.Duration
-		json := func(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration) {
+		json := func(w http.ResponseWriter, r *http.Request, f Refusal) {
+			status, retryAfter := f.Status, f.RetryAfter
 			told = retryAfter
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)

@@ -93,7 +93,6 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	names := m.fields.exposed()
 	m.exposeAllowed = newExposeList(names...)
 	m.emit.expose = newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
-	m.emit.problem = m.c.problem
 	return m
 }
 
@@ -228,7 +227,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, key string) 
 			// The request itself ended (the client hung up, a deadline passed): the store
 			// did not fail, and a request that was not counted is not admitted for it.
 			m.decided(r, FailedClosed, Decision{})
-			m.emit.refuse(w, r, m.c.respond, http.StatusServiceUnavailable, now, failClosedWait, nil)
+			m.emit.refuse(w, r, m.c.respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: failClosedWait}, now, nil)
 			return false
 		}
 		m.fail(w, r, now, http.StatusServiceUnavailable, err)
@@ -255,11 +254,11 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, key string) 
 		return true
 	}
 	m.decided(r, Refused, d)
-	var violated []string
-	if m.emit.problem != nil {
-		violated = m.fields.violated(d)
+	f := Refusal{Status: http.StatusTooManyRequests, RetryAfter: d.RetryAfter}
+	if m.c.respond != nil { // the default plain text names no policy
+		f.Violated = m.fields.violated(d)
 	}
-	m.emit.refuseFor(w, r, m.c.respond, http.StatusTooManyRequests, now, d.RetryAfter, lines, violated)
+	m.emit.refuse(w, r, m.c.respond, f, now, lines)
 	return false
 }
 
@@ -293,5 +292,5 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, now time.Time,
 	if status == http.StatusServiceUnavailable {
 		wait = failClosedWait
 	}
-	m.emit.refuse(w, r, m.c.respond, status, now, wait, nil)
+	m.emit.refuse(w, r, m.c.respond, Refusal{Status: status, RetryAfter: wait}, now, nil)
 }

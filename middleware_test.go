@@ -204,7 +204,8 @@ func TestLimitResponse(t *testing.T) {
 func TestLimitResponder(t *testing.T) {
 	clk := newClock(t0)
 	var gotWait time.Duration
-	json := func(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration) {
+	json := func(w http.ResponseWriter, r *http.Request, f Refusal) {
+		status, retryAfter := f.Status, f.RetryAfter
 		gotWait = retryAfter
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
@@ -649,9 +650,9 @@ func TestUserPanicsHoldNoLock(t *testing.T) {
 				WithCost(func(*http.Request) int { boom("cost"); return 1 }),
 				WithLimitedHook(func(*http.Request, string, Decision) { boom("limited hook") }),
 				WithErrorHook(func(*http.Request, error) { boom("error hook") }),
-				WithResponder(func(w http.ResponseWriter, r *http.Request, status int, _ time.Duration) {
+				WithResponder(func(w http.ResponseWriter, r *http.Request, f Refusal) {
 					boom("responder")
-					w.WriteHeader(status)
+					w.WriteHeader(f.Status)
 				}),
 			}
 			h := Limit(rate.Every(time.Minute), 1, opts...)(ok)

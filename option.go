@@ -18,8 +18,7 @@ type Option func(*config)
 type config struct {
 	now      func() time.Time
 	key      KeyFunc
-	respond  Responder       // nil: the default plain text, or problem
-	problem  *ProblemDetails // the problem details of WithProblemDetails, when respond is nil
+	respond  Responder // nil: the default plain text
 	failOpen bool
 	dryRun   bool
 	exempt   func(*http.Request) bool
@@ -80,20 +79,20 @@ func WithKeyFunc(key KeyFunc) Option {
 }
 
 // WithResponder sets the function that writes the status line and body of every refusal of the
-// middleware, replacing [WithProblemDetails] given before it. The default writes a short
-// plain-text body.
+// middleware, replacing [WithProblemDetails] given before it; a refusal of the limiter's names
+// the policies it violated in the [Refusal]. The default writes a short plain-text body.
 func WithResponder(fn Responder) Option {
 	if fn == nil {
 		panic("retryafter: WithResponder(nil)")
 	}
-	return func(c *config) { c.respond, c.problem = fn, nil }
+	return func(c *config) { c.respond = fn }
 }
 
 // WithProblemDetails makes the middleware answer with the problem objects of p, which name the
-// policies a refusal violated; like [WithResponder], it replaces any responder set before it.
-// For a [Maintenance], set its Respond field to p.Respond.
+// policies a refusal violated: it is shorthand for WithResponder(p.Respond), and like it
+// replaces any responder set before it. For a [Maintenance], set its Respond field to p.Respond.
 func WithProblemDetails(p ProblemDetails) Option {
-	return func(c *config) { c.respond, c.problem = nil, &p }
+	return WithResponder(p.Respond)
 }
 
 // WithErrorHook adds a function that is told of every error of the key function or the limiter,

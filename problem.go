@@ -31,9 +31,10 @@ type ProblemDetails struct {
 	// that send */* get plain text.
 	AcceptAny bool
 
-	// Type returns the problem type URI and its title for a status. If nil, every problem is
-	// "about:blank" with the status's reason phrase as title, as RFC 9457 §4.2.1 asks, but for the
-	// 503 of a [Concurrency] at its limit, which is [ProblemReducedCapacity]. A type
+	// Type returns the problem type URI and its title for a status. If nil, or when it returns
+	// "", the problem's type is the [Refusal]'s, and "about:blank" for none, with the status's
+	// reason phrase as title, as RFC 9457 §4.2.1 asks: every refusal's but for the 503 of a
+	// [Concurrency] at its limit, which is [ProblemReducedCapacity]. A type
 	// such as "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	// (draft-ietf-httpapi-ratelimit-headers-11 §5.1, not yet registered) goes here.
 	Type func(status int) (uri, title string)
@@ -58,35 +59,34 @@ type problem struct {
 	Violated   []string `json:"violated-policies,omitempty"`
 }
 
-// Respond is a [Responder]: it writes the problem object for status, or plain text to a request
-// that does not accept problem details (see [ProblemDetails]).
-func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration) {
-	p.respond(w, r, status, retryAfter, nil)
-}
-
-// respond is Respond for a refusal by the limiter that names the policies it violated, in
-// violated-policies (draft-ietf-httpapi-ratelimit-headers-11 §5.1).
-func (p ProblemDetails) respond(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration, violated []string) {
+// Respond is a [Responder]: it writes the problem object of f, or plain text to a request that
+// does not accept problem details (see [ProblemDetails]).
+func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, f Refusal) {
+	status := f.Status
 	if !p.Always {
 		h := w.Header()
 		if !listHas(h["Vary"], varyAccept) {
 			h.Add("Vary", varyAccept)
 		}
 		if !acceptsProblem(r.Header["Accept"], p.AcceptAny) {
-			writeRefusal(w, r, status, retryAfter)
+			writePlain(w, r, status, nil)
 			return
 		}
 	}
 	pr := problem{Type: "about:blank", Title: http.StatusText(status), Status: status}
-	secs := int64(retryAfter / time.Second)
+	secs := int64(f.RetryAfter / time.Second)
 	if secs > 0 {
 		pr.RetryAfter = secs
 	}
 	pr.Detail = problemDetail(status, secs)
-	pr.Violated = violated
-	if status == http.StatusServiceUnavailable && reducedCapacity(r) {
+	pr.Violated = f.Violated
+	switch f.Type {
+	case "":
+	case ProblemReducedCapacity:
 		pr.Type, pr.Title = ProblemReducedCapacity, "Temporary Reduced Capacity"
 		pr.Detail = "The service is at capacity" + retryIn(secs) + "."
+	default:
+		pr.Type = f.Type
 	}
 	if p.Type != nil {
 		if uri, title := p.Type(status); uri != "" {
@@ -95,7 +95,7 @@ func (p ProblemDetails) respond(w http.ResponseWriter, r *http.Request, status i
 	}
 	body, err := json.Marshal(pr)
 	if err != nil { // cannot happen for this struct; answer plain text rather than nothing
-		writeRefusal(w, r, status, retryAfter)
+		writePlain(w, r, status, nil)
 		return
 	}
 	h := w.Header()

@@ -240,8 +240,8 @@ func TestPlainTextAllocs(t *testing.T) {
 	r.Header.Set("Accept", "text/html, */*;q=0.8")
 	pd := ProblemDetails{}
 	for name, respond := range map[string]Responder{"default": writeRefusal, "ProblemDetails fallback": pd.Respond} {
-		respond(w, r, 429, time.Second) // let Vary be set once
-		if n := testing.AllocsPerRun(100, func() { respond(w, r, 429, time.Second) }); n > 1 {
+		respond(w, r, Refusal{Status: 429, RetryAfter: time.Second}) // let Vary be set once
+		if n := testing.AllocsPerRun(100, func() { respond(w, r, Refusal{Status: 429, RetryAfter: time.Second}) }); n > 1 {
 			t.Errorf("%s: %v allocations", name, n)
 		}
 	}
@@ -253,7 +253,7 @@ func TestProblemDetailsWithoutWait(t *testing.T) {
 	pd := ProblemDetails{Always: true}
 	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusForbidden} {
 		w := httptest.NewRecorder()
-		pd.Respond(w, httptest.NewRequest("GET", "/", nil), status, 0)
+		pd.Respond(w, httptest.NewRequest("GET", "/", nil), Refusal{Status: status})
 		if p := decodeProblem(t, w); p.RetryAfter != nil || strings.Contains(p.Detail, "retry in") {
 			t.Fatalf("status %d without a wait: %+v", status, p)
 		}

@@ -26,7 +26,7 @@ const (
 type fieldWriter struct{ m *retryafter.Middleware }
 
 func newFieldWriter(policy string) *fieldWriter {
-	discard := func(http.ResponseWriter, *http.Request, int, time.Duration) {}
+	discard := func(http.ResponseWriter, *http.Request, retryafter.Refusal) {}
 	return &fieldWriter{m: retryafter.NewMiddleware(decided{}, retryafter.WithRateLimitFields(policy), retryafter.WithResponder(discard))}
 }
 
