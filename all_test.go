@@ -1044,3 +1044,31 @@ func TestAllLayersOfAGroup(t *testing.T) {
 		t.Fatalf("the layers' limits %v, want [1 2 3]", limits)
 	}
 }
+
+// TestCompositeUnwrap checks that what All, Shared, ChargedAfter and Peek return says through
+// its type that it decides through others, and which, and that a store does not.
+func TestCompositeUnwrap(t *testing.T) {
+	a, b := NewTokenBucket(1, 1), NewTokenBucket(2, 2)
+	g, _ := a.Combine([]Layer{{Limiter: a}, {Limiter: b}})
+	for name, tt := range map[string]struct {
+		l    Limiter
+		want []Limiter
+	}{
+		"All":          {All(a, Shared(b, "s")), []Limiter{a, b}},
+		"Shared":       {Shared(a, "s"), []Limiter{a}},
+		"ChargedAfter": {ChargedAfter(b), []Limiter{b}},
+		"Peek":         {Peek(a), []Limiter{a}},
+		"Combine":      {g, []Limiter{a, b}},
+	} {
+		c, ok := tt.l.(Composite)
+		if !ok {
+			t.Fatalf("%s is not a Composite", name)
+		}
+		if got := c.Unwrap(); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: Unwrap() = %v, want %v", name, got, tt.want)
+		}
+	}
+	if _, ok := Limiter(a).(Composite); ok {
+		t.Error("a TokenBucket is a Composite")
+	}
+}

@@ -33,6 +33,9 @@ type bucketGroup struct {
 	buckets []*TokenBucket
 }
 
+// Unwrap implements [Composite]: the Limiter of each layer.
+func (g *bucketGroup) Unwrap() []Limiter { return unwrapLayers(g.layers) }
+
 // layerState is what a bucketGroup's decision holds for one layer.
 type layerState struct {
 	key string

@@ -70,6 +70,26 @@ type Charger interface {
 	Charge(ctx context.Context, key string, cost int, now time.Time) error
 }
 
+// A Composite is a Limiter that decides through others: what [All], [Shared], [ChargedAfter]
+// and [Peek] return. The middleware sees the layers of a Composite, so a Limiter that wraps
+// another to observe it (package otelmetrics) wraps those a Composite is made of, not the
+// Composite.
+type Composite interface {
+	Limiter
+
+	// Unwrap returns, in a new slice, the Limiters it decides through, in order.
+	Unwrap() []Limiter
+}
+
+// unwrapLayers returns the Limiters of layers, for Unwrap.
+func unwrapLayers(layers []Layer) []Limiter {
+	ls := make([]Limiter, len(layers))
+	for i := range layers {
+		ls[i] = layers[i].Limiter
+	}
+	return ls
+}
+
 // maxLayers is the most layers one All decides.
 const maxLayers = 16
 
@@ -137,6 +157,9 @@ func All(limiters ...Limiter) Limiter {
 	}
 	return a
 }
+
+// Unwrap implements [Composite]: the Limiter of each layer.
+func (a *all) Unwrap() []Limiter { return unwrapLayers(a.layers) }
 
 // appendLayers appends the layers of l to layers: its own, or those of an All it is.
 func appendLayers(layers []Layer, l Limiter) []Layer {
@@ -371,6 +394,9 @@ func (l *layered) Decide(ctx context.Context, key string, cost int, now time.Tim
 	return l.Limiter.Decide(ctx, l.key(key), l.cost(cost), now)
 }
 
+// Unwrap implements [Composite]: the layer's Limiter.
+func (l *layered) Unwrap() []Limiter { return []Limiter{l.Limiter} }
+
 // Shared returns a Limiter that counts every request against the one key key in l, whatever key
 // it is asked about: a limit for the whole service, or a route, beside the per-client limits of
 // an [All]:
@@ -492,6 +518,9 @@ func Peek(l Limiter) Limiter {
 }
 
 type peek struct{ l Limiter }
+
+// Unwrap implements [Composite]: the Limiter it peeks at.
+func (p peek) Unwrap() []Limiter { return []Limiter{p.l} }
 
 // Decide implements [Limiter]: l's quota at cost 0, admitted whatever l says.
 func (p peek) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {

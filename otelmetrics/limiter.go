@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -35,9 +34,6 @@ type FallbackReporter interface {
 	FallingBack() bool
 }
 
-// rootPkg is the import path of package retryafter, whose composite Limiters Limiter refuses.
-const rootPkg = "github.com/retryafter/retryafter"
-
 // Limiter returns a Limiter that decides as l does and records, under name, how long each of its
 // decisions takes in retryafter.limiter.duration (with error.type "timeout", "canceled" or
 // "_OTHER" when it fails), and, at each collection, the state of l that it reports through
@@ -47,7 +43,8 @@ const rootPkg = "github.com/retryafter/retryafter"
 // [retryafter.All] as l does with the other wrapped Limiters next to it (timed then as one
 // decision, under the first one's name): wrap every Limiter of an All or none, and list those
 // of one store together. Wrap the stores, not what All, Shared, ChargedAfter or Peek make of
-// them, whose layers the middleware must see: Limiter panics when given one. It also panics if
+// them, whose layers the middleware must see: Limiter panics when given one, or any other
+// [retryafter.Composite]. It also panics if
 // l is nil, or name is empty, longer than 64 bytes, outside printable ASCII, or given before.
 func (m *Metrics) Limiter(name string, l retryafter.Limiter) retryafter.Limiter {
 	if l == nil {
@@ -56,14 +53,8 @@ func (m *Metrics) Limiter(name string, l retryafter.Limiter) retryafter.Limiter 
 	if name == "" || !validPolicy(name) {
 		panic("otelmetrics: Limiter name empty, longer than 64 bytes or outside printable ASCII")
 	}
-	if _, ok := l.(*retryafter.TokenBucket); !ok {
-		t := reflect.TypeOf(l)
-		if t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if t.PkgPath() == rootPkg {
-			panic("otelmetrics: Limiter of an All, Shared, ChargedAfter or Peek: wrap the Limiters inside it")
-		}
+	if _, ok := l.(retryafter.Composite); ok {
+		panic("otelmetrics: Limiter of an All, Shared, ChargedAfter, Peek or other Composite: wrap the Limiters inside it")
 	}
 	set := attribute.NewSet(limiterKey.String(name))
 	w := &watched{set: metric.WithAttributeSet(set)}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -54,12 +53,10 @@ func TestLimiterErrorType(t *testing.T) {
 	}
 }
 
-// TestRootPkg checks the import path that Limiter tells the composites of package retryafter by.
-func TestRootPkg(t *testing.T) {
-	if got := reflect.TypeFor[retryafter.Policy]().PkgPath(); got != rootPkg {
-		t.Fatalf("package retryafter is %q, not %q", got, rootPkg)
-	}
-}
+// composite is a Composite of a package other than retryafter.
+type composite struct{ retryafter.Limiter }
+
+func (c composite) Unwrap() []retryafter.Limiter { return []retryafter.Limiter{c.Limiter} }
 
 // TestLimiterPanics checks what Limiter refuses to wrap, and that it says so.
 func TestLimiterPanics(t *testing.T) {
@@ -76,6 +73,7 @@ func TestLimiterPanics(t *testing.T) {
 		"Shared":       func() { rd.m.Limiter("shared", retryafter.Shared(tb, "s")) },
 		"ChargedAfter": func() { rd.m.Limiter("after", retryafter.ChargedAfter(tb)) },
 		"Peek":         func() { rd.m.Limiter("peek", retryafter.Peek(tb)) },
+		"Composite":    func() { rd.m.Limiter("composite", composite{tb}) },
 	} {
 		func() {
 			defer func() {
