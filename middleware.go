@@ -68,7 +68,7 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 // A Middleware is safe for concurrent use.
 type Middleware struct {
 	limiter       Limiter
-	quick         allower      // limiter, when nothing reads the Decision of an admission and it is one
+	lean          leanDecider  // limiter, when nothing reads the Decision of an admission and it is one
 	after         afterCharger // limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
@@ -83,8 +83,8 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 		panic("retryafter: nil Limiter")
 	}
 	m := &Middleware{limiter: l, c: newConfig(opts)}
-	if m.c.fields == 0 && len(m.c.onDecided) == 0 {
-		m.quick, _ = l.(allower)
+	if m.c.fields == 0 && len(m.c.onDecided) == 0 && len(m.c.onLimited) == 0 {
+		m.lean, _ = l.(leanDecider)
 	}
 	if a, ok := l.(afterCharger); ok && a.deferred() {
 		m.after = a
@@ -96,12 +96,12 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	return m
 }
 
-// An allower is a Limiter that can tell whether a request is admitted at once without filling a
-// Decision, which costs it about as much as the decision: the middleware asks it first when
-// neither its fields nor its decision hooks read the Decision of an admission, and Decide only
-// when it is not. [TokenBucket] is one.
-type allower interface {
-	allow(key string, cost int, now time.Time) bool
+// A leanDecider is a Limiter that can decide a request of cost 1 or more, when lean, without
+// the quota in the Decision (Remaining and Reset), which costs it about as much as the
+// decision; of an admission at once, only Allowed is set. The middleware asks it in place of
+// Decide when neither its fields nor its hooks read the Decision. [TokenBucket] is one.
+type leanDecider interface {
+	decide(key string, cost int, now time.Time, lean bool) Decision
 }
 
 // Handler returns next behind the limiter, as [LimitWith] describes: the key function names
@@ -217,11 +217,16 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, key string) 
 		cost = max(1, m.c.cost(r))
 	}
 	now := m.c.now()
-	// A request of cost 1 that the limiter admits at once needs no Decision (see allower).
-	if m.quick != nil && m.c.cost == nil && m.quick.allow(key, 1, now) {
-		return true
+	var d Decision
+	var err error
+	if m.lean != nil {
+		// An admission at once needs no Decision (see leanDecider).
+		if d = m.lean.decide(key, cost, now, true); d.Allowed {
+			return true
+		}
+	} else {
+		d, err = m.limiter.Decide(r.Context(), key, cost, now)
 	}
-	d, err := m.limiter.Decide(r.Context(), key, cost, now)
 	if err != nil {
 		if r.Context().Err() != nil {
 			// The request itself ended (the client hung up, a deadline passed): the store

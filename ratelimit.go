@@ -273,11 +273,14 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	return b.decide(key, cost, now), nil
+	return b.decide(key, cost, now, false), nil
 }
 
-// decide is Decide for a cost of 0 or more: the one decision of a single bucket.
-func (b *TokenBucket) decide(key string, cost int, now time.Time) Decision {
+// decide is Decide for a cost of 0 or more: the one decision of a single bucket, under one
+// lock. When lean, for the middleware when nothing reads the quota (see leanDecider), an
+// admission at once returns with only Allowed set, and any other leaves Remaining and Reset
+// out: filling them costs about as much again as the decision.
+func (b *TokenBucket) decide(key string, cost int, now time.Time, lean bool) Decision {
 	t, pol, at, lag, full, lim := b.lock(key, now)
 	if t == nil {
 		return Decision{Allowed: true, Limit: pol.Burst, Remaining: pol.Burst, Policy: pol}
@@ -289,39 +292,29 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time) Decision {
 		d.RetryAfter, d.Reset = full, full
 	case lim.AllowN(at, cost):
 		d.Allowed = true
-		quota(&d, pol, lim.TokensAt(at))
-	default:
-		// Not at once: a reservation tells the wait, and within the slack admits.
-		r := lim.ReserveN(at, cost)
-		if d.Allowed, d.RetryAfter = settle(r.DelayFrom(at)); !d.Allowed {
-			r.CancelAt(at)
+		if lean {
+			t.mu.Unlock()
+			return d
 		}
 		quota(&d, pol, lim.TokensAt(at))
+	default:
+		// Not at once: the wait a reservation would have, which within the slack admits. A
+		// refusal reserves nothing, so there is nothing to cancel; the bucket is brought to at,
+		// as a reservation cancelled at once would leave it, so that its tokens are counted
+		// from the same instants whichever way it is decided.
+		lim.SetLimitAt(at, pol.Limit)
+		tokens := lim.TokensAt(at)
+		if d.Allowed, d.RetryAfter = settle(reserveWait(pol, cost, tokens)); d.Allowed {
+			lim.ReserveN(at, cost)
+			tokens = lim.TokensAt(at)
+		}
+		if !lean {
+			quota(&d, pol, tokens)
+		}
 	}
 	t.mu.Unlock()
 	d.late(lag)
 	return d
-}
-
-// allow is the first case of decide, for the middleware when nothing reads the Decision of an
-// admission: it reports whether a request of cost 0 or more from a key b holds is admitted at
-// once, and spends it. When it is not, or the key is new, it spends nothing, and decide tells
-// why (or makes room). A Decision costs about as much again to fill.
-func (b *TokenBucket) allow(key string, cost int, now time.Time) bool {
-	pol := b.policyFor(key)
-	if pol.Limit == rate.Inf {
-		return true
-	}
-	t := b.part(key)
-	t.mu.Lock()
-	at, _ := t.at(now)
-	lim := t.keys[key]
-	if lim != nil && b.policyOf != nil {
-		replan(lim, pol, at)
-	}
-	ok := lim != nil && lim.AllowN(at, cost)
-	t.mu.Unlock()
-	return ok
 }
 
 // lock finds key's policy and, but for an unlimited one (t nil), locks its part t and finds
@@ -454,17 +447,27 @@ func largest(most, guess int, ok func(int) bool) int {
 func doubled(step int) int { return min(step, math.MaxInt/2) * 2 }
 
 // admits reports whether a bucket of pol holding tokens admits a cost of n: x/time/rate's
-// reservation is due at once, or within the slack, computed as x/time/rate computes it.
+// reservation is due at once, or within the slack.
 func admits(pol Policy, n int, tokens float64) bool {
+	return reserveWait(pol, n, tokens) <= slack
+}
+
+// reserveWait returns the delay of x/time/rate's ReserveN(at, n) on a bucket of pol, not of
+// rate.Inf, that holds tokens at at, computed as x/time/rate computes it: 0 when it holds n,
+// and rate.InfDuration when n is above the burst or the wait does not fit a Duration.
+func reserveWait(pol Policy, n int, tokens float64) time.Duration {
 	if n > pol.Burst {
-		return false
+		return rate.InfDuration
 	}
 	left := tokens - float64(n)
 	if left >= 0 {
-		return true
+		return 0
 	}
-	wait := (-left / float64(pol.Limit)) * float64(time.Second)          // +Inf at a rate of 0
-	return wait < float64(math.MaxInt64) && time.Duration(wait) <= slack // 2^63 does not fit
+	wait := (-left / float64(pol.Limit)) * float64(time.Second) // +Inf at a rate of 0
+	if wait >= float64(math.MaxInt64) {                         // 2^63 does not fit
+		return rate.InfDuration
+	}
+	return time.Duration(wait)
 }
 
 // maxDebt is the longest a debt may take to repay: far longer than any client waits, and far
