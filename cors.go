@@ -109,14 +109,19 @@ func hasOrigin(r *http.Request) bool {
 	return ok
 }
 
-// expose adds to h's Access-Control-Expose-Headers the names of l that it does not list yet.
-func (l *exposeList) expose(h http.Header, lines *header.Lines) {
+// expose adds to h's Access-Control-Expose-Headers the names of l that it does not list yet,
+// taking a new value from lines (nil: allocated apart).
+func (l *exposeList) expose(h http.Header, lines values) {
 	if len(l.names) == 0 {
 		return
 	}
 	have := h[headerExpose]
 	if len(have) == 0 {
-		h[headerExpose] = lines.Line(l.line)
+		if lines == nil {
+			h[headerExpose] = []string{l.line}
+		} else {
+			h[headerExpose] = lines.Line(l.line)
+		}
 		return
 	}
 	if listHas(have, "*") && !credentialed(h) {

@@ -10,6 +10,13 @@ import (
 	"github.com/retryafter/retryafter/internal/header"
 )
 
+// values hands out the header values of one response: a *header.Lines, or a *header.Few for a
+// refusal that formats no text.
+type values interface {
+	Line(v string) []string
+	Int(n int64) []string
+}
+
 // An emitter writes refusals: the Retry-After and Date fields, then the responder's status and
 // body. It keeps the last Date and HTTP-date it formatted, which change at most once a second.
 // The zero value is ready to use; it is safe for concurrent use.
@@ -22,7 +29,7 @@ type emitter struct {
 // setDelay sets Retry-After to wait in delay-seconds, rounded up and at least 1, and returns the
 // seconds. A wait of [rate.InfDuration] or more, which no client can honour, removes
 // Retry-After instead and returns 0.
-func setDelay(h http.Header, wait time.Duration, l *header.Lines) int64 {
+func setDelay(h http.Header, wait time.Duration, l values) int64 {
 	if wait >= rate.InfDuration {
 		delete(h, header.RetryAfter)
 		return 0
@@ -35,10 +42,12 @@ func setDelay(h http.Header, wait time.Duration, l *header.Lines) int64 {
 // refuse answers r with f through respond (nil: the default plain text), after setting Date to
 // now and Retry-After to f.RetryAfter (none when it is 0 or never), and, when r has an Origin,
 // naming them in Access-Control-Expose-Headers; respond is told the wait that Retry-After
-// states. It takes the header values from l, or from a Lines of its own when l is nil.
-func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, f Refusal, now time.Time, l *header.Lines) {
-	if l == nil {
-		l = new(header.Lines)
+// states. It takes the header values from lines, those of the rate-limit fields, or, when
+// lines is nil, from a header.Few, which holds those of a refusal in a quarter of the bytes.
+func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, f Refusal, now time.Time, lines *header.Lines) {
+	var l values = lines
+	if lines == nil {
+		l = new(header.Few)
 	}
 	h := w.Header()
 	h[header.Date] = l.Line(e.date.Format(now))
@@ -49,7 +58,7 @@ func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Respond
 	} else {
 		delete(h, header.RetryAfter)
 	}
-	l.Done()
+	lines.Done()
 	f.RetryAfter = time.Duration(min(secs, math.MaxInt64/int64(time.Second))) * time.Second
 	e.respond(w, r, respond, f, l)
 }
@@ -59,7 +68,7 @@ func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Respond
 // responder is told the wait that a client measuring the date against Date computes: never
 // below until - now, and at least one second when until is after now.
 func (e *emitter) refuseUntil(w http.ResponseWriter, r *http.Request, respond Responder, f Refusal, now, until time.Time) {
-	l := new(header.Lines)
+	l := new(header.Few)
 	h := w.Header()
 	h[header.Date] = l.Line(e.date.Format(now))
 	e.exposeRefusal(h, r, l)
@@ -70,7 +79,7 @@ func (e *emitter) refuseUntil(w http.ResponseWriter, r *http.Request, respond Re
 }
 
 // exposeRefusal names the refusal's fields in Access-Control-Expose-Headers when r has an Origin.
-func (e *emitter) exposeRefusal(h http.Header, r *http.Request, l *header.Lines) {
+func (e *emitter) exposeRefusal(h http.Header, r *http.Request, l values) {
 	if !hasOrigin(r) {
 		return
 	}
@@ -82,7 +91,7 @@ func (e *emitter) exposeRefusal(h http.Header, r *http.Request, l *header.Lines)
 }
 
 // respond calls respond, or, when it is nil, writes the default plain text from l.
-func (e *emitter) respond(w http.ResponseWriter, r *http.Request, respond Responder, f Refusal, l *header.Lines) {
+func (e *emitter) respond(w http.ResponseWriter, r *http.Request, respond Responder, f Refusal, l values) {
 	if respond != nil {
 		respond(w, r, f)
 		return

@@ -42,11 +42,11 @@ const (
 	noSniff   = "nosniff"
 )
 
-// writePlain writes the default refusal, taking its header values from l (nil: from a Lines of
-// its own).
-func writePlain(w http.ResponseWriter, r *http.Request, status int, l *header.Lines) {
+// writePlain writes the default refusal, taking its header values from l (nil: from a
+// header.Few of its own).
+func writePlain(w http.ResponseWriter, r *http.Request, status int, l values) {
 	if l == nil {
-		l = new(header.Lines)
+		l = new(header.Few)
 	}
 	h := w.Header()
 	delete(h, "Content-Length")

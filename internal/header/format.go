@@ -130,6 +130,29 @@ func (l *Lines) Done() {
 	l.ns, l.done = 0, l.tn
 }
 
+// Few hands out up to five header values of one response from one allocation of 88 bytes, a
+// quarter of a Lines, for a response that formats no text of its own (a plain refusal): each
+// value is a []string of its own, as with Lines. A sixth value, and a number of 100 or more, is
+// allocated apart. A nil *Few allocates each value apart.
+type Few struct {
+	buf [5]string
+	n   int
+}
+
+// Line returns the header value []string{v}.
+func (f *Few) Line(v string) []string {
+	if f == nil || f.n == len(f.buf) {
+		return []string{v}
+	}
+	f.buf[f.n] = v
+	s := f.buf[f.n : f.n+1 : f.n+1]
+	f.n++
+	return s
+}
+
+// Int returns the header value of n in decimal.
+func (f *Few) Int(n int64) []string { return f.Line(strconv.FormatInt(n, 10)) }
+
 // A DateCache formats instants as IMF-fixdates, truncated to the second, keeping the last one,
 // since the Date of a busy server changes once a second. The zero value is ready to use; it is
 // safe for concurrent use.

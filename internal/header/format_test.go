@@ -174,3 +174,48 @@ func TestDatesStayHTTPDates(t *testing.T) {
 		}
 	}
 }
+
+// TestFew checks that Few hands out values that are each a line of their own, five from one
+// allocation and any more apart, and that a nil Few allocates each.
+func TestFew(t *testing.T) {
+	for _, f := range []*Few{new(Few), nil} {
+		var values [][]string
+		for i := range 7 {
+			if i%2 == 0 {
+				values = append(values, f.Line("v"+strconv.Itoa(i)))
+			} else {
+				values = append(values, f.Int(int64(i)*1_000_000_007))
+			}
+		}
+		for i, v := range values {
+			want := "v" + strconv.Itoa(i)
+			if i%2 == 1 {
+				want = strconv.FormatInt(int64(i)*1_000_000_007, 10)
+			}
+			if len(v) != 1 || cap(v) != 1 || v[0] != want {
+				t.Fatalf("value %d = %q with cap %d, want [%q] that cannot grow into another", i, v, cap(v), want)
+			}
+		}
+		for i, v := range values {
+			v[0] = "poison"
+			for j, other := range values {
+				if j != i && other[0] == "poison" {
+					t.Fatalf("writing value %d changed value %d", i, j)
+				}
+			}
+			v[0] = "done"
+		}
+	}
+	h := http.Header{}
+	n := testing.AllocsPerRun(100, func() {
+		f := new(Few)
+		h[RetryAfter] = f.Int(42)
+		h[Date] = f.Line("Sun, 29 Nov 2026 12:00:00 GMT")
+		h[ContentType] = f.Line("text/plain; charset=utf-8")
+		h["X-Content-Type-Options"] = f.Line("nosniff")
+		h["Access-Control-Expose-Headers"] = f.Line("Retry-After, Date")
+	})
+	if n != 1 {
+		t.Fatalf("five values: %v allocations, want 1", n)
+	}
+}
