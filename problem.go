@@ -32,9 +32,9 @@ type ProblemDetails struct {
 	AcceptAny bool
 
 	// Type returns the problem type URI and its title for a status. If nil, or when it returns
-	// "", the problem's type is the [Refusal]'s, and "about:blank" for none, with the status's
-	// reason phrase as title, as RFC 9457 §4.2.1 asks: every refusal's but for the 503 of a
-	// [Concurrency] at its limit, which is [ProblemReducedCapacity]. A type
+	// "", the type is the [Refusal]'s: "about:blank", with the status's reason phrase as title,
+	// as RFC 9457 §4.2.1 asks, for every refusal but the 503 of a [Concurrency] at its limit,
+	// which is [ProblemReducedCapacity]. A type
 	// such as "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	// (draft-ietf-httpapi-ratelimit-headers-11 §5.1, not yet registered) goes here.
 	Type func(status int) (uri, title string)
