@@ -163,3 +163,32 @@ func dumpResponse(w *httptest.ResponseRecorder) string {
 	fmt.Fprintf(&b, "body %q\n", w.Body.String())
 	return b.String()
 }
+
+// TestResponderToldRefusal checks what a Responder of the user's is told: the status, the wait
+// Retry-After states, the problem type of a Concurrency at its limit, and the policies a
+// refusal of the limiter violated, which only WithProblemDetails was told before.
+func TestResponderToldRefusal(t *testing.T) {
+	now := func() time.Time { return t0 }
+	var got Refusal
+	record := func(w http.ResponseWriter, r *http.Request, f Refusal) {
+		got = f
+		w.WriteHeader(f.Status)
+	}
+	named := func(name string, limit rate.Limit) Limiter {
+		return NewTokenBucket(limit, 1, WithPolicyFunc(func(string) Policy { return Policy{Name: name} }))
+	}
+	h := LimitWith(All(named("second", 1), named("minute", rate.Every(time.Minute))), WithClock(now), WithResponder(record))(ok)
+	serve(h, "GET", "192.0.2.1:1")
+	serve(h, "GET", "192.0.2.1:1")
+	if want := []string{"second", "minute"}; got.Status != 429 || got.RetryAfter != time.Minute || got.Type != "" || !slices.Equal(got.Violated, want) {
+		t.Errorf("limiter's refusal: %+v, want 429, 1m0s, no type, violated %q", got, want)
+	}
+	serveRequest(concurrencyRefusal(&Concurrency{Max: 1, Now: now, Respond: record}), newRequest("GET", "192.0.2.1:1"))
+	if got.Status != 503 || got.RetryAfter != time.Second || got.Type != ProblemReducedCapacity || got.Violated != nil {
+		t.Errorf("Concurrency's refusal: %+v, want 503, 1s, %s, none violated", got, ProblemReducedCapacity)
+	}
+	serve(maintenanceRefusal(&Maintenance{Now: now, Respond: record}), "GET", "192.0.2.1:1")
+	if got.Status != 503 || got.RetryAfter != time.Hour || got.Type != "" || got.Violated != nil {
+		t.Errorf("Maintenance's refusal: %+v, want 503, 1h0m0s, no type, none violated", got)
+	}
+}
