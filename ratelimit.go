@@ -299,10 +299,14 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, lean bool) Dec
 		quota(&d, pol, lim.TokensAt(at))
 	default:
 		// Not at once: the wait a reservation would have, which within the slack admits. A
-		// refusal reserves nothing, so there is nothing to cancel; the bucket is brought to at,
-		// as a reservation cancelled at once would leave it, so that its tokens are counted
-		// from the same instants whichever way it is decided.
-		lim.SetLimitAt(at, pol.Limit)
+		// refusal reserves nothing, so there is nothing to cancel, and leaves the bucket as a
+		// refused AllowN does. Decide, which reports the quota, first brings the bucket to at,
+		// so that the tokens it reports are counted from each instant decided, as after an
+		// admission, rather than in one step from the last (float64 steps differ in the last
+		// bits).
+		if !lean {
+			lim.SetLimitAt(at, pol.Limit)
+		}
 		tokens := lim.TokensAt(at)
 		if d.Allowed, d.RetryAfter = settle(reserveWait(pol, cost, tokens)); d.Allowed {
 			lim.ReserveN(at, cost)
