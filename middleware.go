@@ -68,7 +68,7 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 // A Middleware is safe for concurrent use.
 type Middleware struct {
 	limiter       Limiter
-	lean          leanDecider  // limiter, when nothing reads the Decision of an admission and it is one
+	bucket        *TokenBucket // limiter, when it is one and nothing reads the quota: decided lean
 	after         afterCharger // limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
@@ -84,7 +84,7 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	}
 	m := &Middleware{limiter: l, c: newConfig(opts)}
 	if m.c.fields == 0 && len(m.c.onDecided) == 0 && len(m.c.onLimited) == 0 {
-		m.lean, _ = l.(leanDecider)
+		m.bucket, _ = l.(*TokenBucket)
 	}
 	if a, ok := l.(afterCharger); ok && a.deferred() {
 		m.after = a
@@ -94,14 +94,6 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	m.exposeAllowed = newExposeList(names...)
 	m.emit.expose = newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
 	return m
-}
-
-// A leanDecider is a Limiter that can decide a request of cost 1 or more, when lean, without
-// the quota in the Decision (Remaining and Reset), which costs it about as much as the
-// decision; of an admission at once, only Allowed is set. The middleware asks it in place of
-// Decide when neither its fields nor its hooks read the Decision. [TokenBucket] is one.
-type leanDecider interface {
-	decide(key string, cost int, now time.Time, lean bool) Decision
 }
 
 // Handler returns next behind the limiter, as [LimitWith] describes: the key function names
@@ -219,9 +211,9 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, key string) 
 	now := m.c.now()
 	var d Decision
 	var err error
-	if m.lean != nil {
-		// An admission at once needs no Decision (see leanDecider).
-		if d = m.lean.decide(key, cost, now, true); d.Allowed {
+	if m.bucket != nil {
+		// Neither the fields nor the hooks read the quota (see TokenBucket.decideLean).
+		if m.bucket.decideLean(key, cost, now, &d) {
 			return true
 		}
 	} else {

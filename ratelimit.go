@@ -273,14 +273,12 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	return b.decide(key, cost, now, false), nil
+	return b.decide(key, cost, now), nil
 }
 
 // decide is Decide for a cost of 0 or more: the one decision of a single bucket, under one
-// lock. When lean, for the middleware when nothing reads the quota (see leanDecider), an
-// admission at once returns with only Allowed set, and any other leaves Remaining and Reset
-// out: filling them costs about as much again as the decision.
-func (b *TokenBucket) decide(key string, cost int, now time.Time, lean bool) Decision {
+// lock.
+func (b *TokenBucket) decide(key string, cost int, now time.Time) Decision {
 	t, pol, at, lag, full, lim := b.lock(key, now)
 	if t == nil {
 		return Decision{Allowed: true, Limit: pol.Burst, Remaining: pol.Burst, Policy: pol}
@@ -292,33 +290,65 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, lean bool) Dec
 		d.RetryAfter, d.Reset = full, full
 	case lim.AllowN(at, cost):
 		d.Allowed = true
-		if lean {
-			t.mu.Unlock()
-			return d
-		}
 		quota(&d, pol, lim.TokensAt(at))
 	default:
-		// Not at once: the wait a reservation would have, which within the slack admits. A
-		// refusal reserves nothing, so there is nothing to cancel, and leaves the bucket as a
-		// refused AllowN does. Decide, which reports the quota, first brings the bucket to at,
-		// so that the tokens it reports are counted from each instant decided, as after an
-		// admission, rather than in one step from the last (float64 steps differ in the last
-		// bits).
-		if !lean {
-			lim.SetLimitAt(at, pol.Limit)
-		}
-		tokens := lim.TokensAt(at)
-		if d.Allowed, d.RetryAfter = settle(reserveWait(pol, cost, tokens)); d.Allowed {
-			lim.ReserveN(at, cost)
-			tokens = lim.TokensAt(at)
-		}
-		if !lean {
-			quota(&d, pol, tokens)
-		}
+		// The quota is counted from each instant decided, as after an admission, rather than
+		// in one step from the last (float64 steps differ in the last bits).
+		lim.SetLimitAt(at, pol.Limit)
+		var tokens float64
+		d.Allowed, d.RetryAfter, tokens = notAtOnce(lim, pol, cost, at)
+		quota(&d, pol, tokens)
 	}
 	t.mu.Unlock()
 	d.late(lag)
 	return d
+}
+
+// decideLean is decide for the middleware when nothing reads the quota: it reports whether a
+// request of cost 1 or more is admitted, and spends it; for a refusal it sets d to a Decision
+// without Remaining and Reset, which cost about as much again as the decision to fill. A key
+// b does not hold yet is decided by decide.
+func (b *TokenBucket) decideLean(key string, cost int, now time.Time, d *Decision) bool {
+	pol := b.policyFor(key)
+	if pol.Limit == rate.Inf {
+		return true
+	}
+	t := b.part(key)
+	t.mu.Lock()
+	at, lag := t.at(now)
+	lim := t.keys[key]
+	if lim == nil {
+		t.mu.Unlock()
+		*d = b.decide(key, cost, now)
+		return d.Allowed
+	}
+	if b.policyOf != nil {
+		replan(lim, pol, at)
+	}
+	if lim.AllowN(at, cost) {
+		t.mu.Unlock()
+		return true
+	}
+	ok, wait, _ := notAtOnce(lim, pol, cost, at)
+	t.mu.Unlock()
+	if ok {
+		return true
+	}
+	*d = Decision{RetryAfter: late(wait, lag), Limit: pol.Burst, Policy: pol}
+	return false
+}
+
+// notAtOnce decides a request of cost that lim, a bucket of pol, did not admit at once at at:
+// by the wait a reservation would have, which within the slack admits and spends it. A
+// refusal reserves nothing, so there is nothing to cancel, and leaves lim as a refused AllowN
+// does. It returns the tokens left.
+func notAtOnce(lim *rate.Limiter, pol Policy, cost int, at time.Time) (admitted bool, wait time.Duration, tokens float64) {
+	tokens = lim.TokensAt(at)
+	if admitted, wait = settle(reserveWait(pol, cost, tokens)); admitted {
+		lim.ReserveN(at, cost)
+		tokens = lim.TokensAt(at)
+	}
+	return admitted, wait, tokens
 }
 
 // lock finds key's policy and, but for an unlimited one (t nil), locks its part t and finds

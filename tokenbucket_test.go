@@ -74,7 +74,7 @@ func TestTokenBucketKeepsReturningClients(t *testing.T) {
 	now := t0.Add(time.Hour) // every bucket refilled
 	i := 0
 	if n := testing.AllocsPerRun(10_000, func() {
-		b.decide(keys[i%len(keys)], 1, now, true)
+		b.decideLean(keys[i%len(keys)], 1, now, new(Decision))
 		i++
 	}); n > 0.01 {
 		t.Fatalf("a returning client costs %v allocations", n)
@@ -787,7 +787,7 @@ func TestTokenBucketInfiniteRate(t *testing.T) {
 			if got, _ := All(b, NewTokenBucket(inf, 1)).Decide(ctx, "k", cost, now); plain(got) != plain(wantAll) {
 				t.Fatalf("cost %d, request %d of an All at +Inf: %+v, want as at rate.Inf: %+v", cost, i, got, wantAll)
 			}
-			if !b.decide("k", cost, now, true).Allowed {
+			if !b.decideLean("k", cost, now, new(Decision)) {
 				t.Fatalf("cost %d, request %d at +Inf refused by the middleware's path", cost, i)
 			}
 			if err := b.Charge(ctx, "k", cost, now); err != nil {
