@@ -45,7 +45,7 @@ func run(repo, rev, version, out string, dirs []string) error {
 		return fmt.Errorf("-version %q is not a canonical semantic version (vX.Y.Z)", version)
 	}
 	if out == "" || len(dirs) == 0 {
-		return fmt.Errorf("usage: modproxy -version vX.Y.Z -out DIR [-repo DIR] [-rev REV] moduledir...")
+		return fmt.Errorf("usage: modproxy -version vX.Y.Z -out DIR [-repo DIR] [-rev REV] MODULEDIR [MODULEDIR]")
 	}
 	repo, err := filepath.Abs(repo)
 	if err != nil {
