@@ -7,8 +7,8 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
-	github.com/retryafter/retryafter v0.0.0
-	github.com/retryafter/retryafter/grpclimit v0.0.0
+	github.com/retryafter/retryafter v0.1.0
+	github.com/retryafter/retryafter/grpclimit v0.1.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
@@ -27,9 +27,4 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/retryafter/retryafter => ../
-	github.com/retryafter/retryafter/grpclimit => ../grpclimit
 )

@@ -9,11 +9,11 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/prometheus/otlptranslator v1.0.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/retryafter/retryafter v0.0.0
-	github.com/retryafter/retryafter/grpclimit v0.0.0
-	github.com/retryafter/retryafter/httpratestore v0.0.0
-	github.com/retryafter/retryafter/otelmetrics v0.0.0
-	github.com/retryafter/retryafter/redisstore v0.0.0
+	github.com/retryafter/retryafter v0.1.0
+	github.com/retryafter/retryafter/grpclimit v0.1.0
+	github.com/retryafter/retryafter/httpratestore v0.1.0
+	github.com/retryafter/retryafter/otelmetrics v0.1.0
+	github.com/retryafter/retryafter/redisstore v0.1.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	golang.org/x/time v0.16.0
@@ -43,12 +43,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/retryafter/retryafter => ../
-	github.com/retryafter/retryafter/grpclimit => ../grpclimit
-	github.com/retryafter/retryafter/httpratestore => ../httpratestore
-	github.com/retryafter/retryafter/otelmetrics => ../otelmetrics
-	github.com/retryafter/retryafter/redisstore => ../redisstore
 )

@@ -4,6 +4,7 @@
 # Caddy built with it, serving on loopback with its admin endpoint off, against which the
 # project's probe must pass through retry_after_limit, and whose retry_after_normalize must give
 # an httprate upstream's Retry-After: 0 back to the client as at least 1, with a Date.
+# go.mod has no replace: caddy/go.work uses this module and the root of the tree.
 # .ci/run calls it; it also runs by itself: bash caddy/ci.sh
 set -euo pipefail
 cd "$(dirname "$0")"

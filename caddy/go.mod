@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/go-chi/httprate v0.16.1
-	github.com/retryafter/retryafter v0.0.0
+	github.com/retryafter/retryafter v0.1.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/time v0.16.0
 )
@@ -174,5 +174,3 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	howett.net/plist v1.0.1 // indirect
 )
-
-replace github.com/retryafter/retryafter => ../

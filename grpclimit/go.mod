@@ -3,7 +3,7 @@ module github.com/retryafter/retryafter/grpclimit
 go 1.26.0
 
 require (
-	github.com/retryafter/retryafter v0.0.0
+	github.com/retryafter/retryafter v0.1.0
 	golang.org/x/time v0.16.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0
@@ -15,5 +15,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
-
-replace github.com/retryafter/retryafter => ../

@@ -2,14 +2,12 @@ module github.com/retryafter/retryafter/interop
 
 go 1.26.0
 
-replace github.com/retryafter/retryafter => ../
-
 require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-chi/cors v1.2.2
 	github.com/go-chi/httprate v0.16.1
 	github.com/hashicorp/go-retryablehttp v0.7.8
-	github.com/retryafter/retryafter v0.0.0
+	github.com/retryafter/retryafter v0.1.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.16.0

@@ -2,10 +2,8 @@ module github.com/retryafter/retryafter/otelmetrics
 
 go 1.26.0
 
-replace github.com/retryafter/retryafter => ../
-
 require (
-	github.com/retryafter/retryafter v0.0.0
+	github.com/retryafter/retryafter v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/retryafter/retryafter v0.0.0
+	github.com/retryafter/retryafter v0.1.0
 	golang.org/x/time v0.16.0
 )
 
@@ -14,5 +14,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/retryafter/retryafter => ../

@@ -62,7 +62,12 @@ echo "-- the plugins as local plugins: plugins-local/src/<module>, with its depe
 run="$work/run"
 plugin_dir="$run/plugins-local/src/github.com/retryafter/retryafter/traefik"
 mkdir -p "$plugin_dir"
-GOWORK=off go mod vendor -o "$plugin_dir/vendor"
+# From this tree, not the module proxy: a copy of go.mod, given by -modfile, replaces the root
+# module by this checkout (go.mod itself has no replace; go mod vendor refuses a workspace).
+cp go.mod "$work/vendor.mod"
+cp go.sum "$work/vendor.sum"
+go mod edit -replace "github.com/retryafter/retryafter=$(cd .. && pwd)" "$work/vendor.mod"
+GOWORK=off go mod vendor -modfile "$work/vendor.mod" -o "$plugin_dir/vendor"
 for pkg in normalize maintenance; do
 	mkdir "$plugin_dir/$pkg"
 	cp "$pkg/.traefik.yml" "$pkg"/*.go "$plugin_dir/$pkg/"

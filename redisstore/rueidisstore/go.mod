@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
-	github.com/retryafter/retryafter v0.0.0
-	github.com/retryafter/retryafter/redisstore v0.0.0
+	github.com/retryafter/retryafter v0.1.0
+	github.com/retryafter/retryafter/redisstore v0.1.0
 	golang.org/x/time v0.16.0
 )
 
@@ -15,7 +15,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/retryafter/retryafter => ../../
-
-replace github.com/retryafter/retryafter/redisstore => ../
