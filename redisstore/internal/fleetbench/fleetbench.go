@@ -39,7 +39,7 @@ var Concurrencies = []int{1, 8, 64}
 // Limit and Burst admit every request of the fleet: a key gets about one request a round.
 const (
 	Limit rate.Limit = 1000
-	Burst            = 1000
+	Burst int        = 1000
 )
 
 // A Target is a Redis of the benchmark: the addresses of a server, or of a cluster's nodes.
