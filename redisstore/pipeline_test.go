@@ -19,6 +19,7 @@ import (
 // script calls they carry.
 type tripCount struct {
 	trips, scripts atomic.Int64
+	shared         atomic.Int64  // round trips of several script calls
 	sent           chan struct{} // if not nil, told of every script call as it goes out
 }
 
@@ -34,6 +35,9 @@ func (h *tripCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *tripCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.trips.Add(1)
+		if len(cmds) > 1 && isScript(cmds[0]) {
+			h.shared.Add(1)
+		}
 		for _, c := range cmds {
 			if isScript(c) {
 				h.scripts.Add(1)
@@ -265,4 +269,94 @@ func TestSharedNoScript(t *testing.T) {
 	if !hook.flushed.Load() {
 		t.Fatal("no round trip was shared")
 	}
+}
+
+// TestSharedFailover kills a master of a Redis Cluster of the test's own while 32 callers of one
+// Store decide requests at once on keys of every master, all admitted, so that their round trips
+// are shared through the failover: every decision is answered within the timeout and a margin,
+// every failure is Redis unavailable, and the keys of the killed master are decided again once
+// its replica serves them.
+func TestSharedFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a cluster of its own and a failover take seconds")
+	}
+	const (
+		callers = 32
+		timeout = 100 * time.Millisecond
+		margin  = time.Second // scheduling on a loaded machine
+	)
+	c := startCluster(t)
+	prefix := testPrefix(t)
+	keys := make([]string, 30)
+	for k := range keys {
+		keys[k] = fmt.Sprint(prefix, "client-", k)
+	}
+	masters := mastersOf(t, newClusterClient(t, c.Addrs()), keys)
+	var victim *server
+	for _, n := range c.Nodes {
+		if n.Addr() == masters[0] {
+			victim = n
+		}
+	}
+	var hook tripCount
+	client := newClusterClient(t, c.Addrs())
+	client.AddHook(&hook)
+	s := New(client, 1000, 1000, WithPrefix(prefix), WithTimeout(timeout), WithProbeInterval(200*time.Millisecond))
+
+	var killedAt, lastFail atomic.Int64 // ns since start
+	var back sync.Map                   // keys of the killed master admitted after the last failure
+	var stop atomic.Bool
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			for i := g; !stop.Load(); i += callers {
+				k := i % len(keys)
+				at := time.Since(start)
+				d, err := s.Decide(context.Background(), fmt.Sprint("client-", k), 1, time.Time{})
+				if took := time.Since(start) - at; took > timeout+margin {
+					t.Errorf("a decision took %v", took)
+				}
+				switch {
+				case err != nil && !errors.Is(err, ErrUnavailable):
+					t.Errorf("%v, want Redis unavailable", err)
+				case err != nil:
+					lastFail.Store(int64(time.Since(start)))
+				case !d.Allowed:
+					t.Errorf("key %d refused: %+v", k, d)
+				case masters[k] == masters[0] && killedAt.Load() > 0 && int64(at) > lastFail.Load() && lastFail.Load() > killedAt.Load():
+					back.Store(k, true)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	time.Sleep(time.Second)
+	shared := hook.shared.Load()
+	killedAt.Store(int64(time.Since(start)))
+	victim.Stop(syscall.SIGKILL)
+	onVictim := 0
+	for _, m := range masters {
+		if m == masters[0] {
+			onVictim++
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n := 0
+		back.Range(func(any, any) bool { n++; return true })
+		if n == onVictim {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d keys of the killed master decided again within 20 s", n, onVictim)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if shared == 0 || hook.shared.Load() == shared {
+		t.Fatalf("%d round trips shared before the kill and %d after, want some of each", shared, hook.shared.Load()-shared)
+	}
+	t.Logf("the killed master's keys failed for %v; %d round trips shared before the kill, %d after",
+		time.Duration(lastFail.Load()-killedAt.Load()), shared, hook.shared.Load()-shared)
 }
