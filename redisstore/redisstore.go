@@ -146,8 +146,8 @@ const DefaultProbeInterval = 500 * time.Millisecond
 // seen (its bucket is full), so an idle client costs Redis nothing; a decision touches only
 // that one key, so a Store works on Redis Cluster too.
 //
-// A Store is safe for concurrent use and needs no closing: it holds no goroutine; the client it
-// was given stays the caller's.
+// A Store is safe for concurrent use and needs no closing: it holds no goroutine while idle; the
+// client it was given stays the caller's.
 type Store struct {
 	client    redis.Scripter
 	own       plan                           // the rate and burst of New
@@ -159,6 +159,7 @@ type Store struct {
 	oneServer bool // client runs every script on one server, whatever its keys (see Combine)
 	tolerance any  // with caller: how far back instants may arrive before a repair, ns (state.lua)
 	health    *health
+	batch     *batcher                // shares round trips between concurrent calls (pipeline.go); nil: none
 	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
 	nodes     sync.Map                // *redis.Client of a master → *health
 	replicas  int                     // WithLocalFallback's, 0 without it
@@ -280,6 +281,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		s.refusals = newRefusals(s.refusalBudget)
 	}
 	s.cluster, _ = client.(*redis.ClusterClient)
+	s.batch = newBatcher(s.oneServer, s.cluster)
 	if s.replicas > 0 && limited {
 		s.local, s.localPol = s.newLocal()
 	}
@@ -473,7 +475,7 @@ func (s *Store) run(ctx context.Context, rt roundTrip, script *redis.Script, key
 		return t, err
 	}
 	t.sent = true
-	cmd := script.Run(rt.ctx, s.client, keys, args...)
+	cmd := s.send(rt.ctx, script, keys, args)
 	if want == 0 {
 		err = cmd.Err()
 	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != want {

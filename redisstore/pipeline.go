@@ -1,0 +1,186 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxShared is the most script calls one shared round trip carries; the others wait for the next.
+const maxShared = 128
+
+// A batcher shares round trips between the concurrent script calls of a Store to one server: a
+// call that finds no round trip in flight to its server goes out at once, on its own, as
+// script.Run sends it; one that finds a round trip in flight waits in the server's queue, and
+// every call queued meanwhile goes out together, pipelined, as soon as that round trip is back.
+// So an idle store adds no latency, and a busy one sends a round trip per round trip's time and
+// server, whatever its number of requests, and Redis reads and answers them in one go: most of a
+// decision's cost to Redis is its networking, which the calls of one round trip share
+// (BENCHMARKS.md). Each call still waits at most its own deadline: one whose deadline passes while
+// queued returns then, and is not sent; one whose deadline passes while in flight returns then too.
+//
+// It holds no goroutine while idle: the one that sends a server's queued calls is started when the
+// round trip in flight lands with calls queued behind it, and ends with the queue.
+type batcher struct {
+	cluster *redis.ClusterClient // the store's client, if it is one: a queue per master
+	one     queue                // of the server, or of a cluster's keys whose master is unknown
+	masters sync.Map             // *redis.Client of a master → *queue
+}
+
+// A queue is the calls to one server that wait for the round trip in flight to it.
+type queue struct {
+	mu      sync.Mutex
+	busy    bool // a round trip is in flight, whose sender will send what is queued
+	waiting []*shared
+}
+
+// A shared is a script call that waits in a queue, and then in a shared round trip.
+type shared struct {
+	ctx    context.Context // the round trip's, with the call's deadline (see newRoundTrip)
+	client pipeliner       // the store's
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd    // its answer, set before done is closed
+	done   chan struct{} // closed when the round trip that carried it is back
+}
+
+// newBatcher returns the batcher of a store whose client is on one server (oneServer) or a
+// cluster, or nil when the client spreads a round trip over several servers (a *redis.Ring,
+// whose pipeline waits for the slowest shard): each call then goes on its own, as it does with a
+// client that cannot pipeline.
+func newBatcher(oneServer bool, cluster *redis.ClusterClient) *batcher {
+	if !oneServer && cluster == nil {
+		return nil
+	}
+	return &batcher{cluster: cluster}
+}
+
+// send runs script on keys with args within ctx, whose deadline bounds the call: in a round trip
+// of its own, or shared with the calls to the same server (see batcher). It is what script.Run
+// does, the round trip shared.
+func (s *Store) send(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	p, ok := s.client.(pipeliner)
+	if s.batch == nil || !ok {
+		return script.Run(ctx, s.client, keys, args...)
+	}
+	return s.batch.queueOf(ctx, keys[0]).send(ctx, s.client, p, script, keys, args)
+}
+
+// queueOf returns the queue of the server that holds key: on a cluster its slot's master.
+func (b *batcher) queueOf(ctx context.Context, key string) *queue {
+	if b.cluster == nil {
+		return &b.one
+	}
+	node, err := b.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return &b.one // no slot map: the cluster's pipeline finds the node, or fails
+	}
+	if q, ok := b.masters.Load(node); ok {
+		return q.(*queue)
+	}
+	q, _ := b.masters.LoadOrStore(node, &queue{})
+	return q.(*queue)
+}
+
+// send makes the call at once when no round trip to q's server is in flight, and otherwise queues
+// it for the next, until ctx's deadline.
+// client is the store's, and p the same.
+func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	q.mu.Lock()
+	if !q.busy {
+		q.busy = true
+		q.mu.Unlock()
+		cmd := script.Run(ctx, client, keys, args...)
+		q.next()
+		return cmd
+	}
+	c := &shared{ctx: ctx, client: p, script: script, keys: keys, args: args, done: make(chan struct{})}
+	q.waiting = append(q.waiting, c)
+	q.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.cmd
+	case <-ctx.Done():
+		// Queued or in flight: either way its time is up (take sends no call past its deadline).
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+}
+
+// next hands the calls queued behind the round trip that just landed to a goroutine that sends
+// them, or marks q idle when there are none.
+func (q *queue) next() {
+	if calls := q.take(); calls != nil {
+		go q.drain(calls)
+	}
+}
+
+// take returns the calls to send next, up to maxShared, leaving out those whose deadline has
+// passed, which will not be sent; none marks q idle.
+func (q *queue) take() []*shared {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var calls []*shared
+	n := 0
+	for _, c := range q.waiting {
+		if len(calls) == maxShared {
+			break
+		}
+		n++
+		if c.ctx.Err() == nil {
+			calls = append(calls, c)
+		}
+	}
+	rest := copy(q.waiting, q.waiting[n:])
+	clear(q.waiting[rest:])
+	q.waiting = q.waiting[:rest]
+	if calls == nil {
+		q.busy = false
+	}
+	return calls
+}
+
+// drain sends calls, and then what was queued meanwhile, until the queue is empty.
+func (q *queue) drain(calls []*shared) {
+	for ; calls != nil; calls = q.take() {
+		exec(calls)
+	}
+}
+
+// exec sends calls in one pipelined round trip, by EVALSHA, and again by EVAL those whose script
+// the server had not (the first calls, or after a restart), which loads it, as script.Run does.
+// The round trip carries the values of the first call's context and lasts until the latest of
+// their deadlines; each caller waits only until its own.
+func exec(calls []*shared) {
+	latest, _ := calls[0].ctx.Deadline()
+	for _, c := range calls[1:] {
+		if d, _ := c.ctx.Deadline(); d.After(latest) {
+			latest = d
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+	defer cancel()
+	pipe := calls[0].client.Pipeline()
+	for _, c := range calls {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	pipe.Exec(ctx) // each command has its own error
+	var redo redis.Pipeliner
+	for _, c := range calls {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			if redo == nil {
+				redo = calls[0].client.Pipeline()
+			}
+			c.cmd = c.script.Eval(ctx, redo, c.keys, c.args...)
+		}
+	}
+	if redo != nil {
+		redo.Exec(ctx)
+	}
+	for _, c := range calls {
+		close(c.done)
+	}
+}
