@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -60,16 +59,7 @@ func (s *Store) outOfTime(ctx context.Context, b budget, key string, cost int, n
 	if b.own {
 		return retryafter.Decision{}, b.expired()
 	}
-	return s.orLocal(ctx, key, cost, now, b.expired())
-}
-
-// orUnavailable answers a request of key that met err before its round trip: a failure of
-// Redis ([ErrUnavailable]), which a local fallback then decides, or the caller's own error.
-func (s *Store) orUnavailable(ctx context.Context, key string, cost int, now time.Time, err error) (retryafter.Decision, error) {
-	if errors.Is(err, ErrUnavailable) {
-		return s.orLocal(ctx, key, cost, now, err)
-	}
-	return retryafter.Decision{}, err
+	return s.local.decide(ctx, key, cost, now, b.expired())
 }
 
 // expired returns the error of a request whose budget ran out: the caller's own deadline, or
