@@ -105,8 +105,8 @@ func (s *Store) sendCharges(ctx context.Context, held []heldCharge, again []owed
 	if !ok {
 		var errs []error
 		for i, h := range held {
-			now, age := s.heldAt(h.owed)
-			errs = append(errs, s.failedCharge(held, again, i, s.charge(ctx, h.key, int(h.tokens), now, age)))
+			now, age := s.clock.heldAt(h.owed)
+			errs = append(errs, failedCharge(held, again, i, s.charge(ctx, h.key, int(h.tokens), now, age)))
 		}
 		return errors.Join(errs...)
 	}
@@ -121,7 +121,7 @@ func (s *Store) sendCharges(ctx context.Context, held []heldCharge, again []owed
 			defer s.charged(h.key) // after, as charge
 		}
 	}
-	s.execCharges(rt, p, pipe, sends)
+	execCharges(rt, p, pipe, sends)
 	for i := range sends {
 		if ps := &sends[i]; ps.cmd != nil {
 			errs = append(errs, s.chargeAnswered(ctx, rt, held, again, i, ps))
@@ -132,7 +132,7 @@ func (s *Store) sendCharges(ctx context.Context, held []heldCharge, again []owed
 
 // failedCharge returns err, the error of the charge of held[i], setting again[i] when the charge
 // is to be held again (see resend).
-func (s *Store) failedCharge(held []heldCharge, again []owed, i int, err error) error {
+func failedCharge(held []heldCharge, again []owed, i int, err error) error {
 	if err != nil && resend(err) {
 		again[i] = held[i].owed
 	}
@@ -144,7 +144,7 @@ func (s *Store) failedCharge(held []heldCharge, again []owed, i int, err error) 
 func (s *Store) pipeCharge(ctx context.Context, rt roundTrip, pipe redis.Pipeliner, held []heldCharge, again []owed, i int, ps *pipedCharge) error {
 	h := held[i]
 	var age int64
-	ps.now, age = s.heldAt(h.owed)
+	ps.now, age = s.clock.heldAt(h.owed)
 	pl, err := s.planOf(h.key)
 	if err != nil || pl.unlimited() {
 		return err // a policy it cannot keep: never to be made
@@ -156,7 +156,7 @@ func (s *Store) pipeCharge(ctx context.Context, rt roundTrip, pipe redis.Pipelin
 	}
 	ps.health = s.health.of(rt.ctx, ps.call.keys[0])
 	if ps.sent, err = ps.health.admit(); err != nil {
-		return s.failedCharge(held, again, i, s.local.charge(ctx, h.key, int(h.tokens), ps.now, err))
+		return failedCharge(held, again, i, s.local.charge(ctx, h.key, int(h.tokens), ps.now, err))
 	}
 	ps.cmd = chargeScript.EvalSha(rt.ctx, pipe, ps.call.keys[:], ps.call.args[:ps.call.nargs]...)
 	return nil
@@ -173,12 +173,12 @@ func (s *Store) chargeAnswered(ctx context.Context, rt roundTrip, held []heldCha
 	if down {
 		err = s.local.charge(ctx, held[i].key, int(held[i].tokens), ps.now, err)
 	}
-	return s.failedCharge(held, again, i, err)
+	return failedCharge(held, again, i, err)
 }
 
 // execCharges sends pipe, the round trip of sends, and again by EVAL those that the server had
 // not the script for (the first flush, or after a restart), which loads it.
-func (s *Store) execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sends []pipedCharge) {
+func execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sends []pipedCharge) {
 	if pipe.Len() == 0 {
 		return
 	}
@@ -192,14 +192,4 @@ func (s *Store) execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sen
 	if redo.Len() > 0 {
 		redo.Exec(rt.ctx)
 	}
-}
-
-// heldAt returns the instant to send the held charge o at, and how long before it o's last
-// charge was made: now, or with the caller's clock (tests) the instant of that last charge.
-func (s *Store) heldAt(o owed) (time.Time, int64) {
-	now := time.Now()
-	if s.clock.caller {
-		now = time.UnixMicro(o.at / 1000)
-	}
-	return now, max(s.instant(now)-o.at, 0)
 }

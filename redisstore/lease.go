@@ -201,7 +201,7 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 		if f := e.flight; f != nil {
 			e.mu.Unlock()
 			if !r.b.wait(f) {
-				return s.outOfTime(ctx, r.b, key, cost, now)
+				return r.b.outOfTime(ctx, &s.local, key, cost, now)
 			}
 			if f.err != nil && f.down {
 				return s.local.decide(ctx, key, cost, now, f.err)

@@ -208,6 +208,24 @@ type clock struct {
 	epoch     time.Time // origin of the instants of refusals on the local clock
 }
 
+// instant is Store.instant.
+func (c *clock) instant(now time.Time) int64 {
+	if c.caller {
+		return now.UnixMicro() * 1000
+	}
+	return int64(time.Since(c.epoch))
+}
+
+// heldAt returns the instant to send the held charge o at, and how long before it o's last
+// charge was made: now, or with the caller's clock (tests) the instant of that last charge.
+func (c *clock) heldAt(o owed) (time.Time, int64) {
+	now := time.Now()
+	if c.caller {
+		now = time.UnixMicro(o.at / 1000)
+	}
+	return now, max(c.instant(now)-o.at, 0)
+}
+
 // withCallerClock makes the Store decide at the now given to Decide, to the microsecond,
 // instead of Redis's TIME: for tests, which need an injected clock. Replicas using it agree
 // only if their clocks do. Instants may arrive out of order by up to one refill of the burst
@@ -413,7 +431,7 @@ func (s *Store) recall(ctx context.Context, a *ask) (_ retryafter.Decision, done
 	}
 	if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
 		if a.timeout = time.Until(b.deadline); a.timeout <= 0 {
-			d, err := s.outOfTime(ctx, b, a.key, a.cost, a.now)
+			d, err := b.outOfTime(ctx, &s.local, a.key, a.cost, a.now)
 			return d, true, err
 		}
 	}
@@ -452,7 +470,7 @@ func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost 
 		testHookBoarded(ctx)
 	}
 	if !b.wait(f) {
-		d, err := s.outOfTime(ctx, b, key, cost, now)
+		d, err := b.outOfTime(ctx, &s.local, key, cost, now)
 		return d, true, err
 	}
 	if f.err != nil && f.down {

@@ -422,12 +422,7 @@ func (s *Store) LocalAnswers() uint64 {
 // instant returns the instant of now (a request's send, an answer's arrival), for the memory of
 // refusals: on the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
 // the caller's now truncated to the microsecond, the instant the script decides at.
-func (s *Store) instant(now time.Time) int64 {
-	if s.clock.caller {
-		return now.UnixMicro() * 1000
-	}
-	return int64(time.Since(s.clock.epoch))
-}
+func (s *Store) instant(now time.Time) int64 { return s.clock.instant(now) }
 
 // charged records that key was charged, or given quota back, so that its remembered refusal,
 // those of the groups of the Store, and the answers in flight meanwhile would tell a wrong wait.
