@@ -76,17 +76,9 @@ func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time,
 		if !tr.down {
 			return err
 		}
-		return s.chargeLocal(ctx, key, cost, now, err)
+		return s.local.charge(ctx, key, cost, now, err)
 	}
 	return nil
-}
-
-// chargeLocal returns err, or charges the local bucket when the store has a local fallback.
-func (s *Store) chargeLocal(ctx context.Context, key string, cost int, now time.Time, err error) error {
-	if s.local == nil {
-		return err
-	}
-	return s.local.Charge(ctx, key, cost, now)
 }
 
 // maxBatch is the most held charges one round trip of a flush sends, pipelined.
@@ -109,20 +101,12 @@ type pipedCharge struct {
 // answered as [Store.Charge] answers it; again[i] is set to the charge of held[i] when it is to
 // be held again (see resend).
 func (s *Store) sendCharges(ctx context.Context, held []heldCharge, again []owed) error {
-	var errs []error
-	fail := func(i int, err error) {
-		if err != nil {
-			errs = append(errs, err)
-			if resend(err) {
-				again[i] = held[i].owed
-			}
-		}
-	}
 	p, ok := s.client.(pipeliner)
 	if !ok {
+		var errs []error
 		for i, h := range held {
-			now, age := s.heldAt(h.owed)
-			fail(i, s.charge(ctx, h.key, int(h.tokens), now, age))
+			now, age := s.clock.heldAt(h.owed)
+			errs = append(errs, failedCharge(held, again, i, s.charge(ctx, h.key, int(h.tokens), now, age)))
 		}
 		return errors.Join(errs...)
 	}
@@ -130,50 +114,71 @@ func (s *Store) sendCharges(ctx context.Context, held []heldCharge, again []owed
 	defer cancel()
 	pipe := p.Pipeline()
 	sends := make([]pipedCharge, len(held))
+	var errs []error
 	for i, h := range held {
-		ps := &sends[i]
-		var age int64
-		ps.now, age = s.heldAt(h.owed)
-		pl, err := s.planOf(h.key)
-		if err != nil || pl.unlimited() {
-			errs = append(errs, err) // a policy it cannot keep: never to be made
-			continue
+		errs = append(errs, s.pipeCharge(ctx, rt, pipe, held, again, i, &sends[i]))
+		if sends[i].call != nil {
+			defer s.charged(h.key) // after, as charge
 		}
-		s.charged(h.key) // before and after, as charge
-		defer s.charged(h.key)
-		ps.call = s.newCall(h.key, int(h.tokens), ps.now, &pl)
-		if age > 0 {
-			ps.call.extend(age)
-		}
-		ps.health = s.healthOf(rt.ctx, ps.call.keys[0])
-		if ps.sent, err = ps.health.admit(); err != nil {
-			fail(i, s.chargeLocal(ctx, h.key, int(h.tokens), ps.now, err))
-			continue
-		}
-		ps.cmd = chargeScript.EvalSha(rt.ctx, pipe, ps.call.keys[:], ps.call.args[:ps.call.nargs]...)
 	}
-	s.execCharges(rt, p, pipe, sends)
+	execCharges(rt, p, pipe, sends)
 	for i := range sends {
-		ps := &sends[i]
-		if ps.cmd == nil {
-			continue
+		if ps := &sends[i]; ps.cmd != nil {
+			errs = append(errs, s.chargeAnswered(ctx, rt, held, again, i, ps))
 		}
-		if err := ps.cmd.Err(); err != nil {
-			err, down := s.failed(ctx, rt, ps.health, ps.sent, err)
-			if down {
-				err = s.chargeLocal(ctx, held[i].key, int(held[i].tokens), ps.now, err)
-			}
-			fail(i, err)
-			continue
-		}
-		ps.health.ok()
 	}
 	return errors.Join(errs...)
 }
 
+// failedCharge returns err, the error of the charge of held[i], setting again[i] when the charge
+// is to be held again (see resend).
+func failedCharge(held []heldCharge, again []owed, i int, err error) error {
+	if err != nil && resend(err) {
+		again[i] = held[i].owed
+	}
+	return err
+}
+
+// pipeCharge puts the charge of held[i] into pipe as ps, within rt, or returns why it is not
+// sent: a policy it cannot keep (never to be made), or a node known to be down.
+func (s *Store) pipeCharge(ctx context.Context, rt roundTrip, pipe redis.Pipeliner, held []heldCharge, again []owed, i int, ps *pipedCharge) error {
+	h := held[i]
+	var age int64
+	ps.now, age = s.clock.heldAt(h.owed)
+	pl, err := s.planOf(h.key)
+	if err != nil || pl.unlimited() {
+		return err // a policy it cannot keep: never to be made
+	}
+	s.charged(h.key) // before, as charge
+	ps.call = s.newCall(h.key, int(h.tokens), ps.now, &pl)
+	if age > 0 {
+		ps.call.extend(age)
+	}
+	ps.health = s.health.of(rt.ctx, ps.call.keys[0])
+	if ps.sent, err = ps.health.admit(); err != nil {
+		return failedCharge(held, again, i, s.local.charge(ctx, h.key, int(h.tokens), ps.now, err))
+	}
+	ps.cmd = chargeScript.EvalSha(rt.ctx, pipe, ps.call.keys[:], ps.call.args[:ps.call.nargs]...)
+	return nil
+}
+
+// chargeAnswered takes the answer of ps, the piped charge of held[i], as run takes a script's.
+func (s *Store) chargeAnswered(ctx context.Context, rt roundTrip, held []heldCharge, again []owed, i int, ps *pipedCharge) error {
+	err := ps.cmd.Err()
+	if err == nil {
+		ps.health.ok()
+		return nil
+	}
+	err, down := s.failed(ctx, rt, ps.health, ps.sent, err)
+	if down {
+		err = s.local.charge(ctx, held[i].key, int(held[i].tokens), ps.now, err)
+	}
+	return failedCharge(held, again, i, err)
+}
+
 // execCharges sends pipe, the round trip of sends, and again by EVAL those that the server had
 // not the script for (the first flush, or after a restart), which loads it.
-func (s *Store) execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sends []pipedCharge) {
+func execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sends []pipedCharge) {
 	if pipe.Len() == 0 {
 		return
 	}
@@ -187,14 +192,4 @@ func (s *Store) execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sen
 	if redo.Len() > 0 {
 		redo.Exec(rt.ctx)
 	}
-}
-
-// heldAt returns the instant to send the held charge o at, and how long before it o's last
-// charge was made: now, or with the caller's clock (tests) the instant of that last charge.
-func (s *Store) heldAt(o owed) (time.Time, int64) {
-	now := time.Now()
-	if s.caller {
-		now = time.UnixMicro(o.at / 1000)
-	}
-	return now, max(s.instant(now)-o.at, 0)
 }

@@ -58,12 +58,12 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 	if len(layers) == 0 || len(layers) > maxLayers {
 		return nil, false
 	}
-	g := &group{caller: s.caller, cluster: s.cluster}
+	g := &group{caller: s.clock.caller, cluster: s.health.cluster}
 	var tags []string // of the prefixes that have one
 	var locals []retryafter.Layer
 	for _, l := range layers {
 		st, ok := l.Limiter.(*Store)
-		if !ok || !sameClient(st.client, s.client) || st.caller != s.caller {
+		if !ok || !sameClient(st.client, s.client) || st.clock.caller != s.clock.caller {
 			return nil, false
 		}
 		if st.own.unlimited() && st.policyOf == nil {
@@ -73,42 +73,60 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 		if tag, ok := hashTag(st.prefix); ok {
 			tags = append(tags, tag)
 		}
-		var tolerance any = 0
-		if g.caller {
-			tolerance = st.tolerance
-		}
-		g.crossKeys = g.crossKeys || l.Key != nil
-		g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, tolerance: tolerance})
-		if g.timeout == 0 || st.timeout < g.timeout {
-			g.timeout = st.timeout
-		}
-		if st.local != nil {
-			locals = append(locals, retryafter.Layer{Limiter: st.local, Key: l.Key, Deferred: l.Deferred})
-			g.localPols = append(g.localPols, st.localPol)
-		}
+		g.add(st, l, &locals)
 	}
 	// Keys of one layer are in one slot whatever their prefix; those of several, only when
 	// every prefix has the same hash tag.
-	if n := len(g.layers); n > 1 && !s.oneServer {
-		if len(tags) < n {
-			return nil, false
-		}
-		for _, tag := range tags[1:] {
-			if tag != tags[0] {
-				return nil, false
-			}
+	if len(g.layers) > 1 && !s.oneServer && !oneTag(tags, len(g.layers)) {
+		return nil, false
+	}
+	g.start(locals)
+	return g, true
+}
+
+// add adds the layer l of the Store st to g, and its local fallback, if any, to locals.
+func (g *group) add(st *Store, l retryafter.Layer, locals *[]retryafter.Layer) {
+	var tolerance any = 0
+	if g.caller {
+		tolerance = st.clock.tolerance
+	}
+	g.crossKeys = g.crossKeys || l.Key != nil
+	g.layers = append(g.layers, layer{store: st, key: l.Key, deferred: l.Deferred, tolerance: tolerance})
+	if g.timeout == 0 || st.timeout < g.timeout {
+		g.timeout = st.timeout
+	}
+	if st.local.on() {
+		*locals = append(*locals, retryafter.Layer{Limiter: st.local.TokenBucket, Key: l.Key, Deferred: l.Deferred})
+		g.localPols = append(g.localPols, st.local.policy)
+	}
+}
+
+// oneTag reports whether the n layers' prefixes have tags, one each, all the same.
+func oneTag(tags []string, n int) bool {
+	if len(tags) < n {
+		return false
+	}
+	for _, tag := range tags[1:] {
+		if tag != tags[0] {
+			return false
 		}
 	}
-	if len(g.layers) > 0 {
-		g.refusals = newRefusals(g.layers[0].store.refusalBudget)
-		if g.refusals != nil {
-			g.refusals.group = true
-		}
+	return true
+}
+
+// start gives g, its layers added, its memory of refusals, with its first layer's Store's
+// budget, and the layers' local fallbacks, combined, if every layer has one.
+func (g *group) start(locals []retryafter.Layer) {
+	if len(g.layers) == 0 {
+		return
 	}
-	if len(g.layers) > 0 && len(locals) == len(g.layers) {
+	if r := g.layers[0].store.refusals; r != nil {
+		g.refusals = newRefusals(r.total)
+		g.refusals.group = true
+	}
+	if len(locals) == len(g.layers) {
 		g.local, _ = locals[0].Limiter.(retryafter.Combiner).Combine(locals)
 	}
-	return g, true
 }
 
 // sameClient reports whether a and b are the same client.
@@ -167,6 +185,7 @@ type groupCall struct {
 	args    []any
 	plans   []plan
 	carried []carry // what each layer's Store held back for its key and the call carries
+	sig     uint64  // the fingerprint of plans (see plan.mix)
 }
 
 type smallCall struct {
@@ -199,57 +218,61 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	at := lead.instant(now)
 	refunds := g.refundCount()
-	var sig uint64
-	for i := range c.plans {
-		sig = c.plans[i].mix(sig)
-	}
-	if g.refusals != nil {
-		if d, ok := g.refusals.answer(key, cost, at, refunds, sig); ok {
-			lead.localAnswers.Add(1)
+	if g.refusals != nil { // answer from memory
+		if d, ok := g.refusals.answer(key, cost, at, refunds, c.sig); ok {
+			lead.refusals.answered.Add(1)
 			return d, nil
 		}
 	}
-	if err := g.carry(ctx, c, at); err != nil {
-		if errors.Is(err, ErrUnavailable) {
-			return g.orLocal(ctx, key, cost, now, err)
-		}
-		return retryafter.Decision{}, err
+	if err := g.carry(ctx, c, at); err != nil { // take what is carried
+		return g.fail(ctx, key, cost, now, errors.Is(err, ErrUnavailable), err)
 	}
-	again := false
-	defer func() { g.landed(c, again) }()
+	var tr trip
+	defer func() { g.landed(c, tr.again()) }()
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
-	tr, err := lead.run(ctx, rt, allScript, c.keys, c.args, 4*n)
-	if err != nil {
-		again = !tr.sent || resend(tr.cause) // never sent, or refused or failed before the script ran
-		if !tr.down {
-			return retryafter.Decision{}, err
-		}
-		for i := 1; i < n && tr.sent; i++ {
-			if h := g.layers[i].store.healthOf(rt.ctx, c.keys[i]); h != tr.health {
-				h.failed(tr.at, tr.cause)
-			}
-		}
-		return g.orLocal(ctx, key, cost, now, err)
+	if tr, err = lead.run(ctx, rt, allScript, c.keys, c.args, 4*n); err != nil { // send
+		g.failed(rt, c, tr)
+		return g.fail(ctx, key, cost, now, tr.down, err)
 	}
-	res := tr.res
+	return g.learn(rt, key, cost, now, c, tr.res, refunds), nil // learn
+}
+
+// failed records the failure of Redis that the round trip rt of c met, tr, as evidence against
+// the nodes of every layer's key, the first's as run did.
+func (g *group) failed(rt roundTrip, c groupCall, tr trip) {
+	if !tr.down || !tr.sent {
+		return
+	}
+	for i := 1; i < len(g.layers); i++ {
+		if h := g.layers[i].store.health.of(rt.ctx, c.keys[i]); h != tr.health {
+			h.failed(tr.at, tr.cause)
+		}
+	}
+}
+
+// learn returns the Decision of the answer res of the round trip rt of c, to a request of key of
+// cost sent at now with the count of refunds then, and takes into the layers' health and the
+// memories of refusals what it told.
+func (g *group) learn(rt roundTrip, key string, cost int, now time.Time, c groupCall, res []int64, refunds uint64) retryafter.Decision {
+	n := len(g.layers)
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
 		ds[i] = decision(res[4*i:4*i+4], c.plans[i].policy)
 		if i > 0 {
-			g.layers[i].store.healthOf(rt.ctx, c.keys[i]).ok()
+			g.layers[i].store.health.of(rt.ctx, c.keys[i]).ok()
 		}
 	}
 	copy(ds[n:], g.inf)
 	d := retryafter.Binding(ds[:n+len(g.inf)]...)
-	at = lead.instant(now) // the answer's arrival, after Redis's reading (see WithRefusalMemory)
+	at := g.layers[0].store.instant(now) // the answer's arrival, after Redis's reading (see WithRefusalMemory)
 	if d.Allowed && cost > 0 {
 		g.admitted(key, c, at, res, g.refundCount() == refunds)
 	}
 	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
-		g.remember(key, cost, c, ds[:n], res, d, at, sig, refunds)
+		g.remember(key, cost, c, ds[:n], res, d, at, c.sig, refunds)
 	}
-	return d, nil
+	return d
 }
 
 // remember takes into the group's memory the refusal d of a request of key of cost, by the call
@@ -348,10 +371,10 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 	var c groupCall
 	if n := len(g.layers); n <= 4 {
 		a := new(smallCall)
-		c = groupCall{a.keys[:n], a.args[:1+8*n], a.plans[:n], a.carried[:n]}
+		c = groupCall{keys: a.keys[:n], args: a.args[:1+8*n], plans: a.plans[:n], carried: a.carried[:n]}
 	} else {
 		a := new(largeCall)
-		c = groupCall{a.keys[:n], a.args[:1+8*n], a.plans[:n], a.carried[:n]}
+		c = groupCall{keys: a.keys[:n], args: a.args[:1+8*n], plans: a.plans[:n], carried: a.carried[:n]}
 	}
 	c.args[0] = ""
 	if g.caller {
@@ -379,6 +402,7 @@ func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) 
 		if l.deferred {
 			a[2] = 0
 		}
+		c.sig = pl.mix(c.sig)
 	}
 	return c, nil
 }
@@ -441,9 +465,11 @@ func (g *group) landed(c groupCall, again bool) {
 	}
 }
 
-// orLocal returns err, or the decision of the layers' local fallbacks when they all have one.
-func (g *group) orLocal(ctx context.Context, key string, cost int, now time.Time, err error) (retryafter.Decision, error) {
-	if g.local == nil {
+// fail returns the decision of a request whose round trip failed with err: err itself, unless
+// it is a failure of Redis (down) and every layer has a local fallback, whose combined decision
+// it then returns.
+func (g *group) fail(ctx context.Context, key string, cost int, now time.Time, down bool, err error) (retryafter.Decision, error) {
+	if !down || g.local == nil {
 		return retryafter.Decision{}, err
 	}
 	d, err := g.local.Decide(ctx, key, cost, now)

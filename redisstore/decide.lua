@@ -30,19 +30,7 @@ end
 local allowed = 0
 local wait = -1
 if cost <= burst then
-	-- over: how far the request overshoots the bucket, exact as long as d is (see maxd).
-	local over = (d - horizon) + cost * interval
-	if over <= 0 then
-		allowed = 1
-		wait = 0
-		if cost > 0 then
-			d = d + cost * interval
-			changed = true
-		end
-	else
-		local x = over + 999
-		wait = (x - x % 1000) / 1000
-	end
+	{{template "admit" "cost"}}
 end
 if changed then
 	local tag

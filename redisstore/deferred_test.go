@@ -382,3 +382,26 @@ func TestFlushPipelines(t *testing.T) {
 		t.Errorf("%d of %d keys charged in Redis (%v)", got, n, err)
 	}
 }
+
+// TestDeferredChargeAge checks, on a real Redis and its clock, that a held charge is made as of
+// the instant it was charged, not of its sending: a charge of a whole burst on a key never seen,
+// sent once the burst has refilled since, leaves the key full, as a charge sent at once would
+// have. So by a flush that pipelines and by one that sends charge by charge.
+func TestDeferredChargeAge(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	ctx := context.Background()
+	for name, c := range map[string]redis.Scripter{"pipelined": client, "one by one": &scriptCalls{Scripter: client}} {
+		s := New(c, rate.Every(10*time.Millisecond), 20, WithPrefix(testPrefix(t)), WithTimeout(testTimeout),
+			WithDeferredCharges(time.Hour))
+		if err := s.Charge(ctx, "k", 20, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // at least the 200 ms the burst takes to refill
+		if err := s.Flush(ctx); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if d, err := s.Decide(ctx, "k", 0, time.Now()); err != nil || d.Remaining != 20 {
+			t.Fatalf("%s: a burst charged 300 ms before it was sent: %+v, %v, want the key full", name, d, err)
+		}
+	}
+}

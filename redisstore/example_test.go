@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
+	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/testkit/redistest"
 	"github.com/retryafter/retryafter/redisstore"
 )
 
@@ -81,3 +84,16 @@ func ExampleStore_Combine() {
 
 // complete stands for a model that answers a prompt and reports the tokens it took.
 func complete(*http.Request) ([]byte, int) { return []byte("42\n"), 1200 }
+
+// redisAddr returns the address of the Redis the runnable examples use: REDIS_ADDR, as CI sets
+// it, or the redis-server that the package's tests start (see package redistest), asked for
+// through testing.Benchmark, which gives the examples the testing.TB they lack. Without either
+// the examples fail, as the tests fail under CI=true.
+var redisAddr = sync.OnceValue(func() string {
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		return addr
+	}
+	var addr string
+	testing.Benchmark(func(b *testing.B) { addr = redistest.Addr(b) })
+	return addr
+})

@@ -31,21 +31,32 @@ func WithLocalFallback(replicas int) Option {
 	if replicas < 1 {
 		panic("redisstore: WithLocalFallback with fewer than 1 replica")
 	}
-	return func(s *Store) { s.replicas = replicas }
+	return func(s *Store) { s.local.replicas = replicas }
 }
 
-// newLocal returns the in-memory limiter of [WithLocalFallback], at the replica's share of the
-// store's policy, or of each key's (see [WithPolicyFunc]), and its own policy.
-func (s *Store) newLocal() (*retryafter.TokenBucket, retryafter.Policy) {
-	p := share(s.own.policy, s.replicas)
+// A fallback is the local fallback of [WithLocalFallback]: an in-memory bucket per key at the
+// replica's share of the limit, which decides while Redis is down.
+type fallback struct {
+	replicas                int // WithLocalFallback's, 0 without it
+	*retryafter.TokenBucket     // nil without
+	policy                  retryafter.Policy
+}
+
+// start makes f's buckets, at the replica's share of own, or of each key's policy when perKey
+// (see [WithPolicyFunc]) as policy tells it.
+func (f *fallback) start(own retryafter.Policy, perKey bool, policy func(string) retryafter.Policy) {
+	f.policy = share(own, f.replicas)
 	var opts []retryafter.TokenBucketOption
-	if s.policyOf != nil {
+	if perKey {
 		opts = append(opts, retryafter.WithPolicyFunc(func(key string) retryafter.Policy {
-			return share(s.policy(key), s.replicas)
+			return share(policy(key), f.replicas)
 		}))
 	}
-	return retryafter.NewTokenBucket(p.Limit, p.Burst, opts...), p
+	f.TokenBucket = retryafter.NewTokenBucket(f.policy.Limit, f.policy.Burst, opts...)
 }
+
+// on reports whether there is a fallback.
+func (f *fallback) on() bool { return f.TokenBucket != nil }
 
 // share returns a replica's share of p among replicas: its rate divided by them, and its burst
 // (at least 1).
@@ -53,36 +64,42 @@ func share(p retryafter.Policy, replicas int) retryafter.Policy {
 	return retryafter.Policy{Name: p.Name, Limit: p.Limit / rate.Limit(replicas), Burst: max(1, p.Burst/replicas)}
 }
 
-// orLocal returns err, or the local decision when the store has a local fallback.
-func (s *Store) orLocal(ctx context.Context, key string, cost int, now time.Time, err error) (retryafter.Decision, error) {
-	if s.local == nil {
+// decide returns the decision of a request that met err, a failure of Redis: err without a
+// fallback, the local decision with one.
+func (f *fallback) decide(ctx context.Context, key string, cost int, now time.Time, err error) (retryafter.Decision, error) {
+	if !f.on() {
 		return retryafter.Decision{}, err
 	}
-	d, err := s.local.Decide(ctx, key, cost, now)
+	d, err := f.TokenBucket.Decide(ctx, key, cost, now)
 	if err == nil && d.Policy == (retryafter.Policy{}) {
-		d.Policy = s.localPol
+		d.Policy = f.policy
 	}
 	return d, err
+}
+
+// charge returns err, a failure of Redis, or charges the local bucket when there is a fallback.
+func (f *fallback) charge(ctx context.Context, key string, cost int, now time.Time, err error) error {
+	if !f.on() {
+		return err
+	}
+	return f.TokenBucket.Charge(ctx, key, cost, now)
+}
+
+// fail returns the decision of a request whose round trip failed with err: err itself, unless
+// it is a failure of Redis (down), which the local fallback then decides.
+func (s *Store) fail(ctx context.Context, key string, cost int, now time.Time, down bool, err error) (retryafter.Decision, error) {
+	if !down {
+		return retryafter.Decision{}, err
+	}
+	return s.local.decide(ctx, key, cost, now, err)
 }
 
 // Down returns, while the store knows Redis to be down, the error that showed it (wrapping
 // [ErrUnavailable]), and nil while Redis answers: for health checks and metrics, since with
 // [WithLocalFallback] an outage reaches no error hook.
 // On a cluster, it reports the first master found down.
-func (s *Store) Down() error {
-	if e := s.health.down.Load(); e != nil {
-		return e
-	}
-	var err error
-	s.nodes.Range(func(_, h any) bool {
-		if e := h.(*health).down.Load(); e != nil {
-			err = e
-		}
-		return err == nil
-	})
-	return err
-}
+func (s *Store) Down() error { return s.health.downErr() }
 
 // FallingBack reports whether the store decides in memory because Redis is down: with
 // [WithLocalFallback], while [Store.Down] reports an error. For metrics and health checks.
-func (s *Store) FallingBack() bool { return s.local != nil && s.Down() != nil }
+func (s *Store) FallingBack() bool { return s.local.on() && s.Down() != nil }

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -55,21 +54,12 @@ func (b *budget) wait(f *flight) bool {
 
 // outOfTime answers a request of key whose budget b ran out as it waited for another's round
 // trip, as Decide answers one whose own round trip timed out: the caller's deadline's error, or
-// Redis's failure to answer within the timeout, which a local fallback then decides.
-func (s *Store) outOfTime(ctx context.Context, b budget, key string, cost int, now time.Time) (retryafter.Decision, error) {
+// Redis's failure to answer within the timeout, which the local fallback f then decides.
+func (b budget) outOfTime(ctx context.Context, f *fallback, key string, cost int, now time.Time) (retryafter.Decision, error) {
 	if b.own {
 		return retryafter.Decision{}, b.expired()
 	}
-	return s.orLocal(ctx, key, cost, now, b.expired())
-}
-
-// orUnavailable answers a request of key that met err before its round trip: a failure of
-// Redis ([ErrUnavailable]), which a local fallback then decides, or the caller's own error.
-func (s *Store) orUnavailable(ctx context.Context, key string, cost int, now time.Time, err error) (retryafter.Decision, error) {
-	if errors.Is(err, ErrUnavailable) {
-		return s.orLocal(ctx, key, cost, now, err)
-	}
-	return retryafter.Decision{}, err
+	return f.decide(ctx, key, cost, now, b.expired())
 }
 
 // expired returns the error of a request whose budget ran out: the caller's own deadline, or

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ErrUnavailable is the error, wrapped, that [Store.Decide] returns when Redis did not answer
@@ -114,20 +116,45 @@ func (h *health) ok() {
 	h.mu.Unlock()
 }
 
-// healthOf returns the health of the Redis that holds key: the store's own, or on a cluster that
-// of the master serving key's slot, so that a master that is down fails fast only the keys it
-// holds, and a slot moved to a promoted replica is asked at once.
-func (s *Store) healthOf(ctx context.Context, key string) *health {
-	if s.cluster == nil {
-		return s.health
+// nodes is the health of each node a Store sends to: its own, for its one server or a cluster
+// as a whole, and on a cluster one per master, so that a master that is down fails fast only the
+// keys it holds.
+type nodes struct {
+	*health                      // the store's own
+	probe   time.Duration        // WithProbeInterval's
+	cluster *redis.ClusterClient // the store's client, when it is one
+	masters sync.Map             // *redis.Client of a master → *health
+}
+
+// of returns the health of the Redis that holds key: the store's own, or on a cluster that of
+// the master serving key's slot, so that a slot moved to a promoted replica is asked at once.
+func (n *nodes) of(ctx context.Context, key string) *health {
+	if n.cluster == nil {
+		return n.health
 	}
-	node, err := s.cluster.MasterForKey(ctx, key)
+	node, err := n.cluster.MasterForKey(ctx, key)
 	if err != nil {
-		return s.health // no slot map: the cluster as a whole
+		return n.health // no slot map: the cluster as a whole
 	}
-	if h, ok := s.nodes.Load(node); ok {
+	if h, ok := n.masters.Load(node); ok {
 		return h.(*health)
 	}
-	h, _ := s.nodes.LoadOrStore(node, newHealth(s.probe))
+	h, _ := n.masters.LoadOrStore(node, newHealth(n.probe))
 	return h.(*health)
+}
+
+// downErr returns the error that showed a node down, the store's own first, or nil while every
+// node answers.
+func (n *nodes) downErr() error {
+	if e := n.health.down.Load(); e != nil {
+		return e
+	}
+	var err error
+	n.masters.Range(func(_, h any) bool {
+		if e := h.(*health).down.Load(); e != nil {
+			err = e
+		}
+		return err == nil
+	})
+	return err
 }

@@ -183,13 +183,9 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 	if s.own.unlimited() {
 		return retryafter.Decision{Allowed: true, Limit: s.own.policy.Burst, Remaining: s.own.policy.Burst, Policy: s.own.policy}, nil
 	}
-	at := s.instant(now)
-	b := l.s.budget(ctx)
-	need := int64(cost) * s.own.interval
-	horizon := s.own.interval * int64(s.own.policy.Burst)
-	fresh := false // a call that began after this request arrived answered the key
+	r := leaseAsk{key: key, cost: cost, now: now, at: s.instant(now), b: s.budget(ctx)}
 	for {
-		e := l.entry(key, at)
+		e := l.entry(key, r.at)
 		if e == nil {
 			return s.Decide(ctx, key, cost, now)
 		}
@@ -198,81 +194,96 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 			e.mu.Unlock()
 			continue
 		}
-		t := max(at, e.learned) // the request is decided no earlier than what is known of the key
-		left := e.settle(t)
-		dp := left - e.held // the bucket and the lease together: d as a single Store would see it
-		switch {
-		case cost > s.own.policy.Burst && e.known:
-			d := l.decision(false, dp, t-at, rate.InfDuration)
+		if d, ok := l.answer(e, &r); ok {
 			e.mu.Unlock()
 			return d, nil
-		case cost > 0 && need <= e.held && dp-horizon+need <= 0: // not when in debt
-			e.held -= need
-			d := l.decision(true, dp+need, t-at, 0)
+		}
+		if f := e.flight; f != nil {
 			e.mu.Unlock()
-			return d, nil
-		case e.known && e.held == 0 && cost <= s.own.policy.Burst && dp-horizon+need > 0:
-			// Refused even if every token the replica last saw were still there, for as long as
-			// the bucket timed from the answer's arrival says: never shorter than Redis's wait.
-			late := max(e.late-t, 0)
-			d := l.decision(false, late, t-at, ceilMicro(late-horizon+need))
-			e.mu.Unlock()
-			return d, nil
-		case cost == 0 && fresh && e.known && (dp <= horizon || e.held == 0):
-			// The answer of a call sent since the request arrived: as fresh as its own.
-			var wait time.Duration
-			if dp > horizon {
-				wait = ceilMicro(dp - horizon)
-			}
-			d := l.decision(wait == 0, dp, t-at, wait)
-			e.mu.Unlock()
-			return d, nil
-		case e.flight != nil:
-			f := e.flight
-			e.mu.Unlock()
-			if !b.wait(f) {
-				return s.outOfTime(ctx, b, key, cost, now)
+			if !r.b.wait(f) {
+				return r.b.outOfTime(ctx, &s.local, key, cost, now)
 			}
 			if f.err != nil && f.down {
-				return s.orLocal(ctx, key, cost, now, f.err)
+				return s.local.decide(ctx, key, cost, now, f.err)
 			}
-			fresh = f.err == nil
+			r.fresh = f.err == nil
 			continue
 		}
-		op := leaseOp{cost: cost}
-		if cost <= s.own.policy.Burst {
-			// The lease goes back with the request, which is then decided on the bucket a
-			// single Store would hold; a peek takes nothing.
-			op.back, op.leased = e.held, true
-			e.held = 0
-			if cost > 0 {
-				op.lot = max(l.lot, cost)
-			}
-		}
-		res, down, err := l.lead(ctx, e, key, at, now, b, op)
-		if err != nil {
-			e.mu.Unlock()
-			if down {
-				return s.orLocal(ctx, key, cost, now, err)
-			}
-			return retryafter.Decision{}, err
-		}
-		allowed := res[0] == 1
-		if allowed && cost > 0 {
-			e.held += (res[1] - int64(cost)) * s.own.interval
-		}
-		wait := time.Duration(0)
-		switch {
-		case allowed:
-		case res[2] < 0:
-			wait = rate.InfDuration
-		default:
-			wait = time.Duration(res[2]) * time.Microsecond
-		}
-		d := l.decision(allowed, max(res[3]-e.held, 0), 0, wait)
-		e.mu.Unlock()
-		return d, nil
+		return l.ask(ctx, e, &r)
 	}
+}
+
+// A leaseAsk is one request of [Leased.Decide].
+type leaseAsk struct {
+	key   string
+	cost  int
+	now   time.Time
+	at    int64 // now's instant (see Store.instant)
+	b     budget
+	fresh bool // a call that began after this request arrived answered the key
+}
+
+// answer answers r from what the replica holds and knows of its key, e, locked, if it can.
+func (l *Leased) answer(e *lease, r *leaseAsk) (retryafter.Decision, bool) {
+	own := &l.s.own
+	need := int64(r.cost) * own.interval
+	horizon := own.interval * int64(own.policy.Burst)
+	t := max(r.at, e.learned) // the request is decided no earlier than what is known of the key
+	left := e.settle(t)
+	dp := left - e.held // the bucket and the lease together: d as a single Store would see it
+	switch {
+	case r.cost > own.policy.Burst && e.known:
+		return l.decision(false, dp, t-r.at, rate.InfDuration), true
+	case r.cost > 0 && need <= e.held && dp-horizon+need <= 0: // not when in debt
+		e.held -= need
+		return l.decision(true, dp+need, t-r.at, 0), true
+	case e.known && e.held == 0 && r.cost <= own.policy.Burst && dp-horizon+need > 0:
+		// Refused even if every token the replica last saw were still there, for as long as
+		// the bucket timed from the answer's arrival says: never shorter than Redis's wait.
+		late := max(e.late-t, 0)
+		return l.decision(false, late, t-r.at, ceilMicro(late-horizon+need)), true
+	case r.cost == 0 && r.fresh && e.known && (dp <= horizon || e.held == 0):
+		// The answer of a call sent since the request arrived: as fresh as its own.
+		wait := ceilMicro(max(dp-horizon, 0))
+		return l.decision(wait == 0, dp, t-r.at, wait), true
+	}
+	return retryafter.Decision{}, false
+}
+
+// ask decides r in one round trip, which gives back e's lease (e locked, and unlocked on return)
+// and takes a new one if the request is admitted.
+func (l *Leased) ask(ctx context.Context, e *lease, r *leaseAsk) (retryafter.Decision, error) {
+	s := l.s
+	op := leaseOp{cost: r.cost}
+	if r.cost <= s.own.policy.Burst {
+		// The lease goes back with the request, which is then decided on the bucket a single
+		// Store would hold; a peek takes nothing.
+		op.back, op.leased = e.held, true
+		e.held = 0
+		if r.cost > 0 {
+			op.lot = max(l.lot, r.cost)
+		}
+	}
+	res, down, err := l.lead(ctx, e, r.key, r.at, r.now, r.b, op)
+	if err != nil {
+		e.mu.Unlock()
+		return s.fail(ctx, r.key, r.cost, r.now, down, err)
+	}
+	allowed := res[0] == 1
+	if allowed && r.cost > 0 {
+		e.held += (res[1] - int64(r.cost)) * s.own.interval
+	}
+	wait := time.Duration(0)
+	switch {
+	case allowed:
+	case res[2] < 0:
+		wait = rate.InfDuration
+	default:
+		wait = time.Duration(res[2]) * time.Microsecond
+	}
+	d := l.decision(allowed, max(res[3]-e.held, 0), 0, wait)
+	e.mu.Unlock()
+	return d, nil
 }
 
 // Charge implements [retryafter.Charger] as [Store.Charge] does, on the bucket that Redis and the
@@ -288,7 +299,6 @@ func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time
 	}
 	at := s.instant(now)
 	b := l.s.budget(ctx)
-	amount := int64(cost) * s.own.interval // negative for a refund
 	for {
 		e := l.entry(key, at)
 		if e == nil {
@@ -299,42 +309,54 @@ func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time
 			e.mu.Unlock()
 			continue
 		}
-		left := e.settle(max(at, e.learned))
-		switch {
-		case cost > 0 && amount <= e.held:
-			e.held -= amount
+		if l.chargeLease(e, cost, at) {
 			e.mu.Unlock()
 			return nil
-		case cost < 0 && e.known && min(e.held-amount, left) <= int64(l.lot)*s.own.interval:
-			e.held = min(e.held-amount, left) // the rest would overfill the bucket
-			e.mu.Unlock()
-			return nil
-		case e.flight != nil:
-			f := e.flight
+		}
+		if f := e.flight; f != nil {
 			e.mu.Unlock()
 			if !b.wait(f) {
 				return b.expired()
 			}
 			if f.err != nil && f.down {
-				return s.chargeLocal(ctx, key, cost, now, f.err)
+				return s.local.charge(ctx, key, cost, now, f.err)
 			}
 			continue
 		}
-		op := leaseOp{cost: cost, back: -amount, charge: true}
-		if cost > 0 {
-			op.back, op.leased = e.held, true
-			e.held = 0
-		}
-		if op.cost < 0 {
-			op.cost = 0
-		}
-		_, down, err := l.lead(ctx, e, key, at, now, b, op)
-		e.mu.Unlock()
-		if err != nil && down {
-			return s.chargeLocal(ctx, key, cost, now, err)
-		}
-		return err
+		return l.chargeRedis(ctx, e, key, cost, at, now, b)
 	}
+}
+
+// chargeLease charges cost to e's lease, locked, at the instant at, and reports whether it could:
+// a cost the lease covers, or a refund that fits in it.
+func (l *Leased) chargeLease(e *lease, cost int, at int64) bool {
+	amount := int64(cost) * l.s.own.interval // negative for a refund
+	left := e.settle(max(at, e.learned))
+	switch {
+	case cost > 0 && amount <= e.held:
+		e.held -= amount
+		return true
+	case cost < 0 && e.known && min(e.held-amount, left) <= int64(l.lot)*l.s.own.interval:
+		e.held = min(e.held-amount, left) // the rest would overfill the bucket
+		return true
+	}
+	return false
+}
+
+// chargeRedis charges cost to key's bucket in Redis in one round trip, which gives back e's
+// lease (e locked, and unlocked on return).
+func (l *Leased) chargeRedis(ctx context.Context, e *lease, key string, cost int, at int64, now time.Time, b budget) error {
+	op := leaseOp{cost: max(cost, 0), back: -int64(cost) * l.s.own.interval, charge: true}
+	if cost > 0 {
+		op.back, op.leased = e.held, true
+		e.held = 0
+	}
+	_, down, err := l.lead(ctx, e, key, at, now, b, op)
+	e.mu.Unlock()
+	if err != nil && down {
+		return l.s.local.charge(ctx, key, cost, now, err)
+	}
+	return err
 }
 
 // Release gives back to Redis every token the Leased holds, one round trip per key that it holds
@@ -369,7 +391,7 @@ func (l *Leased) Release(ctx context.Context) error {
 		// A give-back needs no instant of the caller's: it is timed as the lease was, but a
 		// lease taken at the caller's instants (tests) is given back at the last of them.
 		at := l.s.instant(now)
-		if l.s.caller {
+		if l.s.clock.caller {
 			at = e.learned
 			now = time.UnixMicro(e.learned / 1000)
 		}
@@ -454,8 +476,8 @@ func (l *Leased) leaseCall(key string, op leaseOp, now time.Time) ([]string, []a
 		charge = "1"
 	}
 	args := []any{s.own.interval, s.own.policy.Burst, op.cost, op.lot, op.back, charge}
-	if s.caller {
-		args = append(args, now.UnixMicro(), s.tolerance)
+	if s.clock.caller {
+		args = append(args, now.UnixMicro(), s.clock.tolerance)
 	}
 	return []string{s.prefix + key}, args
 }

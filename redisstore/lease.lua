@@ -3,7 +3,7 @@
 -- admitted, takes for the replica as many tokens as it can, up to the lot, and at least n: all or
 -- nothing for n. A charge spends n whether or not the bucket holds it (into debt). The state is
 -- read and written only through state.lua's "read" and "write", once each, with the same exact
--- integer arithmetic as decide.lua.
+-- integer arithmetic as decide.lua, whose "admit" block it places too.
 --
 -- KEYS[1]  the client's key.
 -- ARGV[1]  T, the emission interval: nanoseconds per token (an integer >= 1).
@@ -63,22 +63,7 @@ if charge then
 		changed = true
 	end
 elseif cost <= burst then
-	-- over: how far the request overshoots the bucket, exact as long as d is (see maxd).
-	local over = (d - horizon) + cost * interval
-	if over <= 0 then
-		allowed = 1
-		wait = 0
-		-- d <= horizon - cost*T here, so the bucket holds at least cost tokens.
-		local x = horizon - d
-		take = math.min(math.max(lot, cost), (x - x % interval) / interval)
-		if take > 0 then
-			d = d + take * interval
-			changed = true
-		end
-	else
-		local x = over + 999
-		wait = (x - x % 1000) / 1000
-	end
+	{{template "admit" "take"}}
 end
 if changed then
 	local tag = ''

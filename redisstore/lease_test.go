@@ -603,3 +603,32 @@ func TestLeasedWaitNeverShort(t *testing.T) {
 		t.Fatal("no refusal was answered by the replica: the test checks nothing")
 	}
 }
+
+// TestLeasedChargeLocal checks that a Leased's charge, while the store knows Redis to be down,
+// charges the store's local fallback as Store.Charge does: the local bucket then refuses a
+// request that it would have admitted without the charge.
+func TestLeasedChargeLocal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := func(context.Context) *redis.Cmd {
+			return redis.NewCmdResult(nil, errors.New("dial tcp: connection refused"))
+		}
+		for _, charge := range []int{0, 5} {
+			l := New(&fakeRedis{answer: refused}, 1, 10, WithLocalFallback(1)).Leased(4)
+			for i := range downAfter {
+				if _, err := l.Decide(context.Background(), fmt.Sprint("other", i), 1, time.Now()); err != nil {
+					t.Fatalf("charge %d: a decision of the local fallback failed: %v", charge, err)
+				}
+			}
+			if err := l.s.Down(); err == nil {
+				t.Fatalf("charge %d: Redis not known down after %d failures", charge, downAfter)
+			}
+			if err := l.Charge(context.Background(), "k", charge, time.Now()); err != nil {
+				t.Fatalf("charge %d while Redis is down: %v, want the local bucket charged", charge, err)
+			}
+			d, err := l.Decide(context.Background(), "k", 6, time.Now())
+			if err != nil || d.Allowed != (charge == 0) {
+				t.Fatalf("charge %d, then a request of 6 of the 10: %+v, %v, want admitted %v", charge, d, err, charge == 0)
+			}
+		}
+	})
+}

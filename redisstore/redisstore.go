@@ -85,7 +85,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"text/template"
 	"time"
@@ -154,24 +153,15 @@ type Store struct {
 	policyOf  func(string) retryafter.Policy // WithPolicyFunc's, or nil: every key has own
 	prefix    string
 	timeout   time.Duration
-	probe     time.Duration
-	caller    bool // decide at the now passed to Decide instead of Redis's TIME (tests)
-	oneServer bool // client runs every script on one server, whatever its keys (see Combine)
-	tolerance any  // with caller: how far back instants may arrive before a repair, ns (state.lua)
-	health    *health
-	batch     *batcher                // shares round trips between concurrent calls (pipeline.go); nil: none
-	cluster   *redis.ClusterClient    // client, when it is one: each master has its own health
-	nodes     sync.Map                // *redis.Client of a master → *health
-	replicas  int                     // WithLocalFallback's, 0 without it
-	local     *retryafter.TokenBucket // decides while Redis is down, with WithLocalFallback
-	localPol  retryafter.Policy       // local's rate and burst
+	oneServer bool     // client runs every script on one server, whatever its keys (see Combine)
+	clock     clock    // the instants of decisions and of the memory of refusals
+	batch     *batcher // shares round trips between concurrent calls (pipeline.go); nil: none
 
-	deferred      *deferred     // the charges held back, with WithDeferredCharges; nil without
-	refusalBudget int           // WithRefusalMemory's bytes
-	refusals      *refusals     // the refusals remembered; nil without
-	changes       atomic.Uint64 // refunds, charges and admissions outside groups (see group)
-	epoch         time.Time     // origin of the instants of refusals on the local clock
-	localAnswers  atomic.Uint64 // the requests a remembered refusal answered (see LocalAnswers)
+	health   nodes         // what the store knows of each node (health.go)
+	local    fallback      // decides while Redis is down, with WithLocalFallback (fallback.go)
+	deferred *deferred     // the charges held back, with WithDeferredCharges; nil without (deferred.go)
+	refusals *refusals     // the refusals remembered; nil without (refusals.go)
+	changes  atomic.Uint64 // refunds, charges and admissions outside groups (see group)
 }
 
 // An Option configures [New].
@@ -209,7 +199,32 @@ func WithProbeInterval(d time.Duration) Option {
 	if d <= 0 {
 		panic("redisstore: WithProbeInterval not positive")
 	}
-	return func(s *Store) { s.probe = d }
+	return func(s *Store) { s.health.probe = d }
+}
+
+// A clock tells the instants a Store decides at and its memory of refusals reckons with.
+type clock struct {
+	caller    bool      // decide at the now passed to Decide instead of Redis's TIME (tests)
+	tolerance any       // with caller: how far back instants may arrive before a repair, ns (state.lua)
+	epoch     time.Time // origin of the instants of refusals on the local clock
+}
+
+// instant is Store.instant.
+func (c *clock) instant(now time.Time) int64 {
+	if c.caller {
+		return now.UnixMicro() * 1000
+	}
+	return int64(time.Since(c.epoch))
+}
+
+// heldAt returns the instant to send the held charge o at, and how long before it o's last
+// charge was made: now, or with the caller's clock (tests) the instant of that last charge.
+func (c *clock) heldAt(o owed) (time.Time, int64) {
+	now := time.Now()
+	if c.caller {
+		now = time.UnixMicro(o.at / 1000)
+	}
+	return now, max(c.instant(now)-o.at, 0)
 }
 
 // withCallerClock makes the Store decide at the now given to Decide, to the microsecond,
@@ -218,15 +233,15 @@ func WithProbeInterval(d time.Duration) Option {
 // before the script takes the clock to have stepped back (see state.lua).
 func withCallerClock() Option {
 	return func(s *Store) {
-		s.caller = true
-		s.tolerance = s.own.horizon()
+		s.clock.caller = true
+		s.clock.tolerance = s.own.horizon()
 	}
 }
 
 // withStepTolerance sets how far back the caller's instants may arrive before the script takes
 // the clock to have stepped back, for the tests of that repair: 0 is what Redis's TIME gets.
 func withStepTolerance(d time.Duration) Option {
-	return func(s *Store) { s.tolerance = int64(d) }
+	return func(s *Store) { s.clock.tolerance = int64(d) }
 }
 
 // New returns a [Store] that lets each key make requests at limit per second with bursts of up
@@ -266,8 +281,9 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		panic("redisstore: " + why)
 	}
 	own, _ := newPlan(p)
-	s := &Store{client: client, own: own, prefix: DefaultPrefix, timeout: DefaultTimeout, probe: DefaultProbeInterval,
-		refusalBudget: DefaultRefusalMemory, epoch: time.Now()}
+	s := &Store{client: client, own: own, prefix: DefaultPrefix, timeout: DefaultTimeout, clock: clock{epoch: time.Now()},
+		refusals: newRefusals(DefaultRefusalMemory)}
+	s.health.probe = DefaultProbeInterval
 	_, s.oneServer = client.(*redis.Client)
 	for _, o := range opts {
 		if o == nil {
@@ -275,15 +291,13 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 		}
 		o(s)
 	}
-	s.health = newHealth(s.probe)
-	limited := !s.own.unlimited() || s.policyOf != nil
-	if limited {
-		s.refusals = newRefusals(s.refusalBudget)
-	}
-	s.cluster, _ = client.(*redis.ClusterClient)
-	s.batch = newBatcher(s.oneServer, s.cluster)
-	if s.replicas > 0 && limited {
-		s.local, s.localPol = s.newLocal()
+	s.health.health = newHealth(s.health.probe)
+	s.health.cluster, _ = client.(*redis.ClusterClient)
+	s.batch = newBatcher(s.oneServer, s.health.cluster)
+	if s.own.unlimited() && s.policyOf == nil {
+		s.refusals = nil // every key is unlimited: nothing to remember, nor to decide locally
+	} else if s.local.replicas > 0 {
+		s.local.start(s.own.policy, s.policyOf != nil, s.policy)
 	}
 	return s
 }
@@ -351,59 +365,79 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if pl.unlimited() {
 		return pl.unlimitedDecision(), nil
 	}
-	at := s.instant(now)
-	sig := pl.mix(0)
-	timeout := s.timeout
-	var failure error // a failure of Redis that the round trip met, for the requests waiting on it
-	if s.refusals != nil {
-		if d, ok := s.refusals.answer(key, cost, at, 0, sig); ok {
-			s.localAnswers.Add(1)
-			return d, nil
-		}
-		switch f, lead := s.refusals.board(key, cost, at, sig); {
-		case lead:
-			defer func() { s.refusals.land(key, f, failure) }()
-		case f != nil:
-			b := s.budget(ctx)
-			if d, ok, err := s.ride(ctx, b, f, key, cost, now, sig); ok {
-				return d, err
-			}
-			if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
-				if timeout = time.Until(b.deadline); timeout <= 0 {
-					return s.outOfTime(ctx, b, key, cost, now)
-				}
-			}
-		}
+	a := ask{key: key, cost: cost, now: now, at: s.instant(now), sig: pl.mix(0), timeout: s.timeout}
+	if d, done, err := s.recall(ctx, &a); done { // answer from memory
+		return d, err
 	}
+	if a.lead != nil {
+		defer func() { s.refusals.land(key, a.lead, a.failure) }()
+	}
+	carried, err := s.takeCharges(ctx, key) // take what is carried
+	if err != nil {
+		return s.fail(ctx, key, cost, now, errors.Is(err, ErrUnavailable), err)
+	}
+	var tr trip
+	defer func() { s.landed(key, carried, tr.again()) }()
 	c := s.newCall(key, cost, now, &pl)
-	carried, err := s.takeCharges(ctx, key)
-	if err != nil {
-		return s.orUnavailable(ctx, key, cost, now, err)
+	if carried.f != nil {
+		c.extend(carried.tokens, max(a.at-carried.at, 0))
 	}
-	carries, again := carried.f != nil, false
-	defer func() { s.landed(key, carried, again) }()
-	if carries {
-		c.extend(carried.tokens, max(at-carried.at, 0))
-	}
-	var t ticket
-	if s.refusals != nil {
-		t = s.refusals.ticket(key, carries)
-	}
-	rt, cancel := newRoundTrip(ctx, timeout)
+	t := s.refusals.ticketOf(key, carried.f != nil)
+	rt, cancel := newRoundTrip(ctx, a.timeout)
 	defer cancel()
-	rt.short = timeout < s.timeout
-	tr, err := s.run(ctx, rt, decideScript, c.keys[:], c.args[:c.nargs], 4)
-	if err != nil {
-		again = !tr.sent || resend(tr.cause) // never sent, or refused or failed before the script ran
-		if !tr.down {
-			return retryafter.Decision{}, err
+	rt.short = a.timeout < s.timeout
+	if tr, err = s.run(ctx, rt, decideScript, c.keys[:], c.args[:c.nargs], 4); err != nil { // send
+		if tr.down {
+			a.failure = err
 		}
-		failure = err
-		return s.orLocal(ctx, key, cost, now, err)
+		return s.fail(ctx, key, cost, now, tr.down, err)
 	}
 	d := decision(tr.res, pl.policy)
-	s.learn(key, cost, now, &pl, sig, tr.res, d, t)
+	s.learn(key, cost, now, &pl, a.sig, tr.res, d, t) // learn
 	return d, nil
+}
+
+// An ask is one request of [Store.Decide] on its way to Redis.
+type ask struct {
+	key     string
+	cost    int
+	now     time.Time
+	at      int64         // now's instant (see Store.instant)
+	sig     uint64        // the fingerprint of the key's plan (see plan.mix)
+	timeout time.Duration // what the round trip may take: the store's, or what a wait left of it
+	lead    *flight       // the key's flight that the request leads (see refusals.board), to land
+	failure error         // the failure of Redis its round trip met, for lead's waiters
+}
+
+// recall answers a from the memory of refusals (done), or leaves it to Redis: as the lead of the
+// key's flight (a.lead), or after waiting for another's flight that did not answer it, with
+// what is left of the wait's budget (a.timeout).
+func (s *Store) recall(ctx context.Context, a *ask) (_ retryafter.Decision, done bool, _ error) {
+	if s.refusals == nil {
+		return retryafter.Decision{}, false, nil
+	}
+	if d, ok := s.refusals.answer(a.key, a.cost, a.at, 0, a.sig); ok {
+		s.refusals.answered.Add(1)
+		return d, true, nil
+	}
+	f, lead := s.refusals.board(a.key, a.cost, a.at, a.sig)
+	if lead {
+		a.lead = f
+	}
+	if lead || f == nil {
+		return retryafter.Decision{}, false, nil
+	}
+	b := s.budget(ctx)
+	if d, ok, err := s.ride(ctx, b, f, a.key, a.cost, a.now, a.sig); ok {
+		return d, true, err
+	}
+	if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
+		if a.timeout = time.Until(b.deadline); a.timeout <= 0 {
+			d, err := b.outOfTime(ctx, &s.local, a.key, a.cost, a.now)
+			return d, true, err
+		}
+	}
+	return retryafter.Decision{}, false, nil
 }
 
 // learn takes into the memory of refusals what Redis answered, res and its Decision d, to a
@@ -438,15 +472,15 @@ func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost 
 		testHookBoarded(ctx)
 	}
 	if !b.wait(f) {
-		d, err := s.outOfTime(ctx, b, key, cost, now)
+		d, err := b.outOfTime(ctx, &s.local, key, cost, now)
 		return d, true, err
 	}
 	if f.err != nil && f.down {
-		d, err := s.orLocal(ctx, key, cost, now, f.err)
+		d, err := s.local.decide(ctx, key, cost, now, f.err)
 		return d, true, err
 	}
 	if d, ok := s.refusals.answer(key, cost, s.instant(now), 0, plans); ok {
-		s.localAnswers.Add(1)
+		s.refusals.answered.Add(1)
 		return d, true, nil
 	}
 	return retryafter.Decision{}, false, nil
@@ -462,13 +496,19 @@ type trip struct {
 	cause  error   // its error as the client returned it
 }
 
+// again reports whether the charges that the call carried (see takeCharges) are to be held
+// again: it failed before it was sent, or in a way that made none of them (see resend).
+func (t *trip) again() bool {
+	return t.cause != nil && (!t.sent || resend(t.cause))
+}
+
 // run makes the one script call of a decision, a charge or a lease on keys, within rt: it asks
 // the health of the node of keys[0] (and fails at once while that is down), runs script, checks
 // that the answer holds want integers (0: any answer), and learns from the outcome: the node is
 // up, or the failure is evidence against it, or the key's own (see failed). Every script call of
-// the store but a flush's pipeline goes through it.
+// the store but a flush's pipeline goes through it, and it sends through send.
 func (s *Store) run(ctx context.Context, rt roundTrip, script *redis.Script, keys []string, args []any, want int) (trip, error) {
-	t := trip{health: s.healthOf(rt.ctx, keys[0])}
+	t := trip{health: s.health.of(rt.ctx, keys[0])}
 	var err error
 	if t.at, err = t.health.admit(); err != nil {
 		t.down, t.cause = true, err
@@ -515,12 +555,12 @@ func (s *Store) newCall(key string, cost int, now time.Time, pl *plan) *call {
 	c := &call{nargs: 3}
 	c.keys[0] = s.prefix + key
 	c.args[0], c.args[1], c.args[2] = pl.args[0], pl.args[1], cost
-	if s.caller {
-		c.args[3], c.args[4] = now.UnixMicro(), s.tolerance
+	if s.clock.caller {
+		c.args[3], c.args[4] = now.UnixMicro(), s.clock.tolerance
 		c.nargs = 5
 	}
 	if s.policyOf != nil {
-		if !s.caller {
+		if !s.clock.caller {
 			c.args[3], c.args[4] = "", 0
 		}
 		c.args[5], c.args[6] = s.own.args[0], s.own.args[1]
@@ -588,12 +628,12 @@ func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent i
 		health.reprobe()
 		return &unavailableError{cause: err}, true
 	}
-	if s.cluster != nil {
+	if s.health.cluster != nil {
 		// go-redis reloads the slot map only on a MOVED reply or once a minute, and a master
 		// that is down sends none: without this, its keys would fail for up to a minute after
 		// its replica took over. Failures are at most one probe per interval and master, and
 		// go-redis coalesces the reloads.
-		s.cluster.ReloadState(ctx)
+		s.health.cluster.ReloadState(ctx)
 	}
 	return health.failed(sent, err), true
 }

@@ -76,7 +76,7 @@ func WithRefusalMemory(bytes int) Option {
 	if bytes < 0 {
 		panic("redisstore: WithRefusalMemory below 0")
 	}
-	return func(s *Store) { s.refusalBudget = bytes }
+	return func(s *Store) { s.refusals = newRefusals(bytes) }
 }
 
 // refusalShards is how many independently locked parts a refusals divides its keys into.
@@ -90,7 +90,10 @@ const refusalBytes = 232 + 3*(64-bits.UintSize)
 
 // refusals remembers, per key, that a request of cost at least c is refused until an instant.
 type refusals struct {
+	total  int // bytes, WithRefusalMemory's
 	budget int // per shard, bytes
+	// answered counts the requests the memory answered, for the Store's LocalAnswers.
+	answered atomic.Uint64
 	// group says whether the refusals are a group's: keyed by the request's key rather than a
 	// Store's own, each covers only the cost it refused (the layer that binds may change with the
 	// cost), and a refund in any layer's Store invalidates them all (answer takes the count).
@@ -147,7 +150,7 @@ func newRefusals(budget int) *refusals {
 	if budget <= 0 {
 		return nil
 	}
-	r := &refusals{budget: max(budget/refusalShards, 1), seed: maphash.MakeSeed()}
+	r := &refusals{total: budget, budget: max(budget/refusalShards, 1), seed: maphash.MakeSeed()}
 	for i := range r.shards {
 		r.shards[i].m = map[string]refusal{}
 	}
@@ -270,6 +273,15 @@ func (r *refusals) ticket(key string, own bool) ticket {
 		t.own = 1
 	}
 	return t
+}
+
+// ticketOf is ticket, for a Store that may have no memory (r nil), whose tickets are then
+// never used.
+func (r *refusals) ticketOf(key string, own bool) ticket {
+	if r == nil {
+		return ticket{}
+	}
+	return r.ticket(key, own)
 }
 
 // valid reports whether an answer to the round trip of t may be taken.
@@ -400,17 +412,17 @@ func (e *refusal) size(key string) int {
 // LocalAnswers returns how many requests the store has answered from a refusal it remembered,
 // without asking Redis (see [WithRefusalMemory]), its combined decisions (as the first layer)
 // included: a counter, for metrics.
-func (s *Store) LocalAnswers() uint64 { return s.localAnswers.Load() }
+func (s *Store) LocalAnswers() uint64 {
+	if s.refusals == nil {
+		return 0
+	}
+	return s.refusals.answered.Load()
+}
 
 // instant returns the instant of now (a request's send, an answer's arrival), for the memory of
 // refusals: on the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
 // the caller's now truncated to the microsecond, the instant the script decides at.
-func (s *Store) instant(now time.Time) int64 {
-	if s.caller {
-		return now.UnixMicro() * 1000
-	}
-	return int64(time.Since(s.epoch))
-}
+func (s *Store) instant(now time.Time) int64 { return s.clock.instant(now) }
 
 // charged records that key was charged, or given quota back, so that its remembered refusal,
 // those of the groups of the Store, and the answers in flight meanwhile would tell a wrong wait.

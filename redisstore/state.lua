@@ -1,5 +1,5 @@
 -- The state of a key's token bucket, shared by the store's scripts (decide.lua, charge.lua,
--- all.lua): a theoretical arrival time (GCRA), read and written with Redis's own clock.
+-- all.lua, lease.lua): a theoretical arrival time (GCRA), read and written with Redis's own clock.
 --
 -- This file holds the code that reads and writes the state, once, as Go text/template blocks
 -- that each script places where it needs them (scripts.go assembles them). A script defines no
@@ -206,6 +206,30 @@ if owed > 0 then
 		d = maxd -- Past maxd the sum may be rounded, but only upwards of maxd, where it is capped.
 	end
 	changed = true
+end
+{{end}}
+
+{{define "admit"}}
+-- admit decides a request of cost tokens (cost <= burst) on the bucket full in d: it sets allowed
+-- and wait (microseconds, rounded up) and, when admitted, spends what the block's argument names:
+-- decide.lua's cost, or lease.lua's take, set here to the lot, within what the bucket holds.
+-- over: how far the request overshoots the bucket, exact as long as d is (see maxd).
+local over = (d - horizon) + cost * interval
+if over <= 0 then
+	allowed = 1
+	wait = 0
+	{{- if eq . "take"}}
+	-- d <= horizon - cost*T here, so the bucket holds at least cost tokens.
+	local x = horizon - d
+	take = math.min(math.max(lot, cost), (x - x % interval) / interval)
+	{{- end}}
+	if {{.}} > 0 then
+		d = d + {{.}} * interval
+		changed = true
+	end
+else
+	local x = over + 999
+	wait = (x - x % 1000) / 1000
 end
 {{end}}
 
