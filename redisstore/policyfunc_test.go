@@ -345,3 +345,28 @@ func TestPolicyFuncRoundTrip(t *testing.T) {
 		t.Fatal("nothing refused")
 	}
 }
+
+// TestPolicyFuncOwnLimitInf makes a Store whose own limit is rate.Inf but whose plans per key are
+// finite: it still remembers a key's refusal (the next is answered without Redis), and still
+// falls back locally at the key's plan when Redis is down.
+func TestPolicyFuncOwnLimitInf(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	free := retryafter.Policy{Name: "free", Limit: rate.Every(time.Minute), Burst: 1}
+	o := &outages{Scripter: keptKeys{client}}
+	s := New(o, rate.Inf, 1, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock(), WithLocalFallback(1),
+		WithPolicyFunc(func(string) retryafter.Policy { return free }))
+	decide(t, s, "k", 1, t0)
+	if d := decide(t, s, "k", 1, t0); d.Allowed || d.RetryAfter != time.Minute {
+		t.Fatalf("the free plan's second request: %+v, want refused for a minute", d)
+	}
+	if d := decide(t, s, "k", 1, t0); d.Allowed || s.LocalAnswers() != 1 {
+		t.Fatalf("the free plan's third request: %+v with %d local answers, want refused from memory", d, s.LocalAnswers())
+	}
+	o.down.Store(true)
+	for i := range 2 {
+		d, err := s.Decide(context.Background(), "other", 1, t0)
+		if err != nil || d.Allowed != (i < 1) || d.Policy != free {
+			t.Fatalf("request %d with Redis down: %+v, %v, want decided locally, allowed %v, under %+v", i, d, err, i < 1, free)
+		}
+	}
+}
