@@ -632,3 +632,58 @@ func TestLeasedChargeLocal(t *testing.T) {
 		}
 	})
 }
+
+// keyedFailures fails every script, once down is set, with an error of its own naming the key,
+// and records the errors in the order it returned them.
+type keyedFailures struct {
+	redis.Scripter
+	down atomic.Bool
+	mu   sync.Mutex
+	errs []error
+}
+
+func (f *keyedFailures) fail(keys []string) *redis.Cmd {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := fmt.Errorf("round trip %d, for %v: %w", len(f.errs), keys, syscall.ECONNREFUSED)
+	f.errs = append(f.errs, err)
+	return redis.NewCmdResult(nil, err)
+}
+
+func (f *keyedFailures) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if f.down.Load() {
+		return f.fail(keys)
+	}
+	return f.Scripter.Eval(ctx, script, keys, args...)
+}
+
+func (f *keyedFailures) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if f.down.Load() {
+		return f.fail(keys)
+	}
+	return f.Scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestLeasedReleaseFirstError has every give-back of Release fail, each with an error of its
+// own: Release returns the first, as it says, not a later one.
+func TestLeasedReleaseFirstError(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	f := &keyedFailures{Scripter: keptKeys{client}}
+	s := New(f, rate.Every(time.Second), 20, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock())
+	l := s.Leased(10)
+	keys := []string{"a", "b", "c"}
+	for _, key := range keys {
+		decideLeased(t, l, key, 1, t0)
+	}
+	f.down.Store(true)
+	err := l.Release(context.Background())
+	f.mu.Lock()
+	errs := f.errs
+	f.mu.Unlock()
+	if len(errs) < 2 {
+		t.Fatalf("Release sent %d round trips while Redis failed (%v), want one per key of %v", len(errs), err, keys)
+	}
+	if !errors.Is(err, errs[0]) {
+		t.Fatalf("Release returned %v, want the first error, %v", err, errs[0])
+	}
+}
