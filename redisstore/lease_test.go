@@ -687,3 +687,33 @@ func TestLeasedReleaseFirstError(t *testing.T) {
 		t.Fatalf("Release returned %v, want the first error, %v", err, errs[0])
 	}
 }
+
+// TestLeasedEarlierInstant asks a Leased, on the caller's clock, about a key at an instant a
+// second before what it last learned of it: the request is decided as of what is known, and its
+// Reset and RetryAfter count the second between its own instant and that one; a cost above the
+// burst is refused forever, the second not added to rate.InfDuration.
+func TestLeasedEarlierInstant(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	const burst = 2
+	s := New(client, rate.Every(time.Second), burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+	l := s.Leased(burst)
+	t1 := t0.Add(time.Second)
+	if d := decideLeased(t, l, "k", burst, t1); !d.Allowed {
+		t.Fatalf("the first request, of the whole burst: %+v, want admitted", d)
+	}
+	known := decideLeased(t, l, "k", 1, t1)
+	if known.Allowed || known.RetryAfter <= 0 {
+		t.Fatalf("a request on the empty bucket: %+v, want refused", known)
+	}
+	trips := l.RoundTrips()
+	earlier := decideLeased(t, l, "k", 1, t0)
+	if earlier.Allowed || earlier.RetryAfter != known.RetryAfter+time.Second || earlier.Reset != known.Reset+time.Second {
+		t.Fatalf("a second earlier: %+v, want the refusal %+v a second longer", earlier, known)
+	}
+	if d := decideLeased(t, l, "k", burst+1, t0); d.Allowed || d.RetryAfter != rate.InfDuration || d.Reset != known.Reset+time.Second {
+		t.Fatalf("a cost above the burst, a second earlier: %+v, want refused for rate.InfDuration, Reset %v", d, known.Reset+time.Second)
+	}
+	if l.RoundTrips() != trips {
+		t.Fatalf("%d round trips for the requests a second earlier, want them answered from what the replica knows", l.RoundTrips()-trips)
+	}
+}
