@@ -652,3 +652,34 @@ func TestAllRoundTrip(t *testing.T) {
 	}
 	t.Logf("%d refusals checked", refusals)
 }
+
+// TestAllRemembersBindingLayer has both layers of an All refuse a request with the same wait, the
+// first's bucket full a second later and the second's two: the refusal the group remembers is the
+// first layer's, as Binding picks it, and answered from memory it is the same Decision.
+func TestAllRemembersBindingLayer(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	prefix := testPrefix(t)
+	o := []Option{WithTimeout(testTimeout), withInjectedClock()}
+	first := New(client, rate.Every(time.Second), 1, append([]Option{WithPrefix(prefix + "first:")}, o...)...)
+	second := New(client, rate.Every(time.Second), 2, append([]Option{WithPrefix(prefix + "second:")}, o...)...)
+	all := retryafter.All(first, second)
+	ctx := context.Background()
+	if d, err := all.Decide(ctx, "k", 1, t0); err != nil || !d.Allowed {
+		t.Fatalf("the first request: %+v, %v, want admitted", d, err)
+	}
+	if err := second.Charge(ctx, "k", 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	refused, err := all.Decide(ctx, "k", 1, t0)
+	if err != nil || refused.Allowed || refused.RetryAfter != time.Second || refused.Reset != time.Second || refused.Limit != 1 {
+		t.Fatalf("both layers empty: %+v, %v, want refused for 1s by the first layer, full in 1s", refused, err)
+	}
+	local := first.LocalAnswers()
+	again, err := all.Decide(ctx, "k", 1, t0)
+	if err != nil || first.LocalAnswers() != local+1 {
+		t.Fatalf("the same request again: %v, %d local answers, want answered from memory", err, first.LocalAnswers()-local)
+	}
+	if again.Allowed || again.RetryAfter != refused.RetryAfter || again.Reset != refused.Reset || again.Remaining != refused.Remaining || again.Limit != refused.Limit {
+		t.Fatalf("answered from memory: %+v, want %+v", again, refused)
+	}
+}
