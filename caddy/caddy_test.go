@@ -97,8 +97,8 @@ func loadCaddy(t *testing.T, config, configType string) *caddytest.Tester {
 // after another on the same port, and a connection kept from the last one belongs to a server
 // that Caddy is closing (grace_period 1ns), which resets it. A new connection may still meet
 // that server for a moment after a load, while it stops accepting on the listener it shares
-// with the new one: a reset with no answer is sent again, at most twice. Were the first one
-// counted, the tests that count would fail, not pass.
+// with the new one: a request closed (reset, or ended at EOF) with no answer is sent again, at
+// most twice. Were the first one counted, the tests that count would fail, not pass.
 func get(t *testing.T, tc *caddytest.Tester, path string, header ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", sitePort, path), nil)
@@ -110,7 +110,7 @@ func get(t *testing.T, tc *caddytest.Tester, path string, header ...string) (*ht
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := tc.Client.Do(req)
-	for try := 0; try < 2 && errors.Is(err, syscall.ECONNRESET); try++ {
+	for try := 0; try < 2 && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)); try++ {
 		t.Logf("GET %s: %v; sending it again", path, err)
 		resp, err = tc.Client.Do(req)
 	}
