@@ -396,12 +396,21 @@ func (sh *refusalShard) remove(key string, e refusal) {
 // decisionBytes is what one Decision of a group's layers takes, besides its policy's name.
 const decisionBytes = int(unsafe.Sizeof(retryafter.Decision{}))
 
+// heapBytes returns at least what an allocation of n bytes takes of the heap: Go rounds it up to
+// its size class, wasting at most an eighth.
+func heapBytes(n int) int { return n + n/8 }
+
 // size returns the bytes that e, remembered for key, holds: its key, its entry and share of the
 // map, and what its Decision points to, the names of its policies and its layers.
 func (e *refusal) size(key string) int {
 	n := len(key) + refusalBytes + len(e.dec.Policy.Name)
 	if ls := e.dec.Layers(); ls != nil {
-		n += 24 + cap(ls)*decisionBytes // the slice and its array
+		// The list is one allocation with room for two Decisions, the usual All; more take an
+		// array of their own (see retryafter.Binding).
+		n += heapBytes(24 + 2*decisionBytes)
+		if cap(ls) > 2 {
+			n += heapBytes(cap(ls) * decisionBytes)
+		}
 		for _, l := range ls {
 			n += len(l.Policy.Name)
 		}

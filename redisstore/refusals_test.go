@@ -735,3 +735,31 @@ func BenchmarkRefusalMemory(b *testing.B) {
 		}
 	})
 }
+
+// TestRefusalLayersBytes checks that what the memory counts for a group's refusal besides its key
+// and its entry, the list of its Decision's layers, is at least what that list takes of the heap,
+// and not half as much again, for groups of 2 layers to the most a group has.
+func TestRefusalLayersBytes(t *testing.T) {
+	const n = 2000
+	for layers := 2; layers <= maxLayers; layers++ {
+		ds := make([]retryafter.Decision, layers)
+		for i := range ds {
+			ds[i] = retryafter.Decision{Allowed: i > 0, Limit: i + 1}
+		}
+		kept := make([]retryafter.Decision, n)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range kept {
+			kept[i] = retryafter.Binding(ds...)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per := float64(after.HeapAlloc-before.HeapAlloc) / n
+		e := refusal{dec: kept[0]}
+		if counted := e.size("") - refusalBytes; per > float64(counted) || float64(counted) > 1.5*per {
+			t.Errorf("the layers of a group of %d take %.0f bytes each; the memory counts %d, want no less, nor half again as many", layers, per, counted)
+		}
+		runtime.KeepAlive(kept)
+	}
+}
