@@ -70,11 +70,7 @@ func (f *fallback) decide(ctx context.Context, key string, cost int, now time.Ti
 	if !f.on() {
 		return retryafter.Decision{}, err
 	}
-	d, err := f.TokenBucket.Decide(ctx, key, cost, now)
-	if err == nil && d.Policy == (retryafter.Policy{}) {
-		d.Policy = f.policy
-	}
-	return d, err
+	return f.TokenBucket.Decide(ctx, key, cost, now) // its Decision tells the share's Policy
 }
 
 // charge returns err, a failure of Redis, or charges the local bucket when there is a fallback.

@@ -41,7 +41,7 @@ type health struct {
 	epoch    time.Time                        // origin of next, seen and the instants of calls
 	down     atomic.Pointer[unavailableError] // nil while up
 	next     atomic.Int64                     // ns since epoch at which the next probe may start
-	failing  atomic.Bool                      // failures > 0: the fast path of ok
+	failing  atomic.Bool                      // failures > 0, as while down: the fast path of ok
 
 	mu       sync.Mutex
 	failures int   // failures in a row, those in flight together counted once
@@ -82,7 +82,7 @@ func (h *health) failed(sent int64, err error) error {
 		h.down.Store(e) // a failed probe, or a round trip that was in flight: still down
 		return e
 	}
-	if h.failures > 0 && sent < h.seen {
+	if sent < h.seen {
 		return e // in flight when the last failure was known: the same evidence
 	}
 	now := h.since()
@@ -106,7 +106,7 @@ func (h *health) reprobe() {
 
 // ok records that a round trip succeeded: Redis is up, and the failures before are forgotten.
 func (h *health) ok() {
-	if !h.failing.Load() && h.down.Load() == nil {
+	if !h.failing.Load() { // nor down, which follows failures
 		return
 	}
 	h.mu.Lock()

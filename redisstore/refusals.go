@@ -198,10 +198,7 @@ func (r *refusals) answer(key string, cost int, at int64, refunds, plans uint64)
 		}
 		d.RetryAfter = time.Duration((over+999)/1000) * time.Microsecond
 	}
-	d.Remaining = 0
-	if left < e.horizon {
-		d.Remaining = int((e.horizon - left) / e.interval)
-	}
+	d.Remaining = int(max(e.horizon-left, 0) / e.interval)
 	d.Reset = time.Duration((left+999)/1000) * time.Microsecond
 	return d, true
 }
