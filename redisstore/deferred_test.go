@@ -405,3 +405,112 @@ func TestDeferredChargeAge(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferredChargesBound holds back the charges of as many keys as a Store holds at once,
+// 65,536: none is sent; a charge of one more key is sent at once, while one more of a key held is
+// held.
+func TestDeferredChargesBound(t *testing.T) {
+	ctx := context.Background()
+	client := newClient(t, sharedAddr(t))
+	if err := chargeScript.Load(ctx, client).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	client.AddHook(g)
+	s := New(client, rate.Every(time.Millisecond), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), WithDeferredCharges(time.Hour))
+	sent := func() int64 { return g.commands.Load() + g.pipelines.Load() }
+	now := time.Now()
+	for i := range 1 << 16 {
+		if err := s.Charge(ctx, fmt.Sprint(i), 1, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := sent(); n != 0 {
+		t.Fatalf("%d round trips for 65,536 keys' charges held back", n)
+	}
+	if err := s.Charge(ctx, "0", 1, now); err != nil || sent() != 0 {
+		t.Fatalf("a charge of a key held: %v, %d round trips, want held", err, sent())
+	}
+	if err := s.Charge(ctx, "one more", 1, now); err != nil || g.commands.Load() != 1 {
+		t.Fatalf("a charge of one key more: %v, %d script calls, want sent at once", err, g.commands.Load())
+	}
+}
+
+// TestDeferredFlushArms checks that a flush arms the next one when, and only when, it leaves
+// charges held: those of a key whose charge was in flight when it took them. A flush that sent
+// every charge leaves none held, so none is armed.
+func TestDeferredFlushArms(t *testing.T) {
+	ctx := context.Background()
+	client := newClient(t, sharedAddr(t))
+	g := newGate()
+	client.AddHook(g)
+	s := New(client, rate.Every(time.Second), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), WithDeferredCharges(time.Hour))
+	armed := func() bool {
+		s.deferred.mu.Lock()
+		defer s.deferred.mu.Unlock()
+		return s.deferred.armed
+	}
+	if err := s.Charge(ctx, "k", 1, time.Now()); err != nil || !armed() {
+		t.Fatalf("a charge held: %v, armed %v, want armed", err, armed())
+	}
+	s.flushDue()
+	if armed() {
+		t.Fatal("armed after a flush that sent every charge held")
+	}
+	if err := s.Charge(ctx, "k", 1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	g.shut.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(ctx, "k", 0, time.Now()) // carries the charge, held in the air
+		done <- err
+	}()
+	<-g.held
+	if err := s.Charge(ctx, "k", 1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.flushDue() // the charge of k is in flight: this one stays
+	if !armed() {
+		t.Error("not armed after a flush that left a charge held")
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeferredChargesRefusalMemory checks that a Store that holds charges back remembers
+// refusals as one that does not: the refusal of a key with nothing held is answered from memory
+// next; and so is the refusal Redis gives once a charge of the key held has been sent, carried
+// by a decision or by a flush.
+func TestDeferredChargesRefusalMemory(t *testing.T) {
+	ctx := context.Background()
+	s := New(newClient(t, sharedAddr(t)), rate.Every(time.Second), 2, WithPrefix(testPrefix(t)), WithTimeout(testTimeout),
+		withInjectedClock(), WithDeferredCharges(time.Hour))
+	if d := decide(t, s, "k", 2, t0); !d.Allowed {
+		t.Fatalf("the burst: %+v", d)
+	}
+	for _, step := range []string{"nothing held", "a charge carried", "a charge flushed"} {
+		switch step {
+		case "a charge carried":
+			if err := s.Charge(ctx, "k", 1, t0); err != nil {
+				t.Fatal(err)
+			}
+		case "a charge flushed":
+			if err := s.Charge(ctx, "k", 1, t0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		local := s.LocalAnswers()
+		if d := decide(t, s, "k", 1, t0); d.Allowed || s.LocalAnswers() != local {
+			t.Fatalf("%s: %+v, %d answers from memory, want refused by Redis", step, d, s.LocalAnswers()-local)
+		}
+		if d := decide(t, s, "k", 1, t0); d.Allowed || s.LocalAnswers() != local+1 {
+			t.Fatalf("%s: the next refusal %+v, %d answers from memory, want 1", step, d, s.LocalAnswers()-local)
+		}
+	}
+}

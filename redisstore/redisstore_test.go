@@ -540,6 +540,7 @@ func TestNewPanics(t *testing.T) {
 		"autopipeliner":                    {func() { New(pipeliner, 1, 1) }, deadlines},
 		"zero probe interval":              {func() { WithProbeInterval(0) }, "WithProbeInterval not positive"},
 		"zero timeout":                     {func() { WithTimeout(0) }, "WithTimeout not positive"},
+		"zero charge delay":                {func() { WithDeferredCharges(0) }, "WithDeferredCharges not positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
