@@ -200,6 +200,9 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 		}
 		if f := e.flight; f != nil {
 			e.mu.Unlock()
+			if testHookBoarded != nil {
+				testHookBoarded(ctx)
+			}
 			if !r.b.wait(f) {
 				return r.b.outOfTime(ctx, &s.local, key, cost, now)
 			}

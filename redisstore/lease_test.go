@@ -717,3 +717,39 @@ func TestLeasedEarlierInstant(t *testing.T) {
 		t.Fatalf("%d round trips for the requests a second earlier, want them answered from what the replica knows", l.RoundTrips()-trips)
 	}
 }
+
+// TestLeasedPeekRidesFlight checks, on a real Redis, that a peek (a cost of 0) of a Leased that
+// waited for the key's round trip in flight, sent after the peek arrived, takes that round trip's
+// answer as its own: it is answered with no round trip of its own.
+func TestLeasedPeekRidesFlight(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	g := newGate()
+	client.AddHook(g)
+	l := New(client, rate.Every(time.Second), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout)).Leased(4)
+	var boarded atomic.Int64
+	testHookBoarded = func(context.Context) { boarded.Add(1) }
+	t.Cleanup(func() { testHookBoarded = nil })
+	ctx := context.Background()
+	g.shut.Store(true)
+	first := make(chan result, 1)
+	go func() {
+		d, err := l.Decide(ctx, "k", 1, time.Now())
+		first <- result{d: d, err: err}
+	}()
+	<-g.held
+	peek := make(chan result, 1)
+	go func() {
+		d, err := l.Decide(ctx, "k", 0, time.Now())
+		peek <- result{d: d, err: err}
+	}()
+	for boarded.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(g.release)
+	if r := <-first; r.err != nil || !r.d.Allowed {
+		t.Fatalf("the request in flight: %+v, %v; want admitted", r.d, r.err)
+	}
+	if r := <-peek; r.err != nil || !r.d.Allowed || l.RoundTrips() != 1 {
+		t.Fatalf("the peek that waited for it: %+v, %v after %d round trips; want admitted with none of its own", r.d, r.err, l.RoundTrips())
+	}
+}

@@ -203,7 +203,8 @@ func (r *refusals) answer(key string, cost int, at int64, refunds, plans uint64)
 	return d, true
 }
 
-// testHookBoarded, if set, is called when a request of a Store starts to wait for a flight.
+// testHookBoarded, if set, is called when a request of a Store or a Leased starts to wait for a
+// flight.
 var testHookBoarded func(context.Context)
 
 // board returns, if key's remembered bucket holds the cost tokens of a request at the instant at

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -736,6 +737,128 @@ func BenchmarkRefusalMemory(b *testing.B) {
 	})
 }
 
+// TestRefusalMemoryRideFailed checks, on a real Redis, that a request that waited for another's
+// round trip at the key's last token, which failed with an error that is not Redis's (here the
+// key's), then asks Redis itself within what is left of the store's timeout, and takes the token,
+// rather than fail as if its time were over.
+func TestRefusalMemoryRideFailed(t *testing.T) {
+	s, h, at, boarded := atLastToken(t, time.Hour, 2, WithTimeout(testTimeout))
+	// A key's error, as Redis tells it, for the round trip waited for.
+	other := newClient(t, sharedAddr(t))
+	wrong := testPrefix(t) + "a string"
+	if err := other.Set(context.Background(), wrong, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.fail = other.HGet(context.Background(), wrong, "f").Err()
+	if !isKeyState(h.fail) {
+		t.Fatalf("HGET of a string: %v, want WRONGTYPE", h.fail)
+	}
+	h.hold.Store(true)
+	lead := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(context.Background(), "k", 1, at)
+		lead <- err
+	}()
+	<-h.held
+	ride := make(chan result, 1)
+	go func() {
+		d, err := s.Decide(context.Background(), "k", 1, at)
+		ride <- result{d: d, err: err}
+	}()
+	for boarded.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(h.release)
+	if err := <-lead; !errors.Is(err, ErrKeyState) {
+		t.Fatalf("the request waited for: %v, want the key's error", err)
+	}
+	if r := <-ride; r.err != nil || !r.d.Allowed {
+		t.Fatalf("the request that waited: %+v, %v; want the last token, from Redis", r.d, r.err)
+	}
+}
+
+// TestBoardEdges checks at the edges which requests board a round trip on a remembered refusal
+// (a bucket of 4 tokens, one a second, to be full 3 s after the refusal arrived): one at the
+// instant it arrived does, one before does not; one at the instant the bucket is full does not,
+// whatever its cost; one of the whole burst does, one above it does not; and a peek (a cost of
+// 0), which admits nothing, never does, even of a bucket in debt.
+func TestBoardEdges(t *testing.T) {
+	const sec = int64(time.Second)
+	const learned = 100 * sec
+	for i, c := range []struct {
+		cost  int
+		d     int64 // the bucket full in, at learned
+		at    int64
+		board bool
+	}{
+		{1, 3 * sec, learned, true},
+		{1, 3 * sec, learned - 1, false},
+		{3, 3 * sec, learned + 3*sec - 1, true}, // 2 × 3 tokens would not fit
+		{3, 3 * sec, learned + 3*sec, false},
+		{4, 3 * sec, learned, true},
+		{5, 3 * sec, learned, false},
+		{1, 5 * sec, learned, true},
+		{0, 5 * sec, learned, false},
+	} {
+		r := newRefusals(1 << 20)
+		key := fmt.Sprint(i)
+		r.remember(key, refusal{cost: 1, learned: learned, until: learned + sec, d: c.d, interval: sec, horizon: 4 * sec, burst: 4}, r.ticket(key, false))
+		f, lead := r.board(key, c.cost, c.at, 0)
+		if got := f != nil && lead; got != c.board {
+			t.Errorf("a cost of %d, %v after the refusal, full %v after it: boards %v, want %v", c.cost, time.Duration(c.at-learned), time.Duration(c.d), got, c.board)
+		}
+	}
+}
+
+// TestAnswerAtExpiry checks that a remembered refusal answers no request from the instant its
+// bucket is full, not even one above the burst, and is forgotten then.
+func TestAnswerAtExpiry(t *testing.T) {
+	const sec = int64(time.Second)
+	const learned, d = 100 * sec, 3 * sec
+	r := newRefusals(1 << 20)
+	r.remember("k", refusal{cost: 1, learned: learned, until: learned + sec, d: d, interval: sec, horizon: 4 * sec, burst: 4}, r.ticket("k", false))
+	if got, ok := r.answer("k", 5, learned+d-1, 0, 0); !ok || got.RetryAfter != rate.InfDuration {
+		t.Fatalf("above the burst, a nanosecond before the bucket is full: %+v, %v; want refused for ever", got, ok)
+	}
+	if got, ok := r.answer("k", 5, learned+d, 0, 0); ok {
+		t.Fatalf("above the burst, as the bucket is full: %+v, want no answer", got)
+	}
+	if n := r.shard("k").n.Load(); n != 0 {
+		t.Fatalf("%d refusals remembered after the expiry, want none", n)
+	}
+}
+
+// TestRefusalMemoryRideSharesFailure checks, on a real Redis, that the requests that waited for
+// another's round trip at the key's last token share the failure of Redis it met (here a refused
+// connection): each fails with it, without a round trip of its own.
+func TestRefusalMemoryRideSharesFailure(t *testing.T) {
+	s, h, at, boarded := atLastToken(t, time.Hour, 2, WithTimeout(testTimeout))
+	h.fail = syscall.ECONNREFUSED
+	h.hold.Store(true)
+	calls := h.calls.Load()
+	lead := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(context.Background(), "k", 1, at)
+		lead <- err
+	}()
+	<-h.held
+	ride := make(chan result, 1)
+	go func() {
+		d, err := s.Decide(context.Background(), "k", 1, at)
+		ride <- result{d: d, err: err}
+	}()
+	for boarded.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(h.release)
+	if err := <-lead; !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("the request waited for: %v, want Redis's failure", err)
+	}
+	if r := <-ride; !errors.Is(r.err, ErrUnavailable) || !errors.Is(r.err, syscall.ECONNREFUSED) || h.calls.Load() != calls+1 {
+		t.Fatalf("the request that waited: %+v, %v after %d calls; want Redis's failure, with no call of its own", r.d, r.err, h.calls.Load()-calls)
+	}
+}
+
 // TestRefusalLayersBytes checks that what the memory counts for a group's refusal besides its key
 // and its entry, the list of its Decision's layers, is at least what that list takes of the heap,
 // and not half as much again, for groups of 2 layers to the most a group has.
@@ -761,5 +884,57 @@ func TestRefusalLayersBytes(t *testing.T) {
 			t.Errorf("the layers of a group of %d take %.0f bytes each; the memory counts %d, want no less, nor half again as many", layers, per, counted)
 		}
 		runtime.KeepAlive(kept)
+	}
+}
+
+// TestRefusalMemoryMakesRoom checks how a shard of the memory makes room, with a budget of
+// exactly 16 refusals: 16 fit, with none dropped; a 17th drops an eighth of the budget more than
+// it needs (3 refusals), so that the next few fit at once; and those whose bucket is full by the
+// new refusal's instant go first, all of them and only them. A refusal refreshed in place
+// costs what it did.
+func TestRefusalMemoryMakesRoom(t *testing.T) {
+	const live, gone = int64(1e12), int64(1e3) // buckets full in, from learned 0
+	size := (&refusal{}).size("k0000")
+	fill := func(expiring int) (*refusals, *refusalShard, []string) {
+		r := newRefusals(refusalShards * 16 * size)
+		var keys []string
+		for i := 0; len(keys) < 17; i++ {
+			if k := fmt.Sprintf("k%04d", i); r.shard(k) == r.shard("k0000") {
+				keys = append(keys, k)
+			}
+		}
+		for i, k := range keys[:16] {
+			d := live
+			if i < expiring {
+				d = gone
+			}
+			r.remember(k, refusal{cost: 1, d: d, interval: 1, horizon: 1, burst: 1}, r.ticket(k, false))
+		}
+		return r, r.shard("k0000"), keys
+	}
+
+	r, sh, keys := fill(0)
+	if n := sh.n.Load(); n != 16 || sh.bytes != 16*size {
+		t.Fatalf("16 refusals in a budget of 16: %d kept, %d bytes of %d", n, sh.bytes, 16*size)
+	}
+	bytes := sh.bytes
+	r.refresh(keys[0], refusal{cost: 1, d: live, interval: 1, horizon: 1, burst: 1}, r.ticket(keys[0], false))
+	if sh.bytes != bytes {
+		t.Fatalf("a refusal refreshed in place: %d bytes, were %d", sh.bytes, bytes)
+	}
+	r.remember(keys[16], refusal{cost: 1, d: live, interval: 1, horizon: 1, burst: 1}, r.ticket(keys[16], false))
+	if n := sh.n.Load(); n != 14 {
+		t.Fatalf("a 17th refusal in a budget of 16: %d kept, want 13 and the new one", n)
+	}
+
+	r, sh, keys = fill(8)
+	r.remember(keys[16], refusal{cost: 1, learned: gone, d: live, interval: 1, horizon: 1, burst: 1}, r.ticket(keys[16], false))
+	if n := sh.n.Load(); n != 9 {
+		t.Fatalf("a 17th refusal, with 8 full by then: %d kept, want the 8 others and the new one", n)
+	}
+	for k, e := range sh.m {
+		if e.d != live {
+			t.Fatalf("%s, full by the new refusal's instant, kept", k)
+		}
 	}
 }
