@@ -683,3 +683,35 @@ func TestAllRemembersBindingLayer(t *testing.T) {
 		t.Fatalf("answered from memory: %+v, want %+v", again, refused)
 	}
 }
+
+// TestAllRefreshesLayerMemory checks that a request an All admits refreshes what a layer's Store
+// remembers of the key's refusal, rather than drop it: a Store that refused a cost of 5 with 2
+// tokens left, then spent one in an All, answers the same cost again from memory, refused with
+// the wait Redis gives for one token fewer.
+func TestAllRefreshesLayerMemory(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	prefix := testPrefix(t)
+	o := []Option{WithTimeout(testTimeout), withInjectedClock()}
+	layer := New(client, rate.Every(time.Second), 5, append([]Option{WithPrefix(prefix + "layer:")}, o...)...)
+	other := New(client, rate.Every(time.Second), 100, append([]Option{WithPrefix(prefix + "other:")}, o...)...)
+	peek := New(client, rate.Every(time.Second), 5, append([]Option{WithPrefix(prefix + "layer:"), WithRefusalMemory(0)}, o...)...)
+	all := retryafter.All(layer, other)
+	ctx := context.Background()
+	if d := decide(t, layer, "k", 3, t0); !d.Allowed {
+		t.Fatalf("3 of 5: %+v", d)
+	}
+	if d := decide(t, layer, "k", 5, t0); d.Allowed {
+		t.Fatalf("5 of 2 left: %+v, want refused", d)
+	}
+	if d, err := all.Decide(ctx, "k", 1, t0); err != nil || !d.Allowed {
+		t.Fatalf("the All, 1 of 2 left: %+v, %v, want admitted", d, err)
+	}
+	local := layer.LocalAnswers()
+	got := decide(t, layer, "k", 5, t0)
+	if layer.LocalAnswers() != local+1 {
+		t.Fatalf("5 of 1 left: %+v, %d answers from memory, want 1", got, layer.LocalAnswers()-local)
+	}
+	if want := decide(t, peek, "k", 5, t0); got != want {
+		t.Fatalf("5 of 1 left, from memory: %+v, Redis says %+v", got, want)
+	}
+}

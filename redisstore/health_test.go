@@ -645,3 +645,24 @@ func (h refuseKey) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h refuseKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// TestFailFastOwnDeadline checks, on testing/synctest's clock, that a failure of Redis within a
+// caller's deadline sooner than the store's timeout counts as one without: a refused connection
+// fails with an error wrapping ErrUnavailable, and downAfter of them take the store down. Only
+// the caller's deadline or cancellation ending a round trip is the caller's own failure.
+func TestFailFastOwnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := &fakeRedis{answer: refusesConnections}
+		s := New(fake, 1, 10, WithTimeout(time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second/2)
+		defer cancel()
+		for i := range downAfter {
+			if _, err := s.Decide(ctx, "k", 1, time.Now()); !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("failure %d: %v, want an error wrapping ErrUnavailable and the cause", i, err)
+			}
+		}
+		if err := s.Down(); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Down() = %v after %d refused connections, want down", err, downAfter)
+		}
+	})
+}

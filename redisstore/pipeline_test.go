@@ -360,3 +360,37 @@ func TestSharedFailover(t *testing.T) {
 	t.Logf("the killed master's keys failed for %v; %d round trips shared before the kill, %d after",
 		time.Duration(lastFail.Load()-killedAt.Load()), shared, hook.shared.Load()-shared)
 }
+
+// TestSharedQueuePerMaster checks that on a cluster each master's calls queue apart, so that a
+// slow round trip to one master holds up none of another's: decisions of keys held by several
+// masters make one queue per master.
+func TestSharedQueuePerMaster(t *testing.T) {
+	c := newClusterClient(t, clusterAddrs(t))
+	s := New(c, rate.Every(time.Hour), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), WithRefusalMemory(0))
+	var keys []string
+	for i := range 64 {
+		keys = append(keys, fmt.Sprint(i))
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = s.prefix + k
+	}
+	masters := map[string]bool{}
+	for _, m := range mastersOf(t, c, full) {
+		masters[m] = true
+	}
+	if len(masters) < 2 {
+		t.Fatalf("64 keys on %d masters: the test wants keys on several", len(masters))
+	}
+	for _, k := range keys {
+		decide(t, s, k, 1, time.Time{})
+	}
+	queues := 0
+	s.batch.masters.Range(func(node, q any) bool {
+		queues++
+		return true
+	})
+	if queues != len(masters) {
+		t.Fatalf("keys of %d masters queued in %d queues, want one each", len(masters), queues)
+	}
+}
