@@ -97,7 +97,6 @@ func (g *group) add(st *Store, l retryafter.Layer, locals *[]retryafter.Layer) {
 	}
 	if st.local.on() {
 		*locals = append(*locals, retryafter.Layer{Limiter: st.local.TokenBucket, Key: l.Key, Deferred: l.Deferred})
-		g.localPols = append(g.localPols, st.local.policy)
 	}
 }
 
@@ -158,8 +157,6 @@ type group struct {
 	inf     []retryafter.Decision // the Decisions of the layers at rate.Inf
 	timeout time.Duration         // the shortest of the layers' Stores', which bounds the call
 	local   retryafter.Limiter    // the layers' local fallbacks, combined; nil unless all have one
-	// localPols are the policies of the layers' local fallbacks, in order.
-	localPols []retryafter.Policy
 	// refusals remembers the group's refusals by the request's key, with the first layer's
 	// Store's budget; nil without.
 	refusals *refusals
@@ -476,9 +473,6 @@ func (g *group) fail(ctx context.Context, key string, cost int, now time.Time, d
 	if err != nil {
 		return d, err
 	}
-	if d.Policy == (retryafter.Policy{}) {
-		d.Policy = g.localPolicy(d.Limit)
-	}
 	if len(g.inf) == 0 {
 		return d, nil
 	}
@@ -486,16 +480,4 @@ func (g *group) fail(ctx context.Context, key string, cost int, now time.Time, d
 	ds[0] = d
 	copy(ds[1:], g.inf)
 	return retryafter.Binding(ds[:1+len(g.inf)]...), nil
-}
-
-// localPolicy returns the policy of the local layer that bound a combined local decision whose
-// Limit is limit, for as long as the in-memory buckets do not name their policy themselves: the
-// first layer of that burst.
-func (g *group) localPolicy(limit int) retryafter.Policy {
-	for _, p := range g.localPols {
-		if p.Burst == limit {
-			return p
-		}
-	}
-	return retryafter.Policy{}
 }

@@ -561,8 +561,12 @@ func TestAllLocalFallback(t *testing.T) {
 	// A layer at rate.Inf needs no fallback, and never binds.
 	inf := retryafter.All(New(o, rate.Inf, 7, opts("inf:")...), a)
 	for i := range 6 {
-		if d, err := inf.Decide(ctx, "other", 1, t0); err != nil || d.Allowed != (i < 5) || d.Limit != 5 || d.Remaining != max(0, 4-i) {
+		d, err := inf.Decide(ctx, "other", 1, t0)
+		if err != nil || d.Allowed != (i < 5) || d.Limit != 5 || d.Remaining != max(0, 4-i) {
 			t.Fatalf("Redis down, a layer at rate.Inf beside a's, request %d: %+v, %v, want the local per-key bucket's answer", i, d, err)
+		}
+		if ls := d.Layers(); len(ls) != 2 || ls[0].Limit != 5 || ls[1].Limit != 7 {
+			t.Fatalf("Redis down, a layer at rate.Inf beside a's, request %d: layers %+v, want both, a's first, as Redis up tells them", i, ls)
 		}
 	}
 
@@ -713,5 +717,38 @@ func TestAllRefreshesLayerMemory(t *testing.T) {
 	}
 	if want := decide(t, peek, "k", 5, t0); got != want {
 		t.Fatalf("5 of 1 left, from memory: %+v, Redis says %+v", got, want)
+	}
+}
+
+// TestAllSharedLayerForgets checks that when every layer of an All maps keys (Shared), a request
+// of one key that the group admits makes the group forget what it remembers of another key's
+// refusal, as Redis answers it after: the admission spent a bucket they share.
+func TestAllSharedLayerForgets(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	prefix := testPrefix(t)
+	o := []Option{WithTimeout(testTimeout), withInjectedClock()}
+	a := New(client, rate.Every(time.Second), 2, append([]Option{WithPrefix(prefix + "a:")}, o...)...)
+	b := New(client, rate.Every(time.Second), 100, append([]Option{WithPrefix(prefix + "b:")}, o...)...)
+	all := retryafter.All(retryafter.Shared(a, "all"), retryafter.Shared(b, "all"))
+	ctx := context.Background()
+	at := func(key string, cost int, now time.Time) retryafter.Decision {
+		t.Helper()
+		d, err := all.Decide(ctx, key, cost, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := at("x", 2, t0); !d.Allowed {
+		t.Fatalf("the burst: %+v", d)
+	}
+	if d := at("B", 2, t0); d.Allowed || d.RetryAfter != 2*time.Second {
+		t.Fatalf("B, 2 of none: %+v, want refused for 2s", d)
+	}
+	if d := at("A", 1, t0.Add(time.Second)); !d.Allowed {
+		t.Fatalf("A, 1 of the token come in 1s: %+v, want admitted", d)
+	}
+	if d := at("B", 2, t0.Add(time.Second)); d.Allowed || d.RetryAfter != 2*time.Second {
+		t.Fatalf("B again, after A took the token: %+v, want refused for 2s, as Redis says", d)
 	}
 }

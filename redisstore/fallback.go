@@ -39,20 +39,19 @@ func WithLocalFallback(replicas int) Option {
 type fallback struct {
 	replicas                int // WithLocalFallback's, 0 without it
 	*retryafter.TokenBucket     // nil without
-	policy                  retryafter.Policy
 }
 
 // start makes f's buckets, at the replica's share of own, or of each key's policy when perKey
 // (see [WithPolicyFunc]) as policy tells it.
 func (f *fallback) start(own retryafter.Policy, perKey bool, policy func(string) retryafter.Policy) {
-	f.policy = share(own, f.replicas)
+	p := share(own, f.replicas)
 	var opts []retryafter.TokenBucketOption
 	if perKey {
 		opts = append(opts, retryafter.WithPolicyFunc(func(key string) retryafter.Policy {
 			return share(policy(key), f.replicas)
 		}))
 	}
-	f.TokenBucket = retryafter.NewTokenBucket(f.policy.Limit, f.policy.Burst, opts...)
+	f.TokenBucket = retryafter.NewTokenBucket(p.Limit, p.Burst, opts...)
 }
 
 // on reports whether there is a fallback.
