@@ -36,13 +36,13 @@ func (s *scriptCalls) Eval(ctx context.Context, script string, keys []string, ar
 
 // TestDeferredChargesAgree decides random requests, each followed by a charge of what it used,
 // as ChargedAfter does, on a real Redis and an injected clock, by a Store whose charges are held
-// back and by one that sends them at once, alone and in an All with a per-key layer: every
+// back and by one that sends them at once, alone and last in an All of two or three: every
 // Decision is the same, over gaps short and long (a debt repaid, a bucket refilled), with a
 // Flush now and then; and the Store that holds charges back makes one script call a request.
 func TestDeferredChargesAgree(t *testing.T) {
 	client := newClient(t, sharedAddr(t))
-	for _, combined := range []bool{false, true} {
-		t.Run(fmt.Sprintf("all=%v", combined), func(t *testing.T) {
+	for _, layers := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("layers=%d", layers), func(t *testing.T) {
 			ctx := context.Background()
 			prefix := testPrefix(t)
 			calls := &scriptCalls{Scripter: keptKeys{client}}
@@ -52,10 +52,14 @@ func TestDeferredChargesAgree(t *testing.T) {
 			held := New(calls, rate.Every(10*time.Millisecond), 50, opts("held:", WithDeferredCharges(time.Hour))...)
 			sent := New(keptKeys{client}, rate.Every(10*time.Millisecond), 50, opts("sent:")...)
 			var a, b retryafter.Limiter = held, sent
-			if combined {
-				perKey := func(name string, c redis.Scripter) *Store { return New(c, rate.Every(time.Second), 20, opts(name)...) }
+			perKey := func(name string, c redis.Scripter) *Store { return New(c, rate.Every(time.Second), 20, opts(name)...) }
+			switch layers { // the held Store last, at the group's index 1 or 2
+			case 2:
 				a = retryafter.All(perKey("held-key:", calls), retryafter.ChargedAfter(held))
 				b = retryafter.All(perKey("sent-key:", keptKeys{client}), retryafter.ChargedAfter(sent))
+			case 3:
+				a = retryafter.All(perKey("held-key:", calls), perKey("held-more:", calls), retryafter.ChargedAfter(held))
+				b = retryafter.All(perKey("sent-key:", keptKeys{client}), perKey("sent-more:", keptKeys{client}), retryafter.ChargedAfter(sent))
 			}
 			rng := rand.New(rand.NewPCG(11, 12))
 			now := t0
@@ -64,7 +68,7 @@ func TestDeferredChargesAgree(t *testing.T) {
 				now = now.Add(time.Duration(rng.Int64N(int64([]time.Duration{time.Millisecond, 100 * time.Millisecond, 2 * time.Second}[rng.IntN(3)]))) / time.Microsecond * time.Microsecond)
 				key := fmt.Sprint("k", rng.IntN(2))
 				cost := 1
-				if !combined {
+				if layers == 1 {
 					cost = rng.IntN(3)
 				}
 				before := calls.n.Load()
@@ -483,16 +487,26 @@ func TestDeferredFlushArms(t *testing.T) {
 // TestDeferredChargesRefusalMemory checks that a Store that holds charges back remembers
 // refusals as one that does not: the refusal of a key with nothing held is answered from memory
 // next; and so is the refusal Redis gives once a charge of the key held has been sent, carried
-// by a decision or by a flush.
+// by a decision, by a flush or by an All's decision.
 func TestDeferredChargesRefusalMemory(t *testing.T) {
 	ctx := context.Background()
-	s := New(newClient(t, sharedAddr(t)), rate.Every(time.Second), 2, WithPrefix(testPrefix(t)), WithTimeout(testTimeout),
-		withInjectedClock(), WithDeferredCharges(time.Hour))
+	client := newClient(t, sharedAddr(t))
+	prefix := testPrefix(t)
+	s := New(client, rate.Every(time.Second), 2, WithPrefix(prefix), WithTimeout(testTimeout), withInjectedClock(), WithDeferredCharges(time.Hour))
 	if d := decide(t, s, "k", 2, t0); !d.Allowed {
 		t.Fatalf("the burst: %+v", d)
 	}
-	for _, step := range []string{"nothing held", "a charge carried", "a charge flushed"} {
+	all := retryafter.All(New(client, rate.Every(time.Second), 100, WithPrefix(prefix+"per-key:"), WithTimeout(testTimeout), withInjectedClock()),
+		retryafter.ChargedAfter(s))
+	for _, step := range []string{"nothing held", "a charge carried", "a charge flushed", "a charge carried by an All"} {
 		switch step {
+		case "a charge carried by an All":
+			if err := s.Charge(ctx, "k", 1, t0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := all.Decide(ctx, "k", 1, t0); err != nil {
+				t.Fatal(err)
+			}
 		case "a charge carried":
 			if err := s.Charge(ctx, "k", 1, t0); err != nil {
 				t.Fatal(err)
@@ -511,6 +525,31 @@ func TestDeferredChargesRefusalMemory(t *testing.T) {
 		}
 		if d := decide(t, s, "k", 1, t0); d.Allowed || s.LocalAnswers() != local+1 {
 			t.Fatalf("%s: the next refusal %+v, %d answers from memory, want 1", step, d, s.LocalAnswers()-local)
+		}
+	}
+}
+
+// TestFlushLoadsScript flushes held charges to a redis-server of the test's own that has never
+// run the charge script, as after a restart or SCRIPT FLUSH: the pipeline's EVALSHAs fail with
+// NOSCRIPT, and the flush sends them again by EVAL, which loads the script. Every charge is
+// made: another Store, which holds nothing back, sees each key's debt.
+func TestFlushLoadsScript(t *testing.T) {
+	ctx := context.Background()
+	client := newClient(t, startServer(t).Addr())
+	s := New(client, rate.Every(time.Second), 5, WithTimeout(testTimeout), withCallerClock(), WithDeferredCharges(time.Hour))
+	other := New(client, rate.Every(time.Second), 5, WithTimeout(testTimeout), withCallerClock(), WithRefusalMemory(0))
+	for _, k := range []string{"a", "b", "c"} {
+		if err := s.Charge(ctx, k, 8, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("a flush to a server without the script: %v", err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		// 8 tokens of a full 5: 3 owed at t0, so a peek 2 s later owes 1 s.
+		if d := decide(t, other, k, 0, t0.Add(2*time.Second)); d.Allowed || d.RetryAfter != time.Second {
+			t.Fatalf("%s after the flush: %+v, want refused for 1s", k, d)
 		}
 	}
 }

@@ -510,7 +510,8 @@ func TestLeasedInAll(t *testing.T) {
 
 // TestLeasedKeyBound checks that a Leased holds at most its bound of keys: the requests of keys
 // beyond it are decided by the Store, as exactly, and once the keys it holds have refilled
-// (the same as keys never seen) it forgets them and leases new ones.
+// (the same as keys never seen) it forgets them at its next search, one every 64 requests
+// beyond the bound, and leases new ones.
 func TestLeasedKeyBound(t *testing.T) {
 	client := newClient(t, sharedAddr(t))
 	const bound, lot = 8, 4
@@ -543,8 +544,11 @@ func TestLeasedKeyBound(t *testing.T) {
 			held++
 		}
 	}
-	if held == 0 || l.n.Load() > bound {
-		t.Fatalf("after the held keys refilled: %d new keys held, %d in all; want some, and at most %d in all", held, l.n.Load(), bound)
+	if held != bound || l.n.Load() != bound {
+		t.Fatalf("after the held keys refilled: %d new keys held, %d in all; want %d, all new", held, l.n.Load(), bound)
+	}
+	if _, ok := l.leases.Load("new0"); ok {
+		t.Fatal("the first new key after the refill leased: a search for keys to forget before the 64th request beyond the bound")
 	}
 }
 
@@ -725,7 +729,8 @@ func TestLeasedPeekRidesFlight(t *testing.T) {
 	client := newClient(t, sharedAddr(t))
 	g := newGate()
 	client.AddHook(g)
-	l := New(client, rate.Every(time.Second), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout)).Leased(4)
+	// On the caller's clock, so that the instants are the Unix epoch's nanoseconds.
+	l := New(client, rate.Every(time.Second), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock()).Leased(4)
 	var boarded atomic.Int64
 	testHookBoarded = func(context.Context) { boarded.Add(1) }
 	t.Cleanup(func() { testHookBoarded = nil })
@@ -749,7 +754,42 @@ func TestLeasedPeekRidesFlight(t *testing.T) {
 	if r := <-first; r.err != nil || !r.d.Allowed {
 		t.Fatalf("the request in flight: %+v, %v; want admitted", r.d, r.err)
 	}
-	if r := <-peek; r.err != nil || !r.d.Allowed || l.RoundTrips() != 1 {
-		t.Fatalf("the peek that waited for it: %+v, %v after %d round trips; want admitted with none of its own", r.d, r.err, l.RoundTrips())
+	if r := <-peek; r.err != nil || !r.d.Allowed || r.d.Reset < 0 || r.d.Reset > 10*time.Second || l.RoundTrips() != 1 {
+		t.Fatalf("the peek that waited for it: %+v, %v after %d round trips; want admitted, full within 10s, with no round trip of its own", r.d, r.err, l.RoundTrips())
+	}
+}
+
+// TestLeasedWaitersShareFailure checks, on a real Redis, that the requests of a Leased that
+// waited for the key's round trip share the failure of Redis it met (here a refused connection):
+// each fails with it, without a round trip of its own.
+func TestLeasedWaitersShareFailure(t *testing.T) {
+	s := New(newClient(t, sharedAddr(t)), rate.Every(time.Second), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout))
+	h := &heldSends{Scripter: s.client, held: make(chan struct{}), release: make(chan struct{}), fail: syscall.ECONNREFUSED}
+	s.client = h
+	l := s.Leased(4)
+	var boarded atomic.Int64
+	testHookBoarded = func(context.Context) { boarded.Add(1) }
+	t.Cleanup(func() { testHookBoarded = nil })
+	h.hold.Store(true)
+	lead := make(chan error, 1)
+	go func() {
+		_, err := l.Decide(context.Background(), "k", 1, time.Now())
+		lead <- err
+	}()
+	<-h.held
+	wait := make(chan result, 1)
+	go func() {
+		d, err := l.Decide(context.Background(), "k", 1, time.Now())
+		wait <- result{d: d, err: err}
+	}()
+	for boarded.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(h.release)
+	if err := <-lead; !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("the request waited for: %v, want Redis's failure", err)
+	}
+	if r := <-wait; !errors.Is(r.err, ErrUnavailable) || !errors.Is(r.err, syscall.ECONNREFUSED) || h.calls.Load() != 1 {
+		t.Fatalf("the request that waited: %+v, %v after %d calls; want Redis's failure, with no call of its own", r.d, r.err, h.calls.Load())
 	}
 }
