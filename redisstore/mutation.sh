@@ -4,7 +4,7 @@
 # against each. It starts a redis-server and a Redis Cluster of its own on free loopback ports
 # (unless REDIS_ADDR and REDIS_CLUSTER_ADDRS name ones), and stops them when it ends.
 #
-#	./mutation.sh                   # the whole package: half an hour on two busy cores
+#	./mutation.sh                   # the whole package: 530 mutants, over an hour on two cores
 #	./mutation.sh -o results.json   # and gremlins's results as JSON
 #	./mutation.sh --dry-run         # only list the mutants and whether the tests cover them
 #
