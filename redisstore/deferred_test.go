@@ -292,6 +292,18 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
+// gatedClient returns a client of the tests' Redis, which has loaded the charge script, and the
+// gate it goes through.
+func gatedClient(t *testing.T) (*redis.Client, *gate) {
+	client := newClient(t, sharedAddr(t))
+	if err := chargeScript.Load(context.Background(), client).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	client.AddHook(g)
+	return client, g
+}
+
 // isScript reports whether cmd runs a script.
 func isScript(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name() == "eval" }
 
@@ -360,12 +372,7 @@ func TestDeferredChargeInFlight(t *testing.T) {
 // is made.
 func TestFlushPipelines(t *testing.T) {
 	ctx := context.Background()
-	client := newClient(t, sharedAddr(t))
-	if err := chargeScript.Load(ctx, client).Err(); err != nil {
-		t.Fatal(err)
-	}
-	g := newGate()
-	client.AddHook(g)
+	client, g := gatedClient(t)
 	prefix := testPrefix(t)
 	s := New(client, rate.Every(time.Second), 10, WithPrefix(prefix), WithTimeout(testTimeout), WithDeferredCharges(time.Hour))
 	const n = 2500
@@ -415,12 +422,7 @@ func TestDeferredChargeAge(t *testing.T) {
 // held.
 func TestDeferredChargesBound(t *testing.T) {
 	ctx := context.Background()
-	client := newClient(t, sharedAddr(t))
-	if err := chargeScript.Load(ctx, client).Err(); err != nil {
-		t.Fatal(err)
-	}
-	g := newGate()
-	client.AddHook(g)
+	client, g := gatedClient(t)
 	s := New(client, rate.Every(time.Millisecond), 10, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), WithDeferredCharges(time.Hour))
 	sent := func() int64 { return g.commands.Load() + g.pipelines.Load() }
 	now := time.Now()

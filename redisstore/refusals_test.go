@@ -737,22 +737,10 @@ func BenchmarkRefusalMemory(b *testing.B) {
 	})
 }
 
-// TestRefusalMemoryRideFailed checks, on a real Redis, that a request that waited for another's
-// round trip at the key's last token, which failed with an error that is not Redis's (here the
-// key's), then asks Redis itself within what is left of the store's timeout, and takes the token,
-// rather than fail as if its time were over.
-func TestRefusalMemoryRideFailed(t *testing.T) {
-	s, h, at, boarded := atLastToken(t, time.Hour, 2, WithTimeout(testTimeout))
-	// A key's error, as Redis tells it, for the round trip waited for.
-	other := newClient(t, sharedAddr(t))
-	wrong := testPrefix(t) + "a string"
-	if err := other.Set(context.Background(), wrong, "x", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	h.fail = other.HGet(context.Background(), wrong, "f").Err()
-	if !isKeyState(h.fail) {
-		t.Fatalf("HGET of a string: %v, want WRONGTYPE", h.fail)
-	}
+// rideFailed sends, at the instant at of atLastToken's Store s, a request of "k" whose call h
+// holds, then one that waits for it, and lets the first fail with h.fail once the second waits.
+// It returns the second's result and the first's error.
+func rideFailed(s *Store, h *heldSends, at time.Time, boarded *atomic.Int64) (result, error) {
 	h.hold.Store(true)
 	lead := make(chan error, 1)
 	go func() {
@@ -769,10 +757,31 @@ func TestRefusalMemoryRideFailed(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	close(h.release)
-	if err := <-lead; !errors.Is(err, ErrKeyState) {
-		t.Fatalf("the request waited for: %v, want the key's error", err)
+	err := <-lead
+	return <-ride, err
+}
+
+// TestRefusalMemoryRideFailed checks, on a real Redis, that a request that waited for another's
+// round trip at the key's last token, which failed with an error that is not Redis's (here the
+// key's), then asks Redis itself within what is left of the store's timeout, and takes the token,
+// rather than fail as if its time were over.
+func TestRefusalMemoryRideFailed(t *testing.T) {
+	s, h, at, boarded := atLastToken(t, time.Hour, 2, WithTimeout(testTimeout))
+	// A key's error, as Redis tells it, for the round trip waited for.
+	other := newClient(t, sharedAddr(t))
+	wrong := testPrefix(t) + "a string"
+	if err := other.Set(context.Background(), wrong, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
 	}
-	if r := <-ride; r.err != nil || !r.d.Allowed {
+	h.fail = other.HGet(context.Background(), wrong, "f").Err()
+	if !isKeyState(h.fail) {
+		t.Fatalf("HGET of a string: %v, want WRONGTYPE", h.fail)
+	}
+	r, lead := rideFailed(s, h, at, boarded)
+	if !errors.Is(lead, ErrKeyState) {
+		t.Fatalf("the request waited for: %v, want the key's error", lead)
+	}
+	if r.err != nil || !r.d.Allowed {
 		t.Fatalf("the request that waited: %+v, %v; want the last token, from Redis", r.d, r.err)
 	}
 }
@@ -834,27 +843,12 @@ func TestAnswerAtExpiry(t *testing.T) {
 func TestRefusalMemoryRideSharesFailure(t *testing.T) {
 	s, h, at, boarded := atLastToken(t, time.Hour, 2, WithTimeout(testTimeout))
 	h.fail = syscall.ECONNREFUSED
-	h.hold.Store(true)
 	calls := h.calls.Load()
-	lead := make(chan error, 1)
-	go func() {
-		_, err := s.Decide(context.Background(), "k", 1, at)
-		lead <- err
-	}()
-	<-h.held
-	ride := make(chan result, 1)
-	go func() {
-		d, err := s.Decide(context.Background(), "k", 1, at)
-		ride <- result{d: d, err: err}
-	}()
-	for boarded.Load() == 0 {
-		time.Sleep(time.Millisecond)
+	r, lead := rideFailed(s, h, at, boarded)
+	if !errors.Is(lead, ErrUnavailable) || !errors.Is(lead, syscall.ECONNREFUSED) {
+		t.Fatalf("the request waited for: %v, want Redis's failure", lead)
 	}
-	close(h.release)
-	if err := <-lead; !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("the request waited for: %v, want Redis's failure", err)
-	}
-	if r := <-ride; !errors.Is(r.err, ErrUnavailable) || !errors.Is(r.err, syscall.ECONNREFUSED) || h.calls.Load() != calls+1 {
+	if !errors.Is(r.err, ErrUnavailable) || !errors.Is(r.err, syscall.ECONNREFUSED) || h.calls.Load() != calls+1 {
 		t.Fatalf("the request that waited: %+v, %v after %d calls; want Redis's failure, with no call of its own", r.d, r.err, h.calls.Load()-calls)
 	}
 }
