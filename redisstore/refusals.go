@@ -394,9 +394,14 @@ func (sh *refusalShard) remove(key string, e refusal) {
 // decisionBytes is what one Decision of a group's layers takes, besides its policy's name.
 const decisionBytes = int(unsafe.Sizeof(retryafter.Decision{}))
 
-// heapBytes returns at least what an allocation of n bytes takes of the heap: Go rounds it up to
-// its size class, wasting at most an eighth.
-func heapBytes(n int) int { return n + n/8 }
+// sliceBytes is what a slice header takes: three words, 24 bytes on 64-bit platforms and 12 on
+// 32-bit ones.
+const sliceBytes = int(unsafe.Sizeof([]retryafter.Decision(nil)))
+
+// heapBytes returns at least what an allocation of n bytes takes of the heap. Go rounds it up to
+// its size class, which wastes at most an eighth of the class, so the class is at most 8/7 of n:
+// an eighth of n is short where n lies just above a class (897 bytes take 1024).
+func heapBytes(n int) int { return n + (n+6)/7 }
 
 // size returns the bytes that e, remembered for key, holds: its key, its entry and share of the
 // map, and what its Decision points to, the names of its policies and its layers.
@@ -405,7 +410,7 @@ func (e *refusal) size(key string) int {
 	if ls := e.dec.Layers(); ls != nil {
 		// The list is one allocation with room for two Decisions, the usual All; more take an
 		// array of their own (see retryafter.Binding).
-		n += heapBytes(24 + 2*decisionBytes)
+		n += heapBytes(sliceBytes + 2*decisionBytes)
 		if cap(ls) > 2 {
 			n += heapBytes(cap(ls) * decisionBytes)
 		}
