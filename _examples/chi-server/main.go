@@ -15,14 +15,16 @@
 //	go run ./_examples/chi-server -max-concurrent 10      # /work takes 100 ms; at most 10 at once
 //	curl -i -H 'X-API-Key: demo-pro' http://127.0.0.1:8080/ # the pro plan: "pro";q=20;w=2
 //	go run ./_examples/chi-server -addr 127.0.0.1:9090 -admin 127.0.0.1:9091
-//	go run ./_examples/chi-server -addr 127.0.0.1:8090 -admin '' -redis 127.0.0.1:6379 # replicas share
-//	go run ./_examples/chi-server -addr 127.0.0.1:8091 -admin '' -redis 127.0.0.1:6379 # one limit
 //
 //	curl -X POST 'http://127.0.0.1:8081/maintenance?for=15m'                   # the next 15 minutes
 //	curl -X POST 'http://127.0.0.1:8081/maintenance?until=2026-11-30T14:00:00Z' # until 14:00 UTC
 //	curl -X POST 'http://127.0.0.1:8081/maintenance'                           # end unknown
 //	curl 'http://127.0.0.1:8081/maintenance'                                   # the state
 //	curl -X DELETE 'http://127.0.0.1:8081/maintenance'                         # back to normal
+//
+// It counts in memory and compiles nothing but chi, x/time and retryafter, so that it starts
+// quickly from a cold module cache. Replicas that share one limit through Redis are the
+// README's "several replicas" section, and `go run ./_examples/metrics -redis ADDR`.
 package main
 
 import (
@@ -44,7 +46,6 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	admin := flag.String("admin", "127.0.0.1:8081", "loopback address of the maintenance admin endpoint (empty: none)")
-	redisAddr := flag.String("redis", "", "count requests in the Redis at this `ADDR` (host:port), shared by every replica, instead of in memory")
 	dryRun := flag.Bool("dry-run", false, "refuse nothing: log each request that the limit would have refused")
 	maxConcurrent := flag.Int("max-concurrent", 0, "let at most `N` requests run at once and shed the rest with 503 and a measured Retry-After (0: no such limit)")
 	flag.Parse()
@@ -59,7 +60,7 @@ func main() {
 		// Outside the rate limit: a request shed for want of a slot costs no quota.
 		r.Use((&retryafter.Concurrency{Max: *maxConcurrent, Queue: 10 * *maxConcurrent, ServiceTime: 100 * time.Millisecond}).Handler)
 	}
-	r.Mount("/", newRouter(maintenance, newLimiter(*redisAddr, rate.Every(time.Second), 5),
+	r.Mount("/", newRouter(maintenance, newLimiter(rate.Every(time.Second), 5),
 		retryafter.WithDryRun(*dryRun), retryafter.WithLimitedHook(logLimited)))
 
 	if *admin != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"time"
 
@@ -37,4 +38,9 @@ func newRouter(m *retryafter.Maintenance, l retryafter.Limiter, opts ...retryaft
 		fmt.Fprintln(w, "ok")
 	})
 	return r
+}
+
+// logLimitError logs why a request could not be decided (a request with no client address).
+func logLimitError(r *http.Request, err error) {
+	log.Printf("rate limit for %s: %v", r.RemoteAddr, err)
 }

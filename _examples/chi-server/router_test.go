@@ -9,8 +9,11 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/internal/testkit/redistest"
+	"github.com/retryafter/retryafter/redisstore"
 )
 
 // TestHeadWhereverGet checks that HEAD is answered wherever GET is, and as GET is: 200 with
@@ -72,14 +75,21 @@ func TestHeadWhereverGet(t *testing.T) {
 }
 
 // TestPlansAndDryRun sends requests with and without a known API key, to the limiter in memory
-// and in a real Redis: the pro key gets its own burst of 20 and names its plan in the fields,
-// inventing a key buys nothing, and a dry run admits what it would have refused.
+// and, with the same plans, in a real Redis: the pro key gets its own burst of 20 and names its
+// plan in the fields, inventing a key buys nothing, and a dry run admits what it would have
+// refused.
 func TestPlansAndDryRun(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { testPlansAndDryRun(t, "") })
-	t.Run("redis", func(t *testing.T) { testPlansAndDryRun(t, redistest.Start(t).Addr()) })
+	t.Run("memory", func(t *testing.T) { testPlansAndDryRun(t, newLimiter) })
+	t.Run("redis", func(t *testing.T) {
+		rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { rdb.Close() })
+		testPlansAndDryRun(t, func(limit rate.Limit, burst int) retryafter.Limiter {
+			return redisstore.New(rdb, limit, burst, redisstore.WithPrefix(t.Name()+":"), redisstore.WithPolicyFunc(planOf))
+		})
+	})
 }
 
-func testPlansAndDryRun(t *testing.T, redisAddr string) {
+func testPlansAndDryRun(t *testing.T, newLimiter func(rate.Limit, int) retryafter.Limiter) {
 	m := &retryafter.Maintenance{}
 	do := func(h http.Handler, key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/", nil)
@@ -91,7 +101,7 @@ func testPlansAndDryRun(t *testing.T, redisAddr string) {
 		h.ServeHTTP(w, r)
 		return w
 	}
-	h := newRouter(m, newLimiter(redisAddr, rate.Every(time.Second), 5))
+	h := newRouter(m, newLimiter(rate.Every(time.Second), 5))
 	for i := range 20 {
 		if w := do(h, "demo-pro"); w.Code != http.StatusOK || w.Header().Get("RateLimit-Policy") != `"pro";q=20;w=2` {
 			t.Fatalf("pro request %d: %d, RateLimit-Policy %q", i+1, w.Code, w.Header().Get("RateLimit-Policy"))
@@ -108,7 +118,7 @@ func testPlansAndDryRun(t *testing.T, redisAddr string) {
 	if w := do(h, "made-up-z"); w.Code != http.StatusTooManyRequests {
 		t.Fatalf("a sixth request under an invented key: %d, want 429: it is the same client", w.Code)
 	}
-	dry := newRouter(m, newLimiter(redisAddr, rate.Every(time.Second), 5), retryafter.WithDryRun(true))
+	dry := newRouter(m, newLimiter(rate.Every(time.Second), 5), retryafter.WithDryRun(true))
 	for i := range 10 {
 		if w := do(dry, ""); w.Code != http.StatusOK || w.Header().Get("Retry-After") != "" {
 			t.Fatalf("dry run, request %d: %d, Retry-After %q", i+1, w.Code, w.Header().Get("Retry-After"))
