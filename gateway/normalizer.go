@@ -1,13 +1,3 @@
-// Package gateway repairs the Retry-After that upstreams get wrong, for API gateways and reverse
-// proxies written in Go:
-//
-//	proxy := httputil.NewSingleHostReverseProxy(upstream)
-//	proxy.ModifyResponse = new(gateway.Normalizer).ModifyResponse
-//
-// Every client behind it gets Retry-After in delay-seconds, which depends on nobody's clock,
-// with a Date from the gateway's own clock. What the upstream sent is read the way it evidently
-// meant it, its rate-limit reset fields too when it sent no usable Retry-After, and each value
-// that did not conform is reported with what was understood.
 package gateway
 
 import (
@@ -194,132 +184,32 @@ func (k RepairKind) String() string {
 // ModifyResponse repairs the Retry-After of resp in place; it fits the ModifyResponse field of
 // [net/http/httputil.ReverseProxy]. It never reads the body and always returns nil.
 //
-// RFC 9110 §10.2.3 gives Retry-After a meaning on 503 Service Unavailable and 429 Too Many
-// Requests (how long to wait before retrying) and on a redirect (how long to wait before
-// issuing the redirected request). ModifyResponse touches those two, the 403 Forbidden that
-// GitHub's API sends for a rate limit (with X-RateLimit-Remaining 0, or with Retry-After beside
-// X-RateLimit-Remaining), which it repairs as a 429, and the redirects a user agent follows to
-// a Location: 301, 302, 303, 307 and 308. Every other response passes untouched, any other 403,
-// 300 Multiple Choices and 304 Not Modified included, as does a redirect without Retry-After.
-//
-// GitHub's 403 stays a 403: its Retry-After serves the clients that retry a 403 and honour
-// Retry-After on it (retryclient; urllib3 with 403 in its Retry's status_forcelist), not those
-// that retry 429 and 5xx alone, as curl's --retry and urllib3's default Retry do. curl waits
-// its own backoff, not Retry-After, on a 403 that --retry-all-errors retries.
-//
-// The clock is read once, and that one reading is used to measure the upstream's value and is
-// sent as Date, so that the client sees one consistent pair. The upstream's value is read the
-// way its sender evidently meant it:
-//
-//   - delay-seconds, also with a leading "+" or a decimal fraction ("1.5" means 2);
-//   - an HTTP-date in any of its three formats, also in zone UTC, +0000 or -0000 (Go's
-//     time.RFC1123, which sethvargo/go-limiter sends) or with its day name missing or
-//     misspelled, measured against the upstream's own Date (read the same way) when there is
-//     one, so that the upstream's clock skew cancels, and otherwise against the gateway's
-//     clock; a date is read as the end of the second it names unless ExactDates is set;
-//   - on a 429 or 503, a 0, or a date equal to Date, means a wait under a second, as an
-//     upstream that truncates its waits (go-chi/httprate with a window under a second,
-//     go-limiter a moment before its reset) sends it: the client gets 1, the smallest honest
-//     delay-seconds.
-//
-// On a 429 or 503 whose Retry-After is missing or unusable, unless RetryAfterOnly is set, the
-// first of the upstream's reset fields that says when gives the wait, read as generously:
-// Retry-After-Ms (Azure, OpenAI), then X-Ms-Retry-After-Ms (Azure), in milliseconds; RateLimit
-// (the rate-limit drafts from 08), the largest t (or w) of the policies whose r (or a) is 0, or
-// the reset of draft 07's form when its remaining is 0; RateLimit-Reset (drafts up to 06,
-// tollbooth); OpenAI's X-RateLimit-Reset-Requests and -Tokens, Go durations ("6m0s");
-// Anthropic's Anthropic-RateLimit-*-Reset, RFC 3339 instants measured against the upstream's
-// Date; then X-RateLimit-Reset (GitHub, ulule/limiter, Tyk). Of an API's several limits, the
-// longest reset of those with no quota left gives the wait, or the longest of all when none
-// says so. RateLimit-Reset and X-RateLimit-Reset are delay-seconds, or a Unix time when the
-// number is more than half the Unix time of the upstream's Date (or of the gateway's clock), in
-// milliseconds when more than half that in milliseconds: in 2026 the line is about 900 million
-// seconds, a delay of 28 years that no limiter means and an instant of 1998 that no reset
-// names. An instant is measured against the upstream's Date like a date, and one in whole
-// seconds read as the end of the second it names unless ExactDates is set.
-//
-// Then:
-//
-//   - A wait above 0 becomes delay-seconds, rounded up, and is clamped to Max.
-//   - On a 429 or 503 with nothing usable, an unusable Retry-After (negative, an exponent,
-//     hex, a list, several lines that disagree, a date before Date, garbage) is replaced with
-//     the Fallback; a missing one gets the Fallback only with FillMissing.
-//   - On a redirect, an unusable value or 0 is removed.
-//
-// OnRepair is told of every value that did not conform, with what was understood of it.
-//
-// Each response it changes gets the gateway's Date; no other header is changed.
+// It touches a 429 or 503, GitHub's rate-limit 403 (X-RateLimit-Remaining 0), which it repairs
+// as a 429 and leaves a 403, and a redirect to a Location (301, 302, 303, 307, 308) that carries
+// Retry-After; every other response passes untouched. The clock is read once: that reading
+// measures the upstream's value and is sent as Date. The upstream's value, or on a refusal
+// without a usable one its reset fields, is read as its sender meant (the package doc lists
+// how); a wait above 0 becomes delay-seconds, rounded up and clamped to Max. On a refusal with
+// nothing usable, an unusable Retry-After is replaced with the Fallback, and a missing one gets
+// it only with FillMissing; on a redirect, an unusable value or 0 is removed. OnRepair is told
+// of every value that did not conform. Each response it changes gets the gateway's Date; no
+// other header is changed.
 func (n *Normalizer) ModifyResponse(resp *http.Response) error {
-	redirect := false
-	switch resp.StatusCode {
-	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
-		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-		redirect = true
-	default:
-		if !header.IsRefusal(resp.StatusCode, resp.Header) {
-			return nil
-		}
-	}
-	h := resp.Header
-	sent := h[header.RetryAfter]
-	derive := !redirect && !n.RetryAfterOnly
-	if len(sent) == 0 && (redirect || !n.FillMissing && !(derive && hasResetField(h))) {
+	redirect, ok := handled(resp)
+	if !ok || !n.applies(resp.Header, redirect) {
 		return nil
 	}
-	sentDate := h[header.Date]
-
 	now := time.Now()
 	if n.Now != nil {
 		now = n.Now()
 	}
-	fallback, maxWait := n.limits()
-	var kind RepairKind
-	var wait time.Duration
-	var read header.Reading
-	var mode header.ReadMode
-	if !redirect {
-		mode |= header.Refusal
-	}
-	if n.ExactDates {
-		mode |= header.ExactDates
-	}
-	if derive {
-		read = header.ReadWait(h, now, mode)
-	} else if len(sent) != 0 {
-		read = header.ReadRetryAfter(h, now, mode)
-	}
-	wait = read.Wait
-	switch {
-	case (!read.OK || wait <= 0) && redirect:
-		wait, kind = 0, RepairRemoved
-	case !read.OK && len(sent) != 0:
-		wait, kind = fallback, RepairInvalid
-	case !read.OK && !n.FillMissing:
+	read := n.read(resp.Header, now, redirect)
+	wait, kind, ok := n.repair(read, len(resp.Header[header.RetryAfter]) != 0, redirect)
+	if !ok {
 		return nil // reset fields that say nothing usable either
-	case !read.OK:
-		wait, kind = fallback, RepairMissing
-	case wait > maxWait:
-		wait, kind = maxWait, RepairClamped
-	case read.Field != header.RetryAfter:
-		kind = RepairDerived
-	case read.Leniency != 0:
-		kind = RepairUnderstood
 	}
-
-	if h == nil {
-		h = make(http.Header)
-		resp.Header = h
-	}
-	lines := new(header.Lines)
-	h[header.Date] = lines.Line(n.date.Format(now))
-	var secs int64
-	if wait > 0 {
-		secs = header.DelaySeconds(wait)
-		h[header.RetryAfter] = lines.Int(secs)
-		lines.Done()
-	} else {
-		delete(h, header.RetryAfter)
-	}
+	sent, sentDate := resp.Header[header.RetryAfter], resp.Header[header.Date]
+	secs := n.write(resp, now, wait)
 	if kind != 0 && n.OnRepair != nil {
 		n.OnRepair(Repair{
 			Request:            resp.Request,
@@ -335,6 +225,93 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 		})
 	}
 	return nil
+}
+
+// handled reports whether resp is a response whose Retry-After means something (a refusal or a
+// redirect a user agent follows), and whether it is a redirect.
+func handled(resp *http.Response) (redirect, ok bool) {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true, true
+	}
+	return false, header.IsRefusal(resp.StatusCode, resp.Header)
+}
+
+// applies reports whether h holds anything to repair: a Retry-After, or on a refusal a reset
+// field that may give the wait (unless RetryAfterOnly), or nothing where FillMissing fills it.
+func (n *Normalizer) applies(h http.Header, redirect bool) bool {
+	switch {
+	case len(h[header.RetryAfter]) != 0:
+		return true
+	case redirect:
+		return false
+	}
+	return n.FillMissing || !n.RetryAfterOnly && hasResetField(h)
+}
+
+// read reads the wait that h means at now: Retry-After alone on a redirect or with
+// RetryAfterOnly, and otherwise the first of the fields that says one.
+func (n *Normalizer) read(h http.Header, now time.Time, redirect bool) header.Reading {
+	var mode header.ReadMode
+	if !redirect {
+		mode |= header.Refusal
+	}
+	if n.ExactDates {
+		mode |= header.ExactDates
+	}
+	switch {
+	case !redirect && !n.RetryAfterOnly:
+		return header.ReadWait(h, now, mode)
+	case len(h[header.RetryAfter]) != 0:
+		return header.ReadRetryAfter(h, now, mode)
+	}
+	return header.Reading{}
+}
+
+// repair returns the wait the client gets for read (0: none) and the kind of repair it is (0:
+// none), or false when the response is to pass untouched.
+func (n *Normalizer) repair(read header.Reading, sent, redirect bool) (time.Duration, RepairKind, bool) {
+	fallback, maxWait := n.limits()
+	wait := read.Wait
+	switch {
+	case (!read.OK || wait <= 0) && redirect:
+		return 0, RepairRemoved, true
+	case !read.OK && sent:
+		return fallback, RepairInvalid, true
+	case !read.OK && !n.FillMissing:
+		return 0, 0, false
+	case !read.OK:
+		return fallback, RepairMissing, true
+	case wait > maxWait:
+		return maxWait, RepairClamped, true
+	case read.Field != header.RetryAfter:
+		return wait, RepairDerived, true
+	case read.Leniency != 0:
+		return wait, RepairUnderstood, true
+	default:
+		return wait, 0, true
+	}
+}
+
+// write sets resp's Date to now and its Retry-After to wait in delay-seconds, which it returns,
+// or removes Retry-After when wait is 0.
+func (n *Normalizer) write(resp *http.Response, now time.Time, wait time.Duration) int64 {
+	h := resp.Header
+	if h == nil {
+		h = make(http.Header)
+		resp.Header = h
+	}
+	lines := new(header.Lines)
+	h[header.Date] = lines.Line(n.date.Format(now))
+	if wait <= 0 {
+		delete(h, header.RetryAfter)
+		return 0
+	}
+	secs := header.DelaySeconds(wait)
+	h[header.RetryAfter] = lines.Int(secs)
+	lines.Done()
+	return secs
 }
 
 // hasResetField reports whether h has one of the fields that [header.ReadWait] reads besides
