@@ -230,62 +230,75 @@ func readHTTPDate(s string, ref time.Time) (time.Time, Leniency, bool) {
 	if t, ok := ParseHTTPDate(s, ref); ok {
 		return t, 0, true
 	}
-	var lenient Leniency
-	// The zone, which only the IMF-fixdate and RFC 850 forms carry.
-	for _, z := range [...]string{" UTC", " +0000", " -0000"} {
-		if strings.HasSuffix(s, z) {
-			s = s[:len(s)-len(z)]
-			lenient |= LenientZone
-			break
-		}
-	}
-	zoned := lenient != 0 || strings.HasSuffix(s, " GMT")
-	if !zoned && len(s) > 0 && s[len(s)-1] >= '0' && s[len(s)-1] <= '9' {
-		// asctime: "Sun Nov  6 08:49:37 1994", no zone.
-		return readASCTime(s)
-	}
+	s, lenient, zoned := cutZone(s)
 	if !zoned {
+		if len(s) > 0 && s[len(s)-1] >= '0' && s[len(s)-1] <= '9' {
+			return readASCTime(s) // "Sun Nov  6 08:49:37 1994", no zone
+		}
 		return time.Time{}, 0, false
 	}
-	if lenient == 0 {
-		s = s[:len(s)-len(" GMT")]
-	}
-	// The day name: a word of letters with or without a comma, or none at all.
-	name, rest, comma := "", s, false
-	if len(s) > 0 && isLetter(s[0]) {
-		i := strings.IndexByte(s, ' ')
-		if i < 0 {
-			return time.Time{}, 0, false
-		}
-		name, rest = s[:i], s[i+1:]
-		if strings.HasSuffix(name, ",") {
-			name, comma = name[:len(name)-1], true
-		}
-		if name == "" || len(name) > len("Wednesday") || !allLetters(name) {
-			return time.Time{}, 0, false
-		}
+	name, rest, comma, ok := cutDayName(s)
+	if !ok {
+		return time.Time{}, 0, false
 	}
 	var buf [32]byte
-	var canon []byte
-	switch {
-	case len(rest) == len("06 Nov 1994 08:49:37") && rest[2] == ' ':
-		if !comma || !shortDayName(name) {
-			lenient |= LenientDayName
-		}
-		canon = append(append(append(buf[:0], "Sun, "...), rest...), " GMT"...)
-	case len(rest) == len("06-Nov-94 08:49:37") && rest[2] == '-':
-		if !comma || !longDayName(name) {
-			lenient |= LenientDayName
-		}
-		canon = append(append(append(buf[:0], "Sunday, "...), rest...), " GMT"...)
-	default:
+	canon, how, ok := canonDate(buf[:0], name, rest, comma)
+	if !ok {
 		return time.Time{}, 0, false
 	}
 	t, ok := ParseHTTPDate(string(canon), ref)
 	if !ok {
 		return time.Time{}, 0, false
 	}
-	return t, lenient, true
+	return t, lenient | how, true
+}
+
+// cutZone returns s without its zone, which only the IMF-fixdate and RFC 850 forms carry:
+// GMT, or leniently UTC, +0000 or -0000. It reports whether s had one.
+func cutZone(s string) (string, Leniency, bool) {
+	for _, z := range [...]string{" UTC", " +0000", " -0000"} {
+		if rest, ok := strings.CutSuffix(s, z); ok {
+			return rest, LenientZone, true
+		}
+	}
+	rest, ok := strings.CutSuffix(s, " GMT")
+	return rest, 0, ok
+}
+
+// cutDayName splits s into its day name, a word of letters with or without a comma (which it
+// reports), and the rest; a date with no day name has the name "".
+func cutDayName(s string) (name, rest string, comma, ok bool) {
+	if len(s) == 0 || !isLetter(s[0]) {
+		return "", s, false, true
+	}
+	name, rest, ok = strings.Cut(s, " ")
+	if !ok {
+		return "", "", false, false
+	}
+	name, comma = strings.CutSuffix(name, ",")
+	if name == "" || len(name) > len("Wednesday") || !allLetters(name) {
+		return "", "", false, false
+	}
+	return name, rest, comma, true
+}
+
+// canonDate appends to buf the IMF-fixdate or RFC 850 date whose day and time are rest, with a
+// day name the strict parser takes, and reports whether name (and its comma) departed from it.
+func canonDate(buf []byte, name, rest string, comma bool) ([]byte, Leniency, bool) {
+	var lenient Leniency
+	switch {
+	case len(rest) == len("06 Nov 1994 08:49:37") && rest[2] == ' ':
+		if !comma || !shortDayName(name) {
+			lenient = LenientDayName
+		}
+		return append(append(append(buf, "Sun, "...), rest...), " GMT"...), lenient, true
+	case len(rest) == len("06-Nov-94 08:49:37") && rest[2] == '-':
+		if !comma || !longDayName(name) {
+			lenient = LenientDayName
+		}
+		return append(append(append(buf, "Sunday, "...), rest...), " GMT"...), lenient, true
+	}
+	return nil, 0, false
 }
 
 // readASCTime reads an asctime date whose day name is missing or misspelled (the strict
