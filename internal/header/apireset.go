@@ -117,35 +117,40 @@ func readGoDuration(s string) (d, last time.Duration, ok bool) {
 		return scaleUp(whole, frac, time.Second), time.Second, true
 	}
 	for s != "" {
-		i := 0
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		whole := s[:i]
-		s = s[i:]
-		var frac string
-		if len(s) > 0 && s[0] == '.' {
-			j := 1
-			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-				j++
-			}
-			frac, s = s[1:j], s[j:]
-			if frac == "" {
-				return 0, 0, false
-			}
-		}
-		if whole == "" {
+		var term time.Duration
+		term, last, s, ok = nextDuration(s)
+		if !ok {
 			return 0, 0, false
 		}
-		unit, n := durationUnit(s)
-		if n == 0 {
-			return 0, 0, false
-		}
-		s = s[n:]
-		d = addSaturating(d, scaleUp(whole, frac, unit))
-		last = unit
+		d = addSaturating(d, term)
 	}
 	return d, last, true
+}
+
+// nextDuration reads the first number of s, with its optional fraction and its unit ("1.5m"),
+// and returns its duration, its unit and the rest of s.
+func nextDuration(s string) (d, unit time.Duration, rest string, ok bool) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	whole, s := s[:i], s[i:]
+	var frac string
+	if len(s) > 0 && s[0] == '.' {
+		j := 1
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		frac, s = s[1:j], s[j:]
+		if frac == "" {
+			return 0, 0, "", false
+		}
+	}
+	unit, n := durationUnit(s)
+	if whole == "" || n == 0 {
+		return 0, 0, "", false
+	}
+	return scaleUp(whole, frac, unit), unit, s[n:], true
 }
 
 // durationUnit returns the unit that s starts with and its length in bytes, or 0, 0.

@@ -206,21 +206,26 @@ func parseRFC850Date(s string, ref time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 
-	// RFC 9110 §5.6.7: a year more than 50 years in the future means the
-	// most recent past year with the same last two digits. Take the latest
-	// year with those digits up to ref's year + 50; only in that very year
-	// can the instant itself fall after ref + 50 years.
-	ref = ref.UTC()
-	limitYear := ref.Year() + 50
-	year := limitYear - floorMod(limitYear-yy, 100)
-	if year == limitYear &&
-		time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC).After(ref.AddDate(50, 0, 0)) {
-		year -= 100
-	}
+	year := rfc850Year(yy, ref, time.Date(0, time.Month(month), day, hour, minute, sec, 0, time.UTC))
 	if day < 1 || day > daysIn(month, year) {
 		return time.Time{}, false
 	}
 	return time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC), true
+}
+
+// rfc850Year returns the year whose last two digits are yy, for a date whose month, day and
+// time of day are those of at (year 0). RFC 9110 §5.6.7: a year more than 50 years in the
+// future means the most recent past year with the same last two digits. It takes the latest
+// year with those digits up to ref's year + 50; only in that very year can the instant itself
+// fall after ref + 50 years.
+func rfc850Year(yy int, ref, at time.Time) int {
+	ref = ref.UTC()
+	limitYear := ref.Year() + 50
+	year := limitYear - floorMod(limitYear-yy, 100)
+	if year == limitYear && at.AddDate(year, 0, 0).After(ref.AddDate(50, 0, 0)) {
+		year -= 100
+	}
+	return year
 }
 
 // httpDate validates the calendar date and the time of day "hh:mm:ss" and

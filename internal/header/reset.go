@@ -225,22 +225,14 @@ func readNumber(s string) (whole uint64, frac string, lenient Leniency, ok bool)
 // largest t of the policies whose r is 0; in the dictionary form of draft 07, reset when remaining
 // is 0. Lines are one list, as RFC 9110 §5.3 combines them; a member it cannot read is skipped.
 func readRateLimit(lines []string) (whole uint64, frac string, lenient Leniency, ok bool) {
-	var dict struct {
-		remaining, reset string
-		hasR, hasT       bool
-	}
+	var dict draft07
 	for _, line := range lines {
 		for line != "" {
 			var member string
 			member, line = nextMember(line)
 			member = TrimOWS(member)
 			if name, value, isDict := dictMember(member); isDict {
-				switch name {
-				case "remaining":
-					dict.remaining, dict.hasR = value, true
-				case "reset":
-					dict.reset, dict.hasT = value, true
-				}
+				dict.add(name, value)
 				continue
 			}
 			r, t, has := policyParams(member)
@@ -260,6 +252,22 @@ func readRateLimit(lines []string) (whole uint64, frac string, lenient Leniency,
 		return readNumber(dict.reset)
 	}
 	return 0, "", 0, false
+}
+
+// draft07 holds what RateLimit's dictionary form of draft 07 says: remaining and reset.
+type draft07 struct {
+	remaining, reset string
+	hasR, hasT       bool
+}
+
+// add takes the dictionary member name=value, if it is one of the two.
+func (d *draft07) add(name, value string) {
+	switch name {
+	case "remaining":
+		d.remaining, d.hasR = value, true
+	case "reset":
+		d.reset, d.hasT = value, true
+	}
 }
 
 // nextMember cuts s at its first comma outside a quoted string.
