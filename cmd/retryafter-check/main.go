@@ -33,7 +33,9 @@
 // first request already refused with 429 is reported too: earlier traffic had spent the quota,
 // and what it still spends can make a retry fail. It
 // never sends more than -budget requests nor runs much past -timeout, sends every request to
-// the URL given, and follows no redirect, to another host or any other.
+// the URL given, and follows no redirect, to another host or any other. Of each response it
+// keeps only the fields a check reads, at most 16 KB of them, so that its memory stays bounded
+// whatever a server sends.
 //
 // Exit codes: 0 every check that applies passed; 1 a check failed; 2 the command line is wrong;
 // 3 the probe could not run or gave up (no refusal within the budgets, a redirect, a network

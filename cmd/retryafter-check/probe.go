@@ -138,7 +138,7 @@ func (p Probe) Run(ctx context.Context) *Report {
 	} else {
 		q.probe(ctx, rep)
 	}
-	rep.Requests = q.s.sent
+	rep.Requests, rep.FieldsCut = q.s.sent, q.s.cut
 	rep.Elapsed = p.Now().Sub(q.s.start)
 	rep.Seconds = rep.Elapsed.Round(time.Millisecond).Seconds()
 	if q.stop != nil {

@@ -37,6 +37,10 @@ func writeTable(w io.Writer, r *Report) error {
 		b.WriteByte('\n')
 	}
 	fmt.Fprintf(&b, "%d %s sent in %s, all to %s\n", r.Requests, plural(r.Requests, "request"), seconds(roundDuration(r.Elapsed)), r.URL)
+	if r.FieldsCut > 0 {
+		fmt.Fprintf(&b, "%d %s had more of the fields the checks read than the probe keeps (%d KB, %d KB a line): what was judged is what was kept\n",
+			r.FieldsCut, plural(r.FieldsCut, "response"), keptBytes>>10, keptLine>>10)
+	}
 	if failed := r.failed(); len(failed) > 0 {
 		fmt.Fprintf(&b, "FAIL: %s (exit %d)\n", strings.Join(failed, ", "), r.Exit)
 	}

@@ -22,7 +22,7 @@ type exchange struct {
 	sent     time.Time
 	received time.Time // when the response's header had arrived
 	status   int
-	header   http.Header
+	header   http.Header // the fields a check reads, as keepFields keeps them
 }
 
 // refused reports whether the response is a refusal that Retry-After applies to: a 429, a 503,
@@ -92,6 +92,7 @@ type sender struct {
 
 	sent     int       // requests sent
 	last     time.Time // when the last one was sent
+	cut      int       // how many responses had more of the fields checks read than keepFields keeps
 	statuses map[int]int
 	skew     skew        // what the Dates so far prove about the server's clock
 	refusals []*exchange // every refusal so far, in the order met
@@ -135,7 +136,12 @@ func (s *sender) send(ctx context.Context, method string) (*exchange, error) {
 		}
 		return nil, fmt.Errorf("request %d (%s): %w", s.sent, method, err)
 	}
-	e := &exchange{n: s.sent, method: method, sent: now, received: s.now(), status: resp.StatusCode, header: resp.Header}
+	e := &exchange{n: s.sent, method: method, sent: now, received: s.now(), status: resp.StatusCode}
+	var cut bool
+	if e.header, cut = keepFields(resp.Header); cut {
+		s.cut++
+	}
+	resp.Header = nil
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, bodyLimit))
 	resp.Body.Close()
 	if s.statuses == nil {

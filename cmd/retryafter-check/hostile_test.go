@@ -1,0 +1,124 @@
+package main
+
+import (
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/retryafter/retryafter"
+)
+
+// Servers that answer to mislead the probe: megabytes of header fields on a refusal.
+
+// An editor lets edit change the status and the header fields of each response of next, before
+// they are written.
+type editor struct {
+	next http.Handler
+	edit func(r *http.Request, status int, h http.Header) int
+}
+
+func (e editor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.next.ServeHTTP(&editingWriter{ResponseWriter: w, r: r, edit: e.edit}, r)
+}
+
+type editingWriter struct {
+	http.ResponseWriter
+	r    *http.Request
+	edit func(r *http.Request, status int, h http.Header) int
+	done bool
+}
+
+func (w *editingWriter) WriteHeader(code int) {
+	if !w.done {
+		w.done = true
+		code = w.edit(w.r, code, w.Header())
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *editingWriter) Write(b []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// limit3 is this package's middleware at 1 request a second with bursts of 3.
+func limit3() http.Handler { return retryafter.Limit(1, 3)(hello()) }
+
+// padding is the size of the fields hugeFields adds to a refusal.
+const padding = 4 << 20
+
+// hugeFields adds padding bytes of fields to every refusal of next: 4096 fields of 1 KiB that
+// no check reads, and one X-RateLimit-Note of 1 MiB, which is one of the rate-limit fields.
+func hugeFields(next http.Handler) http.Handler {
+	kib := strings.Repeat("x", 1<<10)
+	return editor{next: next, edit: func(_ *http.Request, status int, h http.Header) int {
+		if status == http.StatusTooManyRequests {
+			for i := range (padding - 1<<20) >> 10 {
+				h["X-Pad-"+strconv.Itoa(i)] = []string{kib}
+			}
+			h["X-Ratelimit-Note"] = []string{strings.Repeat("y", 1<<20)}
+		}
+		return status
+	}}
+}
+
+var hostileCases = []probeCase{
+	{
+		name: "4 MiB of fields on every refusal", noOrig: true,
+		server: func() http.Handler { return hugeFields(limit3()) },
+		want:   "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=pass cors=n/a ratelimit=n/a",
+	},
+}
+
+// TestHostile holds the probe to its verdicts against servers that answer to mislead it.
+func TestHostile(t *testing.T) {
+	for _, c := range hostileCases {
+		t.Run(c.name, func(t *testing.T) { checkCase(t, c) })
+	}
+}
+
+// TestKeptFieldsBounded sends refusals of 4 MiB of fields each and checks that what the probe
+// keeps of them, live on the heap after a collection, stays under a quarter of one refusal's
+// worth however many it met, and that it kept what the checks read.
+func TestKeptFieldsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := serve(t, hugeFields(limit3()))
+		defer n.close()
+		s := &sender{rt: n.tr, target: testURL, method: http.MethodGet, header: http.Header{},
+			budget: 100, pace: time.Millisecond, timeout: time.Hour, start: time.Now(), now: time.Now, sleep: sleepContext}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		const sends = 12 // 3 admitted, then 9 refusals
+		for range sends {
+			if _, err := s.send(t.Context(), http.MethodGet); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.GC() // twice, to empty the pools' victim caches too
+		runtime.ReadMemStats(&after)
+		grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		if len(s.refusals) != sends-3 {
+			t.Fatalf("%d refusals, want %d", len(s.refusals), sends-3)
+		}
+		if grew > padding/4 {
+			t.Errorf("after %d refusals of %d MiB of fields each, the live heap grew by %.1f MiB: the probe keeps what no check reads",
+				len(s.refusals), padding>>20, float64(grew)/(1<<20))
+		}
+		for _, e := range s.refusals {
+			if e.header.Get("Retry-After") == "" || e.header.Get("Date") == "" {
+				t.Errorf("request %d: kept %d fields, without Retry-After or Date", e.n, len(e.header))
+			}
+		}
+		runtime.KeepAlive(s)
+		t.Logf("%d refusals of %d MiB of fields: the live heap grew by %d bytes", len(s.refusals), padding>>20, grew)
+	})
+}
