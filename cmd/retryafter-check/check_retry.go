@@ -86,13 +86,16 @@ func (q *session) obeyed(t told, e *exchange, at time.Time) string {
 
 // answer describes the response to a retry.
 func answer(e *exchange) string {
-	if !e.refused() {
+	switch {
+	case e.refused():
+		if t := readTold(e); t.present {
+			return fmt.Sprintf("refused (%s, Retry-After: %s)", statusText(e.status), t.value)
+		}
+		return "refused (" + statusText(e.status) + ", no Retry-After)"
+	case e.admitted():
 		return "admitted (" + statusText(e.status) + ")"
 	}
-	if t := readTold(e); t.present {
-		return fmt.Sprintf("refused (%s, Retry-After: %s)", statusText(e.status), t.value)
-	}
-	return "refused (" + statusText(e.status) + ", no Retry-After)"
+	return "answered " + statusText(e.status) + ", neither admitted nor refused"
 }
 
 // obeyVerdict judges the retry o made after obeying t as how, a description from obeyed, says.

@@ -12,7 +12,8 @@ import (
 	"github.com/retryafter/retryafter"
 )
 
-// Servers that answer to mislead the probe: megabytes of header fields on a refusal.
+// Servers that answer to mislead the probe: a HEAD unlike its GET, megabytes of header fields
+// on a refusal.
 
 // An editor lets edit change the status and the header fields of each response of next, before
 // they are written.
@@ -69,6 +70,67 @@ func hugeFields(next http.Handler) http.Handler {
 }
 
 var hostileCases = []probeCase{
+	{
+		// GET is told "1.5", HEAD "soon": only GET's reads as a wait.
+		name: "HEAD told no wait", noOrig: true,
+		server: func() http.Handler {
+			return editor{next: limit3(), edit: func(r *http.Request, status int, h http.Header) int {
+				if status == http.StatusTooManyRequests {
+					h.Set("Retry-After", "1.5")
+					if r.Method == http.MethodHead {
+						h.Set("Retry-After", "soon")
+					}
+				}
+				return status
+			}}
+		},
+		want: "retry-after=fail date=pass obey=pass tight=fail refusal-free=n/a head=fail cors=n/a ratelimit=n/a",
+		seen: map[string]string{checkHEAD: `Retry-After "soon" for HEAD reads as no wait, "1.5" for GET does`},
+		exit: exitFail,
+	},
+	{
+		// GitHub's 403 on GET, a plain 403 on HEAD.
+		name: "HEAD a plain 403", noOrig: true,
+		server: func() http.Handler {
+			return editor{next: &tokenBucket{noRetryAfter: true, fields: "github"}, edit: func(r *http.Request, status int, h http.Header) int {
+				if r.Method == http.MethodHead {
+					h.Del("X-Ratelimit-Remaining")
+					h.Del("X-Ratelimit-Reset")
+				}
+				return status
+			}}
+		},
+		want: "retry-after=fail date=pass obey=pass tight=n/a refusal-free=pass head=fail cors=n/a ratelimit=n/a",
+		seen: map[string]string{checkHEAD: "HEAD answered 403 Forbidden, which is no refusal, right after GET was refused (403 Forbidden)"},
+		exit: exitFail,
+	},
+	{
+		name: "HEAD 405", noOrig: true,
+		server: func() http.Handler {
+			return editor{next: limit3(), edit: func(r *http.Request, status int, h http.Header) int {
+				if r.Method == http.MethodHead {
+					h.Set("Allow", "GET")
+					return http.StatusMethodNotAllowed
+				}
+				return status
+			}}
+		},
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=n/a cors=n/a ratelimit=n/a",
+		seen: map[string]string{checkHEAD: "HEAD answered 405 Method Not Allowed: the server does not serve HEAD here, which says nothing of its limiter"},
+	},
+	{
+		name: "HEAD 501", noOrig: true,
+		server: func() http.Handler {
+			return editor{next: limit3(), edit: func(r *http.Request, status int, h http.Header) int {
+				if r.Method == http.MethodHead {
+					return http.StatusNotImplemented
+				}
+				return status
+			}}
+		},
+		want: "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=n/a cors=n/a ratelimit=n/a",
+		seen: map[string]string{checkHEAD: "HEAD answered 501 Not Implemented"},
+	},
 	{
 		name: "4 MiB of fields on every refusal", noOrig: true,
 		server: func() http.Handler { return hugeFields(limit3()) },

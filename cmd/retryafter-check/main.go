@@ -15,7 +15,8 @@
 //	tight         a retry one second earlier is refused: the wait is not padded (a wait of one
 //	              second cannot be judged: one second earlier is at once)
 //	refusal-free  that refused early retry cost nothing: waiting the rest is then admitted
-//	head          HEAD, right after a refused GET, is refused alike
+//	head          HEAD, right after a refused GET, is refused alike, with a wait that agrees;
+//	              a HEAD answered 405 or 501 is not served, and says nothing
 //	cors          with -origin, a browser script of that origin can read Retry-After
 //	ratelimit     the RateLimit and RateLimit-Policy fields, if any, parse (RFC 9651 Lists,
 //	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After; so do the

@@ -31,6 +31,19 @@ func (e *exchange) refused() bool {
 	return header.IsRefusal(e.status, e.header)
 }
 
+// admitted reports whether the request got through: a 2xx, or a 4xx that is no refusal (the
+// limiter let it through to a handler that answered so). A 3xx or a 5xx that is no refusal is
+// neither admitted nor refused: it says nothing of the limiter.
+func (e *exchange) admitted() bool {
+	switch {
+	case e.status >= 200 && e.status < 300:
+		return true
+	case e.status >= 400 && e.status < 500:
+		return !e.refused()
+	}
+	return false
+}
+
 // Why the probe stopped before it was done. The messages end up in the report.
 var (
 	errRequestBudget = errors.New("the request budget is spent (-budget)")
