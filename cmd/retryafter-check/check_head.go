@@ -28,9 +28,12 @@ func (q *session) checkHEADAfter(ctx context.Context, get *exchange) Check {
 
 // compareHEAD judges h, a HEAD response, against get, the refused GET right before it. HEAD is
 // like GET only when both are refusals of one status whose waits agree; a HEAD the server does
-// not serve (405, 501), or answered with a 3xx or a 5xx that is no refusal, says nothing.
+// not serve (405, 501), or answered with a 3xx or a 5xx that is no refusal, says nothing; nor
+// does one held back by the body of GET's refusal.
 func compareHEAD(get, h *exchange) Check {
-	switch {
+	switch body := get.read.Sub(get.received); {
+	case body > lateSlack:
+		return na(checkHEAD, fmt.Sprintf("the body of GET's refusal took %s to read, and HEAD went after it: too late to compare (HEAD %s)", seconds(roundDuration(body)), answer(h)))
 	case h.status == http.StatusMethodNotAllowed || h.status == http.StatusNotImplemented:
 		return na(checkHEAD, fmt.Sprintf("HEAD answered %s: the server does not serve HEAD here, which says nothing of its limiter", statusText(h.status)))
 	case h.admitted() && h.status == get.status:

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,8 +13,8 @@ import (
 	"github.com/retryafter/retryafter"
 )
 
-// Servers that answer to mislead the probe: a HEAD unlike its GET, megabytes of header fields
-// on a refusal.
+// Servers that answer to mislead the probe: a refusal whose body trickles, a 5xx or a redirect
+// where an admission is due, a HEAD unlike its GET, megabytes of header fields on a refusal.
 
 // An editor lets edit change the status and the header fields of each response of next, before
 // they are written.
@@ -48,6 +49,68 @@ func (w *editingWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// trickled sends the body of every 429 of next a byte a second.
+func trickled(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&tricklingWriter{ResponseWriter: w}, r)
+	})
+}
+
+type tricklingWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *tricklingWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *tricklingWriter) Write(b []byte) (int, error) {
+	if w.status != http.StatusTooManyRequests {
+		return w.ResponseWriter.Write(b)
+	}
+	rc := http.NewResponseController(w.ResponseWriter)
+	for i := range b {
+		if _, err := w.ResponseWriter.Write(b[i : i+1]); err != nil {
+			return i, err
+		}
+		rc.Flush()
+		time.Sleep(time.Second)
+	}
+	return len(b), nil
+}
+
+// answersAfterRefusal answers the request after each refusal of next with status (a redirect
+// to the same URL for a 3xx), without asking next.
+func answersAfterRefusal(status int, next http.Handler) http.Handler {
+	var mu sync.Mutex
+	refused := false
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		after := refused
+		refused = false
+		mu.Unlock()
+		if after {
+			if status >= 300 && status < 400 {
+				w.Header().Set("Location", r.URL.String())
+			}
+			http.Error(w, http.StatusText(status), status)
+			return
+		}
+		next.ServeHTTP(editingFunc(w, r, func(_ *http.Request, code int, _ http.Header) int {
+			mu.Lock()
+			refused = code == http.StatusTooManyRequests
+			mu.Unlock()
+			return code
+		}), r)
+	})
+}
+
+func editingFunc(w http.ResponseWriter, r *http.Request, edit func(*http.Request, int, http.Header) int) http.ResponseWriter {
+	return &editingWriter{ResponseWriter: w, r: r, edit: edit}
+}
+
 // limit3 is this package's middleware at 1 request a second with bursts of 3.
 func limit3() http.Handler { return retryafter.Limit(1, 3)(hello()) }
 
@@ -70,6 +133,43 @@ func hugeFields(next http.Handler) http.Handler {
 }
 
 var hostileCases = []probeCase{
+	{
+		// 3 requests a 10.4 s window, always told 2 s, each refusal's 18-byte body sent a byte
+		// a second: the obeying retry, due 2 s after the refusal, can go only 18 s after, and
+		// HEAD, due right after a refused GET, as late.
+		name: "trickled body, retry due before the body ends", noOrig: true,
+		server: func() http.Handler {
+			return trickled(&fixedWindow{limit: 3, window: 10400 * time.Millisecond, says: func(_, _ time.Duration) string { return "2" }})
+		},
+		want: "retry-after=pass date=pass obey=fail tight=n/a refusal-free=n/a head=n/a cors=n/a ratelimit=n/a",
+		seen: map[string]string{
+			checkObey:  `told Retry-After "2", the retry went 18 s after the refusal: it went 16 s late, the body of request 4 having taken 18 s to read; then: admitted (200 OK): a retry more than 0.5 s late shows nothing of obeying`,
+			checkTight: "the early retry went 17 s late, the body of request 8 having taken 18 s to read, which tells nothing of a second early",
+			checkHEAD:  "the body of GET's refusal took 18 s to read",
+		},
+		exit: exitFail,
+	},
+	{
+		name: "500 after each refusal", noOrig: true,
+		server: func() http.Handler { return answersAfterRefusal(http.StatusInternalServerError, limit3()) },
+		want:   "retry-after=pass date=pass obey=n/a tight=n/a refusal-free=n/a head=n/a cors=n/a ratelimit=n/a",
+		seen: map[string]string{
+			checkObey: "waited 1 s as told, then retried: answered 500 Internal Server Error, neither admitted nor refused: obeying cannot be judged",
+			checkHEAD: "HEAD answered 500 Internal Server Error, neither admitted nor refused",
+		},
+	},
+	{
+		name: "502 after each refusal", noOrig: true,
+		server: func() http.Handler { return answersAfterRefusal(http.StatusBadGateway, limit3()) },
+		want:   "retry-after=pass date=pass obey=n/a tight=n/a refusal-free=n/a head=n/a cors=n/a ratelimit=n/a",
+		seen:   map[string]string{checkObey: "then retried: answered 502 Bad Gateway, neither admitted nor refused"},
+	},
+	{
+		name: "302 after each refusal", noOrig: true,
+		server: func() http.Handler { return answersAfterRefusal(http.StatusFound, limit3()) },
+		want:   "retry-after=pass date=pass obey=n/a tight=n/a refusal-free=n/a head=n/a cors=n/a ratelimit=n/a",
+		seen:   map[string]string{checkObey: "then retried: answered 302 Found, neither admitted nor refused"},
+	},
 	{
 		// GET is told "1.5", HEAD "soon": only GET's reads as a wait.
 		name: "HEAD told no wait", noOrig: true,

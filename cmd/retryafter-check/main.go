@@ -27,6 +27,11 @@
 // The retry-after, date, cors and ratelimit checks judge every refusal of the run, those of the
 // retries and of HEAD too; the report shows the first that failed, and how many did.
 //
+// A retry is admitted when it is answered 2xx, or 4xx other than a refusal; a 3xx or a 5xx
+// other than a refusal is neither, and leaves its check n/a. A retry that goes more than half a
+// second after its instant (a server that trickles the body of a refusal holds it back) is
+// judged by when it went: obey fails, tight and refusal-free are n/a.
+//
 // A 503 of a maintenance window is checked the same way; point the probe at one while it is on
 // and give -timeout room for the window to end.
 //
