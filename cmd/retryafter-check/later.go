@@ -13,9 +13,10 @@ import (
 // window, or refilled a bucket), spends the quota again, and retries a second before the wait
 // then told: a limiter that keeps less than it told admits that retry.
 //
-// It costs the quota again plus two requests, and about the first wait told; the probe skips
-// it with -skip-later, for a wait told under 3 s (half of it leaves no second to take off), or
-// when it would pass -timeout.
+// It costs the quota again plus two requests, and about one and a half times the first wait
+// told. The probe skips it with -skip-later, and for a wait told under 3 s (half of it leaves
+// no second to take off); when it would pass -timeout or -budget, the probe gives up rather
+// than pass a wait it did not check.
 
 // laterMin is the least first wait for which the later round runs.
 const laterMin = 3 * time.Second
@@ -31,6 +32,11 @@ func (q *session) laterRound(ctx context.Context, r1 *exchange, tight Check) Che
 		tight.Seen += "; no later round: " + why
 		return tight
 	}
+	if err := q.laterBudget(t1, r1.n-1); err != nil {
+		q.stopWith(err)
+		tight.Result, tight.Seen = NA, tight.Seen+"; the later round not checked: "+err.Error()
+		return tight
+	}
 	sent, start := q.s.sent, q.s.now()
 	later := q.spendLater(ctx, t1.wait/2)
 	later.Seen += fmt.Sprintf(" (the later round: %d %s in %s)", q.s.sent-sent, plural(q.s.sent-sent, "request"), seconds(roundDuration(q.s.now().Sub(start))))
@@ -41,7 +47,8 @@ func (q *session) laterRound(ctx context.Context, r1 *exchange, tight Check) Che
 	return tight
 }
 
-// noLaterRound says why the later round does not run after a first wait told t, or returns "".
+// noLaterRound says why the later round does not apply after a first wait told t, or returns
+// "".
 func (q *session) noLaterRound(t told) string {
 	switch {
 	case q.p.SkipLater:
@@ -51,10 +58,27 @@ func (q *session) noLaterRound(t told) string {
 	case q.s.prev == nil || !q.s.prev.admitted():
 		return "the last retry was not admitted, so no window is known to have begun"
 	}
-	if need, left := t.wait/2+t.wait+time.Second, q.s.deadline().Sub(q.s.now()); need > left {
-		return fmt.Sprintf("it would take about %s, and %s is left of -timeout %s", seconds(roundDuration(need)), seconds(roundDuration(left)), q.s.timeout)
-	}
 	return ""
+}
+
+// A laterBudgetError is a later round that the budgets left cannot hold.
+type laterBudgetError struct{ need string }
+
+func (e *laterBudgetError) Error() string {
+	return "the later round " + e.need + " (-skip-later skips it)"
+}
+
+// laterBudget returns an error when the later round after a first wait told t, the quota spent
+// before it being quota requests, would pass -timeout or -budget: it takes about one and a half
+// times t, and the quota and two requests. Unchecked, a padded wait would pass.
+func (q *session) laterBudget(t told, quota int) error {
+	if need, left := t.wait/2+t.wait+time.Second, q.s.deadline().Sub(q.s.now()); need > left {
+		return &laterBudgetError{fmt.Sprintf("would take about %s, and %s is left of -timeout %s", seconds(roundDuration(need)), seconds(roundDuration(max(left, 0))), q.s.timeout)}
+	}
+	if need, left := quota+2, q.s.budget-q.s.sent; need > left {
+		return &laterBudgetError{fmt.Sprintf("needs about %d requests, and %d are left of -budget %d", need, left, q.s.budget)}
+	}
+	return nil
 }
 
 // spendLater waits d past the last admission, spends the quota, and retries a second before

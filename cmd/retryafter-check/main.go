@@ -37,8 +37,9 @@
 // probe's pace, the whole window is the wait, and a limiter that always tells the whole window
 // passes tight. So after tight passed on a 429 whose first wait was 3 s or more, the probe
 // waits half that wait past the last admission, spends the quota again, and retries a second
-// before the wait then told. That costs the quota again plus two requests, and about the first
-// wait; -skip-later skips it, and so does the probe when it would pass -timeout.
+// before the wait then told. That costs the quota again plus two requests, and about one and a
+// half times the first wait; -skip-later skips it. When it would pass -timeout or -budget, the
+// probe gives up (exit 3) rather than pass a wait it did not check.
 //
 // A 503 of a maintenance window is checked the same way, but for the later round; point the
 // probe at one while it is on and give -timeout room for the window to end.

@@ -55,6 +55,27 @@ var paddedCases = []probeCase{
 		exit:   exitFail,
 	},
 	{
+		// The first round takes 10 requests, leaving 4 of 14, and the later round would need
+		// 5: the probe gives up rather than pass a wait it did not check.
+		name: "fixed window, always the whole window, no budget for the later round", noOrig: true,
+		server: func() http.Handler { return &fixedWindow{limit: 3, window: 10 * time.Second, says: wholeWindow} },
+		probe:  Probe{Budget: 14},
+		want:   "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=n/a cors=n/a ratelimit=n/a",
+		seen: map[string]string{
+			checkTight: "retried 1 s early: refused (429 Too Many Requests, Retry-After: 10); the later round not checked: the later round needs about 5 requests, and 4 are left of -budget 14 (-skip-later skips it)",
+			checkHEAD:  "not checked: the later round needs about 5 requests",
+		},
+		exit: exitGaveUp, gaveUp: "the later round needs about 5 requests, and 4 are left of -budget 14 (-skip-later skips it)",
+		requests: 10,
+	},
+	{
+		name: "fixed window, always the whole window, no time for the later round", noOrig: true,
+		server: func() http.Handler { return &fixedWindow{limit: 3, window: 10 * time.Second, says: wholeWindow} },
+		probe:  Probe{Timeout: 30 * time.Second},
+		want:   "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=n/a cors=n/a ratelimit=n/a",
+		exit:   exitGaveUp, gaveUp: "the later round would take about 16 s, and 9.7 s is left of -timeout 30s (-skip-later skips it)",
+	},
+	{
 		name: "Limit", noOrig: true, server: limitEvery3s,
 		want: "retry-after=pass date=pass obey=pass tight=pass refusal-free=pass head=pass cors=n/a ratelimit=n/a",
 	},
