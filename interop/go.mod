@@ -8,6 +8,7 @@ require (
 	github.com/go-chi/httprate v0.16.1
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/retryafter/retryafter v0.1.0
+	github.com/retryafter/retryafter/httpratestore v0.1.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.16.0

@@ -26,29 +26,63 @@ func (q *session) checkHEADAfter(ctx context.Context, get *exchange) Check {
 	return compareHEAD(get, h)
 }
 
-// compareHEAD judges h, a HEAD response, against get, the refused GET right before it.
+// compareHEAD judges h, a HEAD response, against get, the refused GET right before it. HEAD is
+// like GET only when both are refusals of one status whose waits agree; a HEAD the server does
+// not serve (405, 501), or answered with a 3xx or a 5xx that is no refusal, says nothing; nor
+// does one held back by the body of GET's refusal.
 func compareHEAD(get, h *exchange) Check {
-	c := Check{Name: checkHEAD, Result: Fail}
-	if h.status != get.status {
-		if h.refused() {
-			c.Seen = fmt.Sprintf("HEAD: %s, GET: %s", statusText(h.status), statusText(get.status))
-		} else {
-			c.Seen = fmt.Sprintf("HEAD admitted (%s) right after GET was refused (%s): HEAD is limited apart, or not at all", statusText(h.status), statusText(get.status))
-		}
-		return c
+	switch body := get.read.Sub(get.received); {
+	case body > lateSlack:
+		return na(checkHEAD, fmt.Sprintf("the body of GET's refusal took %s to read, and HEAD went after it: too late to compare (HEAD %s)", seconds(roundDuration(body)), answer(h)))
+	case h.status == http.StatusMethodNotAllowed || h.status == http.StatusNotImplemented:
+		return na(checkHEAD, fmt.Sprintf("HEAD answered %s: the server does not serve HEAD here, which says nothing of its limiter", statusText(h.status)))
+	case h.admitted() && h.status == get.status:
+		return headFail(fmt.Sprintf("HEAD answered %s, which is no refusal, right after GET was refused (%s): HEAD is limited apart, or not at all", statusText(h.status), statusText(get.status)))
+	case h.admitted():
+		return headFail(fmt.Sprintf("HEAD admitted (%s) right after GET was refused (%s): HEAD is limited apart, or not at all", statusText(h.status), statusText(get.status)))
+	case !h.refused():
+		return na(checkHEAD, "HEAD "+answer(h)+", right after GET was refused ("+statusText(get.status)+")")
+	case h.status != get.status:
+		return headFail(fmt.Sprintf("HEAD: %s, GET: %s", statusText(h.status), statusText(get.status)))
 	}
+	tg, th := readObeyed(get), readObeyed(h)
+	if !tg.usable && !th.usable {
+		return na(checkHEAD, "HEAD: "+statusText(h.status)+", but neither GET nor HEAD tells a wait: whether they agree cannot be told")
+	}
+	if diffs := headDiffs(get, h, tg, th); len(diffs) > 0 {
+		return headFail("HEAD: " + statusText(h.status) + ", but " + strings.Join(diffs, "; "))
+	}
+	seen := "HEAD: " + statusText(h.status)
+	if th.present {
+		seen += ", Retry-After: " + th.value
+	} else {
+		seen += ", " + th.source() + ": " + th.value
+	}
+	return Check{Name: checkHEAD, Result: Pass, Seen: seen + ", like GET"}
+}
+
+func headFail(seen string) Check { return Check{Name: checkHEAD, Result: Fail, Seen: seen} }
+
+// headDiffs lists how h, a refused HEAD, differs from get, the refused GET before it, whose
+// waits are tg and th: the Retry-After on one only or in another form, a wait on one only or
+// that disagrees by more than the time between the two and the rounding to whole seconds, and
+// Date and RateLimit fields on one only.
+func headDiffs(get, h *exchange, tg, th told) []string {
 	var diffs []string
-	tg, th := readTold(get), readTold(h)
 	switch {
 	case tg.present != th.present:
 		diffs = append(diffs, presence("Retry-After", th.present, tg.present))
 	case tg.strict != th.strict:
 		diffs = append(diffs, fmt.Sprintf("Retry-After %q for HEAD, %q for GET", th.value, tg.value))
-	case tg.usable && th.usable:
+	case th.usable && !tg.usable:
+		diffs = append(diffs, fmt.Sprintf("%s %q for HEAD reads as a wait, %q for GET does not", th.source(), th.value, tg.value))
+	case tg.usable && !th.usable:
+		diffs = append(diffs, fmt.Sprintf("%s %q for HEAD reads as no wait, %q for GET does", tg.source(), th.value, tg.value))
+	default:
 		// HEAD went later, so its wait may be shorter by that much, and either may be rounded.
 		elapsed := h.received.Sub(get.sent)
 		if th.wait > tg.wait+time.Second || th.wait < tg.wait-elapsed-time.Second {
-			diffs = append(diffs, fmt.Sprintf("Retry-After %q for HEAD, %q for GET %s earlier", th.value, tg.value, seconds(roundDuration(elapsed))))
+			diffs = append(diffs, fmt.Sprintf("%s %q for HEAD, %q for GET %s earlier", th.source(), th.value, tg.value, seconds(roundDuration(elapsed))))
 		}
 	}
 	for _, f := range []string{header.Date, "Ratelimit", "Ratelimit-Policy"} {
@@ -56,17 +90,7 @@ func compareHEAD(get, h *exchange) Check {
 			diffs = append(diffs, presence(displayName(f), hh, g))
 		}
 	}
-	if len(diffs) > 0 {
-		c.Seen = "HEAD: " + statusText(h.status) + ", but " + strings.Join(diffs, "; ")
-		return c
-	}
-	c.Result = Pass
-	c.Seen = "HEAD: " + statusText(h.status)
-	if th.present {
-		c.Seen += ", Retry-After: " + th.value
-	}
-	c.Seen += ", like GET"
-	return c
+	return diffs
 }
 
 // presence says that a field is on one of HEAD and GET only.

@@ -86,34 +86,49 @@ func (q *session) obeyed(t told, e *exchange, at time.Time) string {
 
 // answer describes the response to a retry.
 func answer(e *exchange) string {
-	if !e.refused() {
+	switch {
+	case e.refused():
+		if t := readTold(e); t.present {
+			return fmt.Sprintf("refused (%s, Retry-After: %s)", statusText(e.status), t.value)
+		}
+		return "refused (" + statusText(e.status) + ", no Retry-After)"
+	case e.admitted():
 		return "admitted (" + statusText(e.status) + ")"
 	}
-	if t := readTold(e); t.present {
-		return fmt.Sprintf("refused (%s, Retry-After: %s)", statusText(e.status), t.value)
-	}
-	return "refused (" + statusText(e.status) + ", no Retry-After)"
+	return "answered " + statusText(e.status) + ", neither admitted nor refused"
 }
 
-// obeyVerdict judges the retry o made after obeying t as how, a description from obeyed, says.
-func (q *session) obeyVerdict(t told, how string, o *exchange) Check {
-	c := Check{Name: checkObey, Result: Pass, Seen: how + ", then retried: " + answer(o)}
-	if o.refused() {
-		c.Result, c.Seen = Fail, how+", then retried: "+answer(o)+": obeying is not enough"
+// obeyVerdict judges the retry o made after obeying t, the Retry-After of the refusal r, as
+// how, a description from obeyed, says.
+func (q *session) obeyVerdict(t told, how string, r, o *exchange) Check {
+	seen := how + ", then retried: " + answer(o)
+	switch {
+	case o.late() > 0:
+		seen = fmt.Sprintf("told %s %q, the retry went %s after the refusal: it %s; then: %s: a retry more than %s late shows nothing of obeying",
+			t.source(), t.value, seconds(roundDuration(o.sent.Sub(r.received))), o.lateness(), answer(o), seconds(lateSlack))
+		return Check{Name: checkObey, Result: Fail, Seen: seen}
+	case o.refused():
+		c := Check{Name: checkObey, Result: Fail, Seen: seen + ": obeying is not enough"}
 		if t.date && q.s.skew.n > 0 && q.s.skew.agrees() {
 			c.Seen += " (the date is early: cut to the second rather than rounded up, or the server's clock is behind the probe's by less than Date can show)"
 		}
+		return c
+	case !o.admitted():
+		return na(checkObey, seen+": obeying cannot be judged")
 	}
-	return c
+	return Check{Name: checkObey, Result: Pass, Seen: seen}
 }
 
-// obey waits until a client obeying t, the Retry-After of e, retries, and sends that retry. It
-// returns the retry and a description of the wait.
-func (q *session) obey(ctx context.Context, t told, e *exchange) (*exchange, string, error) {
+// obey waits until a client obeying t, the Retry-After of e, retries, sends that retry, and
+// judges it: a retry that went late is judged by when it went (see obeyVerdict).
+func (q *session) obey(ctx context.Context, t told, e *exchange) (*exchange, Check, error) {
 	at := q.obeyAt(t, e)
-	how := q.obeyed(t, e, at)
+	how := q.obeyed(t, e, at) // before the retry's own Date moves the skew
 	o, err := q.s.sendAt(ctx, at, q.p.Method)
-	return o, how, err
+	if err != nil {
+		return nil, Check{}, err
+	}
+	return o, q.obeyVerdict(t, how, e, o), nil
 }
 
 // tightVerdict judges the early retry e made against t. A retry that went at once, since t
@@ -131,7 +146,12 @@ func tightVerdict(t told, e *exchange) Check {
 		}
 		return na(checkTight, "cannot judge "+what+": a second early is at once, which a limiter refuses whether the wait is padded or not (retried at once: "+answer(e)+")")
 	}
-	if e.refused() {
+	switch {
+	case e.late() > 0:
+		return na(checkTight, "the early retry "+e.lateness()+", which tells nothing of a second early: "+answer(e))
+	case !e.refused() && !e.admitted():
+		return na(checkTight, what+": "+answer(e)+", which tells nothing of padding")
+	case e.refused():
 		return Check{Name: checkTight, Result: Pass, Seen: what + ": " + answer(e)}
 	}
 	return Check{Name: checkTight, Result: Fail, Seen: what + ": " + answer(e) + ": the wait is padded by a second or more"}
@@ -145,13 +165,11 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 	if why := unobeyable(t1); why != "" {
 		return na(checkObey, why), na(checkTight, why), na(checkFree, why)
 	}
-	o1, how, err := q.obey(ctx, t1, r1)
+	o1, obey, err := q.obey(ctx, t1, r1)
 	if err != nil {
 		q.stopWith(err)
 		return q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
 	}
-	obey = q.obeyVerdict(t1, how, o1)
-
 	r2 := o1 // a refused retry is itself the next refusal
 	if !o1.refused() {
 		if r2, err = q.s.provoke(ctx); err != nil {
@@ -159,56 +177,85 @@ func (q *session) retriesAfter429(ctx context.Context, r1 *exchange) (obey, tigh
 			return obey, q.notChecked(checkTight), q.notChecked(checkFree)
 		}
 	}
+	tight, free = q.earlyRetry(ctx, r2, &obey)
+	return obey, tight, free
+}
+
+// earlyRetry runs tight and refusal-free on r2, a refusal: it retries a second early, and
+// after that early retry is refused, waits the rest. obey is the verdict of obeying alone,
+// which it may revise (see blameEarly).
+func (q *session) earlyRetry(ctx context.Context, r2 *exchange, obey *Check) (tight, free Check) {
 	t2 := readObeyed(r2)
 	if why := unobeyable(t2); why != "" {
 		why = fmt.Sprintf("the next refusal (request %d): %s", r2.n, why)
-		return obey, na(checkTight, why), na(checkFree, why)
+		return na(checkTight, why), na(checkFree, why)
 	}
 	early := earlyBy(t2)
 	if t2.wait < early {
 		why := tooShortForEarly(t2)
-		return obey, na(checkTight, why), na(checkFree, why)
+		return na(checkTight, why), na(checkFree, why)
 	}
 	e, err := q.s.sendAt(ctx, r2.sent.Add(t2.wait-early), q.p.Method)
 	if err != nil {
 		q.stopWith(err)
-		return obey, q.notChecked(checkTight), q.notChecked(checkFree)
+		return q.notChecked(checkTight), q.notChecked(checkFree)
 	}
 	tight = tightVerdict(t2, e)
-	if !e.refused() {
-		return obey, tight, na(checkFree, "the early retry was admitted")
+	switch {
+	case e.late() > 0:
+		return tight, na(checkFree, "the early retry "+e.lateness())
+	case e.admitted():
+		return tight, na(checkFree, "the early retry was admitted")
+	case !e.refused():
+		return tight, na(checkFree, "the early retry "+answer(e))
 	}
-	o2at := q.obeyAt(t2, r2)
-	o2, err := q.s.sendAt(ctx, o2at, q.p.Method)
+	return tight, q.restAfterEarly(ctx, r2, t2, obey)
+}
+
+// restAfterEarly judges refusal-free: after the early retry was refused, it waits the rest of
+// t2, the wait r2 told, and retries.
+func (q *session) restAfterEarly(ctx context.Context, r2 *exchange, t2 told, obey *Check) Check {
+	o2, err := q.s.sendAt(ctx, q.obeyAt(t2, r2), q.p.Method)
 	if err != nil {
 		q.stopWith(err)
-		return obey, tight, q.notChecked(checkFree)
+		return q.notChecked(checkFree)
 	}
-	rest := fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(o2at.Sub(r2.received))), answer(o2))
+	rest := fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(o2.sent.Sub(r2.received))), answer(o2))
 	switch {
+	case o2.late() > 0:
+		return na(checkFree, "after the refused early retry, the retry that waited the rest "+o2.lateness()+": "+answer(o2))
+	case o2.admitted():
+		return Check{Name: checkFree, Result: Pass, Seen: rest}
 	case !o2.refused():
-		return obey, tight, Check{Name: checkFree, Result: Pass, Seen: rest}
+		return na(checkFree, rest)
 	case obey.Result != Pass:
-		return obey, tight, na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
+		return na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
 	}
+	return q.blameEarly(ctx, o2, rest, obey)
+}
 
-	// Obeying alone was admitted and obeying after an early retry was not: obey this refusal
-	// alone too, so that the blame falls on the early retry only if obeying still works.
+// blameEarly decides refusal-free when obeying alone was admitted and obeying after an early
+// retry was not: it obeys o2, that refusal, alone too, so that the blame falls on the early
+// retry only if obeying still works. rest describes o2; obey is revised if obeying now fails.
+func (q *session) blameEarly(ctx context.Context, o2 *exchange, rest string, obey *Check) Check {
 	t3 := readObeyed(o2)
 	if why := unobeyable(t3); why != "" {
-		return obey, tight, Check{Name: checkFree, Result: Fail, Seen: rest + ", and " + why}
+		return Check{Name: checkFree, Result: Fail, Seen: rest + ", and " + why}
 	}
-	o3, how, err := q.obey(ctx, t3, o2)
+	o3, again, err := q.obey(ctx, t3, o2)
 	if err != nil {
 		q.stopWith(err)
-		return obey, tight, q.notChecked(checkFree)
+		return q.notChecked(checkFree)
 	}
-	if o3.refused() {
-		obey = q.obeyVerdict(t3, how, o3)
-		obey.Seen = fmt.Sprintf("on request %d: %s", o3.n, obey.Seen)
-		return obey, tight, na(checkFree, rest+"; obeying alone is refused too, so what the early retry cost cannot be told apart")
+	switch {
+	case again.Result == Fail:
+		again.Seen = fmt.Sprintf("on request %d: %s", o3.n, again.Seen)
+		*obey = again
+		return na(checkFree, rest+"; obeying alone fails too, so what the early retry cost cannot be told apart")
+	case again.Result != Pass:
+		return na(checkFree, rest+"; obeying alone then: "+answer(o3))
 	}
-	return obey, tight, Check{Name: checkFree, Result: Fail, Seen: rest + ", while obeying alone is admitted: the refused early retry was charged"}
+	return Check{Name: checkFree, Result: Fail, Seen: rest + ", while obeying alone is admitted: the refused early retry was charged"}
 }
 
 // retriesAfter503 runs the retry checks on a 503. A maintenance window is over once a retry is
@@ -229,25 +276,30 @@ func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tigh
 	} else {
 		tight = na(checkTight, tooShortForEarly(t1))
 	}
-	oat := q.obeyAt(t1, r1)
-	how := q.obeyed(t1, r1, oat)
-	o, err := q.s.sendAt(ctx, oat, q.p.Method)
+	o, obey, err := q.obey(ctx, t1, r1)
 	if err != nil {
 		q.stopWith(err)
 		return q.notChecked(checkObey), tight, q.notChecked(checkFree)
 	}
-	obey = q.obeyVerdict(t1, how, o)
+	return obey, tight, freeAfter503(r1, e, o, tight, obey)
+}
+
+// freeAfter503 judges refusal-free on a maintenance window: e is the early retry (nil when none
+// went), o the obeying one after it, judged as tight and obey.
+func freeAfter503(r1, e, o *exchange, tight, obey Check) Check {
 	switch {
 	case e == nil:
-		free = na(checkFree, tight.Seen)
+		return na(checkFree, tight.Seen)
+	case e.late() > 0 || !e.refused() && !e.admitted():
+		return na(checkFree, "the early retry tells nothing: "+tight.Seen)
 	case !e.refused():
-		free = na(checkFree, "the early retry was admitted")
+		return na(checkFree, "the early retry was admitted")
 	case o.refused():
-		free = na(checkFree, "obeying after the early retry was refused, and a maintenance window cannot be obeyed twice: what the early retry cost cannot be told apart")
-	default:
-		free = Check{Name: checkFree, Result: Pass, Seen: fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(oat.Sub(r1.received))), answer(o))}
+		return na(checkFree, "obeying after the early retry was refused, and a maintenance window cannot be obeyed twice: what the early retry cost cannot be told apart")
+	case obey.Result != Pass:
+		return na(checkFree, "obeying after the early retry tells nothing: "+obey.Seen)
 	}
-	return obey, tight, free
+	return Check{Name: checkFree, Result: Pass, Seen: fmt.Sprintf("after the refused early retry, waited the rest (%s in all), then retried: %s", seconds(roundDuration(o.sent.Sub(r1.received))), answer(o))}
 }
 
 // na is a check that does not apply, for the reason why.

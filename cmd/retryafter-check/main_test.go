@@ -87,3 +87,32 @@ func TestRun(t *testing.T) {
 		}
 	})
 }
+
+// TestRunSkipLater checks that -skip-later skips the later round, and says so.
+func TestRunSkipLater(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		tight    string
+		requests int
+	}{
+		{nil, "later round, the quota spent again 5 s after an admission", 18},
+		{[]string{"-skip-later"}, "no later round: skipped (-skip-later)", 14},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			n := serve(t, &fixedWindow{limit: 3, window: 10 * time.Second, says: wholeWindow})
+			defer n.close()
+			var out, errb strings.Builder
+			code := run(t.Context(), append([]string{"-json", testURL}, c.args...), &out, &errb, n.tr)
+			var rep Report
+			if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if tight := rep.check(checkTight); !strings.Contains(tight.Seen, c.tight) || rep.Requests != c.requests || code != rep.Exit {
+				t.Errorf("%q: tight %s %q, %d requests, exit %d; want it to hold %q, %d requests", c.args, tight.Result, tight.Seen, rep.Requests, code, c.tight, c.requests)
+			}
+			if rep.Budget != defaultBudget || rep.TimeoutSeconds != defaultTimeout.Seconds() {
+				t.Errorf("budgets %d, %v s", rep.Budget, rep.TimeoutSeconds)
+			}
+		})
+	}
+}

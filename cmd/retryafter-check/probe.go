@@ -52,6 +52,10 @@ type Probe struct {
 	// the default is http.DefaultTransport.
 	Transport http.RoundTripper
 
+	// SkipLater skips the later round, which spends the quota again later in a window to find
+	// a wait padded to the whole window (see later.go).
+	SkipLater bool
+
 	// Now is the probe's clock. If nil, the default is time.Now.
 	Now func() time.Time
 
@@ -132,13 +136,13 @@ func (p Probe) Run(ctx context.Context) *Report {
 		budget: p.Budget, pace: p.Pace, timeout: p.Timeout,
 		start: p.Now(), now: p.Now, sleep: p.Sleep,
 	}}
-	rep := &Report{Method: p.Method, URL: p.URL}
+	rep := &Report{Method: p.Method, URL: p.URL, Budget: p.Budget, Timeout: p.Timeout, TimeoutSeconds: p.Timeout.Seconds()}
 	if err := p.validate(); err != nil {
 		q.stopWith(err)
 	} else {
 		q.probe(ctx, rep)
 	}
-	rep.Requests = q.s.sent
+	rep.Requests, rep.FieldsCut = q.s.sent, q.s.cut
 	rep.Elapsed = p.Now().Sub(q.s.start)
 	rep.Seconds = rep.Elapsed.Round(time.Millisecond).Seconds()
 	if q.stop != nil {
@@ -170,6 +174,7 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 	} else {
 		// HEAD goes last, so that whatever it costs falls on no other check.
 		obey, tight, free = q.retriesAfter429(ctx, r1)
+		tight = q.laterRound(ctx, r1, tight)
 		head = q.headLast(ctx)
 	}
 	// The fields of every refusal of the run are judged, the retries' and HEAD's too: a client

@@ -340,56 +340,66 @@ func runCase(t *testing.T, c probeCase) (rep *Report, served, dialled []string) 
 // check is caught and named, and nothing passes by accident.
 func TestProbe(t *testing.T) {
 	for _, c := range probeCases {
-		t.Run(c.name, func(t *testing.T) {
-			rep, served, dialled := runCase(t, c)
-			var table strings.Builder
-			writeTable(&table, rep)
-			t.Logf("\n%s", table.String())
+		t.Run(c.name, func(t *testing.T) { checkCase(t, c) })
+	}
+}
 
-			if got := verdicts(rep); got != c.want {
-				t.Errorf("verdicts:\n got %s\nwant %s", got, c.want)
-			}
-			for name, phrase := range c.seen {
-				if ch := rep.check(name); ch == nil || !strings.Contains(ch.Seen, phrase) {
-					t.Errorf("%s: seen %q, want it to hold %q", name, seenOf(ch), phrase)
-				}
-			}
-			if limited := rep.Refusal != nil && rep.Refusal.AlreadyLimited; limited != c.limited ||
-				limited != strings.Contains(table.String(), "\nalready limited: the first request was refused") {
-				t.Errorf("already limited: %v, want %v", limited, c.limited)
-			}
-			if rep.Exit != c.exit {
-				t.Errorf("exit = %d, want %d", rep.Exit, c.exit)
-			}
-			if c.gaveUp == "" && rep.GaveUp != "" || !strings.Contains(rep.GaveUp, c.gaveUp) {
-				t.Errorf("gave up %q, want %q", rep.GaveUp, c.gaveUp)
-			}
-			if c.requests != 0 && rep.Requests != c.requests {
-				t.Errorf("requests = %d, want %d", rep.Requests, c.requests)
-			}
+// checkCase runs the probe of c and holds it to c's verdicts, and to sending every request to
+// the URL given, within its budget.
+func checkCase(t *testing.T, c probeCase) {
+	t.Helper()
+	rep, served, dialled := runCase(t, c)
+	var table strings.Builder
+	writeTable(&table, rep)
+	t.Logf("\n%s", table.String())
 
-			// Every request counted, and every one to the URL given.
-			if served = served[c.before:]; rep.Requests != len(served) {
-				t.Errorf("the report counts %d requests, the server saw %d", rep.Requests, len(served))
-			}
-			budget := c.probe.Budget
-			if budget <= 0 {
-				budget = defaultBudget
-			}
-			if rep.Requests > budget {
-				t.Errorf("sent %d requests, over the budget of %d", rep.Requests, budget)
-			}
-			for _, s := range served {
-				if s != "GET api.test /v1/things" && s != "HEAD api.test /v1/things" {
-					t.Errorf("served %q: not the URL given", s)
-				}
-			}
-			for _, d := range dialled {
-				if d != "api.test:80" {
-					t.Errorf("dialled %q", d)
-				}
-			}
-		})
+	if got := verdicts(rep); got != c.want {
+		t.Errorf("verdicts:\n got %s\nwant %s", got, c.want)
+	}
+	for name, phrase := range c.seen {
+		if ch := rep.check(name); ch == nil || !strings.Contains(ch.Seen, phrase) {
+			t.Errorf("%s: seen %q, want it to hold %q", name, seenOf(ch), phrase)
+		}
+	}
+	if limited := rep.Refusal != nil && rep.Refusal.AlreadyLimited; limited != c.limited ||
+		limited != strings.Contains(table.String(), "\nalready limited: the first request was refused") {
+		t.Errorf("already limited: %v, want %v", limited, c.limited)
+	}
+	if rep.Exit != c.exit {
+		t.Errorf("exit = %d, want %d", rep.Exit, c.exit)
+	}
+	if c.gaveUp == "" && rep.GaveUp != "" || !strings.Contains(rep.GaveUp, c.gaveUp) {
+		t.Errorf("gave up %q, want %q", rep.GaveUp, c.gaveUp)
+	}
+	checkRequests(t, c, rep, served, dialled)
+}
+
+// checkRequests holds the probe of c, which reported rep, to the requests it must send: as many
+// as c says, every one counted, within the budget, and every one to the URL given.
+func checkRequests(t *testing.T, c probeCase, rep *Report, served, dialled []string) {
+	t.Helper()
+	if c.requests != 0 && rep.Requests != c.requests {
+		t.Errorf("requests = %d, want %d", rep.Requests, c.requests)
+	}
+	if served = served[c.before:]; rep.Requests != len(served) {
+		t.Errorf("the report counts %d requests, the server saw %d", rep.Requests, len(served))
+	}
+	budget := c.probe.Budget
+	if budget <= 0 {
+		budget = defaultBudget
+	}
+	if rep.Requests > budget {
+		t.Errorf("sent %d requests, over the budget of %d", rep.Requests, budget)
+	}
+	for _, s := range served {
+		if s != "GET api.test /v1/things" && s != "HEAD api.test /v1/things" {
+			t.Errorf("served %q: not the URL given", s)
+		}
+	}
+	for _, d := range dialled {
+		if d != "api.test:80" {
+			t.Errorf("dialled %q", d)
+		}
 	}
 }
 

@@ -36,7 +36,15 @@ func writeTable(w io.Writer, r *Report) error {
 		tw.Flush()
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "%d %s sent in %s, all to %s\n", r.Requests, plural(r.Requests, "request"), seconds(roundDuration(r.Elapsed)), r.URL)
+	fmt.Fprintf(&b, "%d %s sent in %s", r.Requests, plural(r.Requests, "request"), seconds(roundDuration(r.Elapsed)))
+	if r.Budget > 0 {
+		fmt.Fprintf(&b, " (-budget %d, -timeout %s)", r.Budget, r.Timeout)
+	}
+	fmt.Fprintf(&b, ", all to %s\n", r.URL)
+	if r.FieldsCut > 0 {
+		fmt.Fprintf(&b, "%d %s had more of the fields the checks read than the probe keeps (%d KB, %d KB a line): what was judged is what was kept\n",
+			r.FieldsCut, plural(r.FieldsCut, "response"), keptBytes>>10, keptLine>>10)
+	}
 	if failed := r.failed(); len(failed) > 0 {
 		fmt.Fprintf(&b, "FAIL: %s (exit %d)\n", strings.Join(failed, ", "), r.Exit)
 	}

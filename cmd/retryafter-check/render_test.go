@@ -115,3 +115,17 @@ func TestExitCode(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTableBudgets checks that the table states the budgets of the run, and how many
+// responses had more fields than the probe keeps.
+func TestWriteTableBudgets(t *testing.T) {
+	r := sampleReport()
+	r.Budget, r.Timeout, r.FieldsCut = 300, 3*time.Minute, 2
+	var b strings.Builder
+	writeTable(&b, r)
+	want := "14 requests sent in 19.5 s (-budget 300, -timeout 3m0s), all to http://127.0.0.1:8080/\n" +
+		"2 responses had more of the fields the checks read than the probe keeps (16 KB, 1 KB a line): what was judged is what was kept\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("got\n%s\nwant it to hold\n%s", b.String(), want)
+	}
+}

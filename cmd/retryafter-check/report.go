@@ -60,8 +60,15 @@ type Report struct {
 	Requests int           `json:"requests"` // how many requests were sent, all to URL
 	Elapsed  time.Duration `json:"-"`
 	Seconds  float64       `json:"seconds"` // Elapsed, in seconds
-	Refusal  *Refusal      `json:"refusal"` // nil when none was met
-	Checks   []Check       `json:"checks"`  // empty when no refusal was met
+	// Budget and Timeout are the budgets of the run: the most requests, and the time.
+	Budget         int           `json:"budget"`
+	Timeout        time.Duration `json:"-"`
+	TimeoutSeconds float64       `json:"timeout_seconds"`
+	// FieldsCut is how many responses had more than 16 KB of the fields the checks read, of
+	// which the probe kept only 16 KB: what it judged is what it kept.
+	FieldsCut int      `json:"fields_cut,omitempty"`
+	Refusal   *Refusal `json:"refusal"` // nil when none was met
+	Checks    []Check  `json:"checks"`  // empty when no refusal was met
 	// GaveUp says why the probe stopped before it was done, or is "" when it finished.
 	GaveUp string `json:"gave_up,omitempty"`
 	Exit   int    `json:"exit"`

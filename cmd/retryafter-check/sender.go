@@ -17,18 +17,59 @@ import (
 
 // An exchange is one request the probe sent and the response it got.
 type exchange struct {
-	n        int    // its number among the requests sent, from 1
-	method   string // GET, HEAD, ...
+	n        int       // its number among the requests sent, from 1
+	method   string    // GET, HEAD, ...
+	due      time.Time // when it was meant to go, for a request sent at an instant; else zero
 	sent     time.Time
 	received time.Time // when the response's header had arrived
+	read     time.Time // when its body had been read
 	status   int
-	header   http.Header
+	// prevN and prevBody are the number of the request before, for a request sent at an
+	// instant, and how long its body took to read.
+	prevN    int
+	prevBody time.Duration
+	header   http.Header // the fields a check reads, as keepFields keeps them
 }
 
 // refused reports whether the response is a refusal that Retry-After applies to: a 429, a 503,
 // or a 403 that GitHub sends for a rate limit (see header.IsRefusal).
 func (e *exchange) refused() bool {
 	return header.IsRefusal(e.status, e.header)
+}
+
+// admitted reports whether the request got through: a 2xx, or a 4xx that is no refusal (the
+// limiter let it through to a handler that answered so). A 3xx or a 5xx that is no refusal is
+// neither admitted nor refused: it says nothing of the limiter.
+func (e *exchange) admitted() bool {
+	switch {
+	case e.status >= 200 && e.status < 300:
+		return true
+	case e.status >= 400 && e.status < 500:
+		return !e.refused()
+	}
+	return false
+}
+
+// lateSlack is how much later than its instant a retry may go and still be judged as sent at
+// it; a later one tells nothing of that instant.
+const lateSlack = 500 * time.Millisecond
+
+// late is how much later than its instant e went, when that is more than lateSlack; else 0.
+func (e *exchange) late() time.Duration {
+	if e.due.IsZero() || e.sent.Sub(e.due) <= lateSlack {
+		return 0
+	}
+	return e.sent.Sub(e.due)
+}
+
+// lateness says how late e went, and why when the body of the response before it took long to
+// read: a server that trickles the body of a refusal holds back the retry after it.
+func (e *exchange) lateness() string {
+	why := fmt.Sprintf("went %s late", seconds(roundDuration(e.late())))
+	if e.prevBody > lateSlack {
+		why += fmt.Sprintf(", the body of request %d having taken %s to read", e.prevN, seconds(roundDuration(e.prevBody)))
+	}
+	return why
 }
 
 // Why the probe stopped before it was done. The messages end up in the report.
@@ -92,6 +133,8 @@ type sender struct {
 
 	sent     int       // requests sent
 	last     time.Time // when the last one was sent
+	prev     *exchange // the last response
+	cut      int       // how many responses had more of the fields checks read than keepFields keeps
 	statuses map[int]int
 	skew     skew        // what the Dates so far prove about the server's clock
 	refusals []*exchange // every refusal so far, in the order met
@@ -135,9 +178,16 @@ func (s *sender) send(ctx context.Context, method string) (*exchange, error) {
 		}
 		return nil, fmt.Errorf("request %d (%s): %w", s.sent, method, err)
 	}
-	e := &exchange{n: s.sent, method: method, sent: now, received: s.now(), status: resp.StatusCode, header: resp.Header}
+	e := &exchange{n: s.sent, method: method, sent: now, received: s.now(), status: resp.StatusCode}
+	var cut bool
+	if e.header, cut = keepFields(resp.Header); cut {
+		s.cut++
+	}
+	resp.Header = nil
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, bodyLimit))
 	resp.Body.Close()
+	e.read = s.now()
+	s.prev = e
 	if s.statuses == nil {
 		s.statuses = make(map[int]int)
 	}
@@ -160,12 +210,21 @@ func (s *sender) wait(ctx context.Context, d time.Duration) error {
 	return s.sleep(ctx, d)
 }
 
-// sendAt sends one request with method at t, or now if t has passed.
+// sendAt sends one request with method at t, or now if t has passed; the exchange says when
+// it was due.
 func (s *sender) sendAt(ctx context.Context, t time.Time, method string) (*exchange, error) {
 	if err := s.wait(ctx, t.Sub(s.now())); err != nil {
 		return nil, err
 	}
-	return s.send(ctx, method)
+	prev := s.prev
+	e, err := s.send(ctx, method)
+	if e != nil {
+		e.due = t
+		if prev != nil {
+			e.prevN, e.prevBody = prev.n, prev.read.Sub(prev.received)
+		}
+	}
+	return e, err
 }
 
 // provoke sends requests with the probe's method, no closer together than the pace, until one

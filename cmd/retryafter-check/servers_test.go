@@ -277,6 +277,8 @@ type fixedWindow struct {
 	roundUp bool
 	// cutSeconds answers with the time left in whole seconds, cut: "0" under a second.
 	cutSeconds bool
+	// says, if not nil, is the Retry-After of a refusal with left of the window to go.
+	says func(left, window time.Duration) string
 
 	mu    sync.Mutex
 	start time.Time
@@ -303,6 +305,11 @@ func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Date", now.UTC().Format(http.TimeFormat))
 	if ok {
 		hello().ServeHTTP(w, r)
+		return
+	}
+	if f.says != nil {
+		h.Set("Retry-After", f.says(end.Sub(now), f.window))
+		http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 		return
 	}
 	if f.cutSeconds {
