@@ -14,6 +14,7 @@
 package retryclient
 
 import (
+	"context"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -313,14 +314,7 @@ type Transport struct {
 // response received, whose body the caller must close as usual, or an
 // error.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	base := t.Base
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	maxAttempts := t.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = defaultMaxAttempts
-	}
+	base, maxAttempts := t.base(), t.maxAttempts()
 	if maxAttempts == 1 || !replayable(req) || !t.retryable(req) {
 		return base.RoundTrip(req)
 	}
@@ -332,55 +326,86 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil || resp == nil || attempt >= maxAttempts || !header.IsRefusal(resp.StatusCode, resp.Header) {
 			return resp, err
 		}
-		wait, err := t.Backoff.Delay(resp, attempt)
-		if err != nil { // a wait above the cap: the caller's to know
+		wait, next, ok := t.nextTry(req, resp, attempt)
+		if !ok {
 			return resp, nil
-		}
-		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
-			return resp, nil
-		}
-		// Make the next try before discarding this response, so that a
-		// body that cannot be had again still leaves an answer to return.
-		next := req.Clone(ctx)
-		if req.Body != nil && req.Body != http.NoBody {
-			body, err := req.GetBody()
-			if err != nil {
-				return resp, nil
-			}
-			next.Body = body
 		}
 		if t.OnRetry != nil {
 			t.OnRetry(resp, attempt, wait)
 		}
-		stop := discard(resp.Body)
-
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			stop()
-			if next.Body != nil {
-				next.Body.Close()
-			}
-			return nil, ctx.Err()
-		case <-timer.C:
+		if err := pause(ctx, wait, resp.Body, next); err != nil {
+			return nil, err
 		}
-		stop()
 		try = next
 	}
+}
+
+// nextTry returns the wait before retrying req after its answer resp, the try numbered
+// attempt, and the clone of req to send then. It returns false when resp is to be returned
+// instead: the server asks for a wait above the cap, the wait would outlast the deadline of
+// req's context, or req's body cannot be had again. The clone is made before resp is
+// discarded, so that a body that cannot be had again still leaves an answer to return.
+func (t *Transport) nextTry(req *http.Request, resp *http.Response, attempt int) (time.Duration, *http.Request, bool) {
+	wait, err := t.Backoff.Delay(resp, attempt)
+	if err != nil { // a wait above the cap: the caller's to know
+		return 0, nil, false
+	}
+	if deadline, ok := req.Context().Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
+		return 0, nil, false
+	}
+	next := req.Clone(req.Context())
+	if req.Body != nil && req.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return 0, nil, false
+		}
+		next.Body = body
+	}
+	return wait, next, true
+}
+
+// pause waits wait while body, the discarded response's, drains. When ctx is done first, it
+// closes the body of next, the try that will not be sent, and returns ctx's error.
+func pause(ctx context.Context, wait time.Duration, body io.ReadCloser, next *http.Request) error {
+	stop := discard(body)
+	timer := time.NewTimer(wait)
+	select {
+	case <-ctx.Done():
+		timer.Stop()
+		stop()
+		if next.Body != nil {
+			next.Body.Close()
+		}
+		return ctx.Err()
+	case <-timer.C:
+	}
+	stop()
+	return nil
 }
 
 // CloseIdleConnections closes the idle connections of Base, when it has
 // such a method (as [http.Transport] does), so that
 // [http.Client.CloseIdleConnections] reaches it.
 func (t *Transport) CloseIdleConnections() {
-	base := t.Base
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// maxAttempts returns MaxAttempts, or its default when it is zero or negative.
+func (t *Transport) maxAttempts() int {
+	if t.MaxAttempts <= 0 {
+		return defaultMaxAttempts
+	}
+	return t.MaxAttempts
+}
+
+// base returns Base, or [http.DefaultTransport] when it is nil.
+func (t *Transport) base() http.RoundTripper {
+	if t.Base == nil {
+		return http.DefaultTransport
+	}
+	return t.Base
 }
 
 func (t *Transport) retryable(req *http.Request) bool {

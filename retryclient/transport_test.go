@@ -600,3 +600,48 @@ func TestTransportConcurrent(t *testing.T) {
 		}
 	})
 }
+
+func TestTransportCancelClosesUnsentBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newScriptedServer(answerTooMany(10), answer(http.StatusOK))
+		ctx, cancel := context.WithCancel(context.Background())
+		req := newTestRequest(t, http.MethodPut, strings.NewReader("x")).WithContext(ctx)
+		var copies []*spyBody
+		req.GetBody = func() (io.ReadCloser, error) {
+			b := &spyBody{r: strings.NewReader("x")}
+			copies = append(copies, b)
+			return b, nil
+		}
+		go func() {
+			time.Sleep(4 * time.Second)
+			cancel()
+		}()
+		resp, err := (&Transport{Base: srv}).RoundTrip(req)
+		if resp != nil || !errors.Is(err, context.Canceled) {
+			t.Fatalf("RoundTrip = %v, %v; want context.Canceled", resp, err)
+		}
+		if len(copies) != 1 {
+			t.Fatalf("GetBody called %d times, want 1", len(copies))
+		}
+		if _, closed := copies[0].state(); !closed {
+			t.Error("the body of the try never sent was not closed")
+		}
+	})
+}
+
+// idleCloser is a RoundTripper that counts the calls of its CloseIdleConnections.
+type idleCloser struct {
+	http.RoundTripper
+	calls int
+}
+
+func (c *idleCloser) CloseIdleConnections() { c.calls++ }
+
+func TestTransportCloseIdleConnections(t *testing.T) {
+	base := &idleCloser{RoundTripper: transportFunc(func(*http.Request) (*http.Response, error) { return nil, errors.New("unused") })}
+	(&http.Client{Transport: &Transport{Base: base}}).CloseIdleConnections()
+	if base.calls != 1 {
+		t.Errorf("Base's CloseIdleConnections called %d times through http.Client, want 1", base.calls)
+	}
+	(&Transport{}).CloseIdleConnections() // http.DefaultTransport's: must not panic
+}

@@ -129,13 +129,10 @@ func checkQuotaFields(e *exchange, t told) (Check, bool) {
 		return Check{}, false
 	}
 	c := Check{Name: checkRateLimit, Result: Fail}
-	var policies []quotaItem
-	if len(pol) > 0 {
-		var why string
-		if policies, why = parseQuotaField("RateLimit-Policy", pol, []string{"q", "w"}, "q", nil); why != "" {
-			c.Seen = why
-			return c, true
-		}
+	policies, why := parseQuotaField("RateLimit-Policy", pol, []string{"q", "w"}, "q", nil)
+	if why != "" {
+		c.Seen = why
+		return c, true
 	}
 	if len(rl) == 0 {
 		c.Result, c.Seen = Pass, fmt.Sprintf("RateLimit-Policy: %s parses; no RateLimit on the refusal to compare with Retry-After", strings.Join(pol, ", "))
@@ -147,53 +144,81 @@ func checkQuotaFields(e *exchange, t told) (Check, bool) {
 		return c, true
 	}
 	seen := "RateLimit: " + strings.Join(rl, ", ")
-	if len(policies) > 0 {
-		for _, l := range limits {
-			if !hasPolicy(policies, l.name) {
-				c.Seen = fmt.Sprintf("%s names %q, which RateLimit-Policy: %s does not list", seen, l.name, strings.Join(pol, ", "))
-				return c, true
-			}
-		}
+	if name, ok := unlistedPolicy(limits, policies); ok {
+		c.Seen = fmt.Sprintf("%s names %q, which RateLimit-Policy: %s does not list", seen, name, strings.Join(pol, ", "))
+		return c, true
 	}
-	var exhausted []quotaItem
-	for _, l := range limits {
-		if l.params["r"] == 0 {
-			exhausted = append(exhausted, l)
-		}
-	}
-	if len(exhausted) == 0 {
+	latest, exhausted := latestReset(limits)
+	switch {
+	case !exhausted:
 		c.Seen = seen + ": refused, yet every policy has quota left (r above 0)"
-		return c, true
-	}
-	if !t.usable {
+	case !t.usable:
 		c.Result, c.Seen = Pass, seen+": parses; no usable Retry-After to compare with"
-		return c, true
+	case latest < 0:
+		c.Result, c.Seen = Pass, seen+": parses; the exhausted policy has no t to compare with Retry-After"
+	default:
+		c.Result, c.Seen = quotaVerdict(seen, latest, t)
 	}
-	var latest int64 = -1
-	for _, l := range exhausted {
+	return c, true
+}
+
+// unlistedPolicy returns the first policy of limits that policies does not list, when policies
+// lists any; an empty RateLimit-Policy lists nothing to hold RateLimit to.
+func unlistedPolicy(limits, policies []quotaItem) (string, bool) {
+	if len(policies) == 0 {
+		return "", false
+	}
+	for _, l := range limits {
+		if !hasPolicy(policies, l.name) {
+			return l.name, true
+		}
+	}
+	return "", false
+}
+
+// latestReset returns the largest t of the exhausted policies of limits (r=0), -1 when none of
+// them has a t, and whether any policy is exhausted.
+func latestReset(limits []quotaItem) (latest int64, exhausted bool) {
+	latest = -1
+	for _, l := range limits {
+		if l.params["r"] != 0 {
+			continue
+		}
+		exhausted = true
 		if l.has["t"] {
 			latest = max(latest, l.params["t"])
 		}
 	}
-	if latest < 0 {
-		c.Result, c.Seen = Pass, seen+": parses; the exhausted policy has no t to compare with Retry-After"
-		return c, true
+	return latest, exhausted
+}
+
+// quotaVerdict judges latest, the t of the exhausted policies, against t's Retry-After.
+func quotaVerdict(seen string, latest int64, t told) (Result, string) {
+	want, wrong := disagreement(time.Duration(latest)*time.Second, t, false)
+	if wrong != "" {
+		return Fail, fmt.Sprintf("%s: t=%d but Retry-After says %s: a client reading RateLimit %s", seen, latest, seconds(want), wrong)
 	}
+	return Pass, fmt.Sprintf("%s: t=%d agrees with Retry-After", seen, latest)
+}
+
+// disagreement compares got, a wait read from a rate-limit field, with t's Retry-After, both in
+// whole seconds, Retry-After rounded up. It returns Retry-After so rounded and what a client
+// that reads the field does wrong: "comes back early", "waits longer than it must", or "" when
+// they agree. A second either way agrees when either side was measured against a Date of whole
+// seconds: t is a date, or got was read from an instant (instant).
+func disagreement(got time.Duration, t told, instant bool) (want time.Duration, wrong string) {
 	slack := time.Duration(0)
-	if t.date {
+	if t.date || instant {
 		slack = time.Second
 	}
-	want := (t.wait + time.Second - 1).Truncate(time.Second) // Retry-After in whole seconds, rounded up
-	got := time.Duration(latest) * time.Second
+	want = (t.wait + time.Second - 1).Truncate(time.Second)
 	switch {
 	case got < want-slack:
-		c.Seen = fmt.Sprintf("%s: t=%d but Retry-After says %s: a client reading RateLimit comes back early", seen, latest, seconds(want))
+		return want, "comes back early"
 	case got > want+slack:
-		c.Seen = fmt.Sprintf("%s: t=%d but Retry-After says %s: a client reading RateLimit waits longer than it must", seen, latest, seconds(want))
-	default:
-		c.Result, c.Seen = Pass, fmt.Sprintf("%s: t=%d agrees with Retry-After", seen, latest)
+		return want, "waits longer than it must"
 	}
-	return c, true
+	return want, ""
 }
 
 func hasPolicy(policies []quotaItem, name string) bool {

@@ -34,42 +34,13 @@ var (
 // judge judges the fields of f on the refusal e, whose Retry-After is t. It returns false when e
 // has none of them.
 func (f resetFamily) judge(e *exchange, t told) (Check, bool) {
-	var shown []string
-	for _, name := range []string{f.limit, f.remaining, f.reset} {
-		if lines := e.header[http.CanonicalHeaderKey(name)]; len(lines) > 0 {
-			shown = append(shown, name+": "+strings.Join(lines, ", "))
-		}
-	}
-	if len(shown) == 0 {
+	seen := f.shown(e)
+	if seen == "" {
 		return Check{}, false
 	}
-	seen := strings.Join(shown, ", ")
 	c := Check{Name: checkRateLimit}
-	unjudged := func(why string) (Check, bool) {
-		if f.draft {
-			c.Result, c.Seen = Fail, seen+": "+why
-		} else {
-			c.Result, c.Seen = NA, seen+": "+why+"; these fields follow no standard, so that is not judged"
-		}
-		return c, true
-	}
-	limit, hasLimit, why := f.integer(e, f.limit)
-	if why != "" {
-		return unjudged(why)
-	}
-	left, hasLeft, why := f.integer(e, f.remaining)
-	if why != "" {
-		return unjudged(why)
-	}
-	switch {
-	case hasLimit && hasLeft && left > limit:
-		return unjudged(fmt.Sprintf("%s %d is more than %s %d", f.remaining, left, f.limit, limit))
-	case hasLeft && left > 0 && f.draft:
-		c.Result, c.Seen = Fail, fmt.Sprintf("%s: refused, yet %s is %d", seen, f.remaining, left)
-		return c, true
-	case hasLeft && left > 0:
-		c.Result, c.Seen = NA, fmt.Sprintf("%s: refused with %d left, so another limit refused: %s is not compared with Retry-After", seen, left, f.reset)
-		return c, true
+	if r, decided := f.judgeRemaining(e, c, seen); decided {
+		return r, true
 	}
 	lines := e.header[http.CanonicalHeaderKey(f.reset)]
 	if len(lines) == 0 {
@@ -77,7 +48,7 @@ func (f resetFamily) judge(e *exchange, t told) (Check, bool) {
 	}
 	wait, instant, how, why := f.readReset(e, lines)
 	if why != "" {
-		return unjudged(why)
+		return f.unjudged(c, seen, why), true
 	}
 	if how != "" {
 		seen += " (" + how + ")"
@@ -85,22 +56,60 @@ func (f resetFamily) judge(e *exchange, t told) (Check, bool) {
 	if !t.usable {
 		return f.uncompared(c, seen, "no usable Retry-After to compare with"), true
 	}
-	// Whole seconds on both sides; an instant is measured against a Date of whole seconds,
-	// as a date is: a second either way agrees then.
-	slack := time.Duration(0)
-	if t.date || instant {
-		slack = time.Second
+	// An instant is measured against a Date of whole seconds, as a date is.
+	want, wrong := disagreement(wait, t, instant)
+	if wrong != "" {
+		c.Result, c.Seen = Fail, fmt.Sprintf("%s: but Retry-After says %s: a client reading %s %s", seen, seconds(want), f.reset, wrong)
+		return c, true
 	}
-	want := (t.wait + time.Second - 1).Truncate(time.Second) // Retry-After in whole seconds, rounded up
-	switch {
-	case wait < want-slack:
-		c.Result, c.Seen = Fail, fmt.Sprintf("%s: but Retry-After says %s: a client reading %s comes back early", seen, seconds(want), f.reset)
-	case wait > want+slack:
-		c.Result, c.Seen = Fail, fmt.Sprintf("%s: but Retry-After says %s: a client reading %s waits longer than it must", seen, seconds(want), f.reset)
-	default:
-		c.Result, c.Seen = Pass, seen+": agrees with Retry-After"
-	}
+	c.Result, c.Seen = Pass, seen+": agrees with Retry-After"
 	return c, true
+}
+
+// shown is the fields of f that e has, as they are shown in a verdict; "" when it has none.
+func (f resetFamily) shown(e *exchange) string {
+	var shown []string
+	for _, name := range []string{f.limit, f.remaining, f.reset} {
+		if lines := e.header[http.CanonicalHeaderKey(name)]; len(lines) > 0 {
+			shown = append(shown, name+": "+strings.Join(lines, ", "))
+		}
+	}
+	return strings.Join(shown, ", ")
+}
+
+// judgeRemaining judges Limit and Remaining on a refusal: both parse, Remaining is at most
+// Limit, and nothing is left. It returns false when they leave Reset to be judged.
+func (f resetFamily) judgeRemaining(e *exchange, c Check, seen string) (Check, bool) {
+	limit, hasLimit, why := f.integer(e, f.limit)
+	if why != "" {
+		return f.unjudged(c, seen, why), true
+	}
+	left, hasLeft, why := f.integer(e, f.remaining)
+	if why != "" {
+		return f.unjudged(c, seen, why), true
+	}
+	switch {
+	case hasLimit && hasLeft && left > limit:
+		return f.unjudged(c, seen, fmt.Sprintf("%s %d is more than %s %d", f.remaining, left, f.limit, limit)), true
+	case hasLeft && left > 0 && f.draft:
+		c.Result, c.Seen = Fail, fmt.Sprintf("%s: refused, yet %s is %d", seen, f.remaining, left)
+		return c, true
+	case hasLeft && left > 0:
+		c.Result, c.Seen = NA, fmt.Sprintf("%s: refused with %d left, so another limit refused: %s is not compared with Retry-After", seen, left, f.reset)
+		return c, true
+	}
+	return c, false
+}
+
+// unjudged is c when f's fields cannot be read, for the reason why: a failure for the draft's
+// fields, which must parse, and n/a for the others, which follow no standard.
+func (f resetFamily) unjudged(c Check, seen, why string) Check {
+	if f.draft {
+		c.Result, c.Seen = Fail, seen+": "+why
+	} else {
+		c.Result, c.Seen = NA, seen+": "+why+"; these fields follow no standard, so that is not judged"
+	}
+	return c
 }
 
 // uncompared is c when f's fields parse but Reset cannot be compared with Retry-After, for the
@@ -142,44 +151,70 @@ func (f resetFamily) readReset(e *exchange, lines []string) (wait time.Duration,
 		return 0, false, "", f.reset + ": several lines that disagree"
 	}
 	if f.draft {
-		if !isDigits(v) {
-			return 0, false, "", f.reset + " is not a non-negative Integer of seconds"
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n > maxSeconds {
-			return 0, false, "", f.reset + " is too large"
-		}
-		if n >= e.received.Unix()/2 {
-			return 0, false, "", fmt.Sprintf("%s %d is an epoch time, but the draft's %s is seconds from the response: a client that reads it waits for decades", f.reset, n, f.reset)
-		}
-		return time.Duration(n) * time.Second, false, "", ""
+		return f.readDraftReset(e, v)
 	}
+	return f.readXReset(e, v)
+}
+
+// readDraftReset reads v, the draft's Reset, as a non-negative Integer of seconds from the
+// response that is not an epoch time.
+func (f resetFamily) readDraftReset(e *exchange, v string) (time.Duration, bool, string, string) {
+	if !isDigits(v) {
+		return 0, false, "", f.reset + " is not a non-negative Integer of seconds"
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n > maxSeconds {
+		return 0, false, "", f.reset + " is too large"
+	}
+	if n >= e.received.Unix()/2 {
+		return 0, false, "", fmt.Sprintf("%s %d is an epoch time, but the draft's %s is seconds from the response: a client that reads it waits for decades", f.reset, n, f.reset)
+	}
+	return time.Duration(n) * time.Second, false, "", ""
+}
+
+// readXReset reads v, an X-RateLimit-Reset, as an epoch in milliseconds or in seconds, as
+// seconds, or as a date, an instant measured against e's Date (or the probe's clock, without
+// one).
+func (f resetFamily) readXReset(e *exchange, v string) (time.Duration, bool, string, string) {
 	ref, refName := e.received, "the probe's clock"
 	if d, ok := validDate(e.header, e.received); ok {
 		ref, refName = d, "Date"
 	}
-	// An Integer nearer the epoch time of ref, in milliseconds or in seconds, than to zero is
-	// that epoch time; a smaller one is seconds.
-	var at time.Time
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil && isDigits(v) {
-		switch {
-		case n >= ref.UnixMilli()/2:
-			at, how = time.UnixMilli(n), "an epoch in milliseconds, "
-		case n >= ref.Unix()/2:
-			at, how = time.Unix(n, 0), "an epoch, "
-		case n > maxSeconds:
-			return 0, false, "", f.reset + " is too large"
-		default:
-			return time.Duration(n) * time.Second, false, "seconds", ""
+		if at, how, ok := epochTime(n, ref); ok {
+			return measured(at, ref, how, refName)
 		}
-	} else if d, ok := header.ParseHTTPDate(v, ref); ok {
-		at, how = d, "a date, "
-	} else if d, ok := generousDate(v, ref); ok {
-		at, how = d, "a date, "
-	} else {
+		if n > maxSeconds {
+			return 0, false, "", f.reset + " is too large"
+		}
+		return time.Duration(n) * time.Second, false, "seconds", ""
+	}
+	at, ok := header.ParseHTTPDate(v, ref)
+	if !ok {
+		at, ok = generousDate(v, ref)
+	}
+	if !ok {
 		return 0, false, "", f.reset + " is neither an epoch, seconds nor a date"
 	}
-	wait = at.Sub(ref)
+	return measured(at, ref, "a date, ", refName)
+}
+
+// epochTime reads n as an epoch time in milliseconds or in seconds when it is nearer that epoch
+// time of ref than to zero, and says which; it returns false for a smaller n, which is seconds.
+func epochTime(n int64, ref time.Time) (time.Time, string, bool) {
+	switch {
+	case n >= ref.UnixMilli()/2:
+		return time.UnixMilli(n), "an epoch in milliseconds, ", true
+	case n >= ref.Unix()/2:
+		return time.Unix(n, 0), "an epoch, ", true
+	}
+	return time.Time{}, "", false
+}
+
+// measured is the wait from ref, named refName, to the instant at, read as how: the returns of
+// readReset for an instant.
+func measured(at, ref time.Time, how, refName string) (time.Duration, bool, string, string) {
+	wait := at.Sub(ref)
 	if wait < 0 {
 		return wait, true, how + seconds(roundDuration(-wait)) + " before " + refName, ""
 	}

@@ -254,56 +254,63 @@ func (p *sfParser) bare() (sfBare, error) {
 
 // number parses an Integer or a Decimal (RFC 9651 §4.2.4).
 func (p *sfParser) number() (sfBare, error) {
-	neg := false
-	if p.s != "" && p.s[0] == '-' {
-		neg = true
-		p.s = p.s[1:]
-	}
-	if p.s == "" || !isDigit(p.s[0]) {
+	sign := p.sign()
+	if !p.atDigit() {
 		return sfBare{}, p.err("a digit expected")
 	}
-	var intPart, frac int64
-	intDigits, fracDigits := 0, -1 // fracDigits -1: no point yet
-digits:
-	for p.s != "" {
-		c := p.s[0]
-		switch {
-		case isDigit(c) && fracDigits < 0:
-			intPart = intPart*10 + int64(c-'0')
-			intDigits++
-			if intDigits > 15 {
-				return sfBare{}, p.err("an Integer of more than 15 digits")
-			}
-		case isDigit(c):
-			frac = frac*10 + int64(c-'0')
-			fracDigits++
-			if fracDigits > sfMaxDecimalFrac {
-				return sfBare{}, p.err("a Decimal of more than 3 fractional digits")
-			}
-		case c == '.' && fracDigits < 0:
-			if intDigits > sfMaxDecimalInt {
-				return sfBare{}, p.err("a Decimal of more than 12 integer digits")
-			}
-			fracDigits = 0
-		default:
-			break digits
-		}
-		p.s = p.s[1:]
+	intPart, intDigits := p.digits(15)
+	if p.atDigit() {
+		return sfBare{}, p.err("an Integer of more than 15 digits")
 	}
-	sign := int64(1)
-	if neg {
-		sign = -1
-	}
-	if fracDigits < 0 {
+	if p.s == "" || p.s[0] != '.' {
 		return sfBare{kind: sfInteger, n: sign * intPart}, nil
 	}
-	if fracDigits == 0 {
-		return sfBare{}, p.err("a Decimal ending in its point")
+	if intDigits > sfMaxDecimalInt {
+		return sfBare{}, p.err("a Decimal of more than 12 integer digits")
 	}
-	for range sfMaxDecimalFrac - fracDigits {
-		frac *= 10
+	p.s = p.s[1:] // '.'
+	frac, err := p.thousandths()
+	if err != nil {
+		return sfBare{}, err
 	}
 	return sfBare{kind: sfDecimal, n: sign * (intPart*1000 + frac)}, nil
+}
+
+// sign reads an optional '-' and returns the sign it gives, -1 or 1.
+func (p *sfParser) sign() int64 {
+	if p.s != "" && p.s[0] == '-' {
+		p.s = p.s[1:]
+		return -1
+	}
+	return 1
+}
+
+// atDigit reports whether what is left starts with a decimal digit.
+func (p *sfParser) atDigit() bool { return p.s != "" && isDigit(p.s[0]) }
+
+// digits reads at most most decimal digits and returns their value and how many there were.
+func (p *sfParser) digits(most int) (n int64, count int) {
+	for count < most && p.atDigit() {
+		n = n*10 + int64(p.s[0]-'0')
+		p.s = p.s[1:]
+		count++
+	}
+	return n, count
+}
+
+// thousandths reads the one to three digits after a Decimal's point as thousandths.
+func (p *sfParser) thousandths() (int64, error) {
+	frac, n := p.digits(sfMaxDecimalFrac)
+	switch {
+	case p.atDigit():
+		return 0, p.err("a Decimal of more than 3 fractional digits")
+	case n == 0:
+		return 0, p.err("a Decimal ending in its point")
+	}
+	for range sfMaxDecimalFrac - n {
+		frac *= 10
+	}
+	return frac, nil
 }
 
 func (p *sfParser) str() (sfBare, error) {
@@ -475,6 +482,7 @@ func writeSFParams(b *strings.Builder, params []sfParam) {
 	}
 }
 
+// writeSFBare serialises the bare item v as RFC 9651 §4.1.3.1 does.
 func writeSFBare(b *strings.Builder, v sfBare) {
 	switch v.kind {
 	case sfInteger:
@@ -483,28 +491,9 @@ func writeSFBare(b *strings.Builder, v sfBare) {
 		b.WriteByte('@')
 		b.WriteString(strconv.FormatInt(v.n, 10))
 	case sfDecimal:
-		n := v.n
-		if n < 0 {
-			b.WriteByte('-')
-			n = -n
-		}
-		b.WriteString(strconv.FormatInt(n/1000, 10))
-		b.WriteByte('.')
-		frac := strconv.FormatInt(1000+n%1000, 10)[1:]
-		frac = strings.TrimRight(frac, "0")
-		if frac == "" {
-			frac = "0"
-		}
-		b.WriteString(frac)
+		writeSFDecimal(b, v.n)
 	case sfString:
-		b.WriteByte('"')
-		for i := 0; i < len(v.s); i++ {
-			if v.s[i] == '"' || v.s[i] == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(v.s[i])
-		}
-		b.WriteByte('"')
+		writeSFString(b, v.s)
 	case sfToken:
 		b.WriteString(v.s)
 	case sfBytes:
@@ -518,15 +507,49 @@ func writeSFBare(b *strings.Builder, v sfBare) {
 			b.WriteString("?0")
 		}
 	case sfDisplay:
-		b.WriteString(`%"`)
-		for i := 0; i < len(v.s); i++ {
-			c := v.s[i]
-			if c == '%' || c == '"' || c < 0x20 || c > 0x7e {
-				fmt.Fprintf(b, "%%%02x", c)
-				continue
-			}
-			b.WriteByte(c)
-		}
-		b.WriteByte('"')
+		writeSFDisplay(b, v.s)
 	}
+}
+
+// writeSFDecimal serialises the Decimal of n thousandths with the fewest fractional digits, at
+// least one.
+func writeSFDecimal(b *strings.Builder, n int64) {
+	if n < 0 {
+		b.WriteByte('-')
+		n = -n
+	}
+	b.WriteString(strconv.FormatInt(n/1000, 10))
+	b.WriteByte('.')
+	frac := strings.TrimRight(strconv.FormatInt(1000+n%1000, 10)[1:], "0")
+	if frac == "" {
+		frac = "0"
+	}
+	b.WriteString(frac)
+}
+
+// writeSFString serialises s as a String, escaping its quotes and backslashes.
+func writeSFString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+}
+
+// writeSFDisplay serialises s as a Display String, percent-encoding '%', '"' and every byte
+// outside printable ASCII.
+func writeSFDisplay(b *strings.Builder, s string) {
+	b.WriteString(`%"`)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' || c == '"' || c < 0x20 || c > 0x7e {
+			fmt.Fprintf(b, "%%%02x", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
 }
