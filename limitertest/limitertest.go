@@ -205,9 +205,8 @@ func costAboveBurst(t *testing.T, c Config) {
 	k.spend(c.Burst, now)
 }
 
-// nearMaxInt returns n costs from math.MaxInt/2+1 to math.MaxInt, the largest first: each
-// overflows an int when added to a count of 1 or more, or to the rest of a burst above half of
-// it.
+// nearMaxInt returns n costs from math.MaxInt/2+1 to math.MaxInt, the largest first: the sum
+// of any two, or of the largest and any count above 0, overflows an int.
 func nearMaxInt(rng *rand.Rand, n int) []int {
 	costs := []int{math.MaxInt, math.MaxInt - 1, math.MaxInt/2 + 1}
 	for len(costs) < n {
