@@ -106,7 +106,8 @@ type Maintenance struct {
 	// Until is the end of the work, in RFC 3339 ("2026-12-01T22:00:00Z"): Retry-After counts
 	// down to it, and maintenance ends at it by itself, unless Hold is set. If empty, the end
 	// is unknown, Retry-After is Wait, and maintenance lasts until a configuration without it
-	// is loaded.
+	// is loaded. The zero time (0001-01-01T00:00:00Z) is refused: it is not a way to say
+	// "no end".
 	Until string `json:"until,omitempty"`
 
 	// Hold keeps maintenance on after Until has passed, until a configuration without it is
@@ -263,7 +264,9 @@ func (h *Limit) warnPastUntil() {
 	h.logger.Warn("retry_after_limit: maintenance until has passed: the window is over, and requests pass", zap.String("until", h.Maintenance.Until))
 }
 
-// parseUntil reads the until of a maintenance window: the zero time when s is empty.
+// parseUntil reads the until of a maintenance window: the zero time when s is empty. It
+// refuses the zero time written out (0001-01-01T00:00:00Z), which would mean no end where every
+// other past until means an end that has passed.
 func parseUntil(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
@@ -271,6 +274,9 @@ func parseUntil(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("retry_after_limit: maintenance until %q: want an RFC 3339 time such as 2026-12-01T22:00:00Z", s)
+	}
+	if t.IsZero() {
+		return time.Time{}, fmt.Errorf("retry_after_limit: maintenance until %q is the zero time: leave until out for maintenance with no end", s)
 	}
 	return t, nil
 }
@@ -280,8 +286,7 @@ func (m *Maintenance) build() *maintenanceSwitch {
 	until, _ := parseUntil(m.Until)
 	s := new(maintenanceSwitch)
 	s.m.HTTPDate, s.m.Wait = m.HTTPDate, time.Duration(m.Wait)
-	s.hold.Store(m.Hold)
-	s.m.Start(until)
+	s.set(&switchValue{until: until, hold: m.Hold})
 	return s
 }
 

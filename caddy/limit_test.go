@@ -374,6 +374,8 @@ func TestLimitProvisionErrors(t *testing.T) {
 		{`{"maintenance":{},"rate":"1/s"}`, "needs a burst"},
 		{`{"maintenance":{},"maintenance_switch":"ops"}`, "maintenance and maintenance_switch: use one"},
 		{`{"maintenance_switch":"ops","key":"{http.vars.client_ip}"}`, "no rate"},
+		{`{"maintenance":{"until":"0001-01-01T00:00:00Z"}}`, "zero time"},
+		{`{"maintenance":{"until":"0000-12-31T23:00:00-01:00","hold":true}}`, "zero time"},
 	} {
 		h := fromJSON[Limit](t, c.json)
 		err := provisionErr(t, h)
@@ -449,6 +451,7 @@ func TestLimitCaddyfile(t *testing.T) {
 		{"retry_after_limit {\n rate 1/d\n burst 3\n}", `rate "1/d": want N/s, N/m or N/h`},
 		{"retry_after_limit {\n rate 1/s\n burst 3\n\n key {client_addr}\n}", "unrecognized placeholder {client_addr}, at Testfile:5"},
 		{"retry_after_limit {\n maintenance tomorrow\n}", `until "tomorrow"`},
+		{"retry_after_limit {\n maintenance 0001-01-01T00:00:00Z\n}", "zero time"},
 		{"retry_after_limit {\n rate 1/s\n burst 3\n rate_limit_fields caf\u00e9\n}", "printable ASCII"},
 		{"retry_after_limit {\n maintenance {\n until 2026-12-01T22:00:00Z\n }\n}", `unknown maintenance option "until"`},
 	} {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,4 +93,142 @@ func TestMaintenanceSwitch(t *testing.T) {
 	if code, _ := admin(t, "GET", "unit", ""); code != http.StatusNotFound {
 		t.Errorf("after the last handler of the switch was cleaned up: %d, want 404", code)
 	}
+}
+
+// adminError sends method to the switch of name and returns the status and the message of the
+// error it answers, "" when none.
+func adminError(t *testing.T, method, name, body string) (int, string) {
+	t.Helper()
+	r := httptest.NewRequest(method, switchPath+name, strings.NewReader(body))
+	w := httptest.NewRecorder()
+	if err := serveSwitch(w, r); err != nil {
+		var apiErr caddy.APIError
+		if !errors.As(err, &apiErr) {
+			t.Fatalf("%s %s: %v, want an APIError", method, name, err)
+		}
+		return apiErr.HTTPStatus, apiErr.Err.Error()
+	}
+	return w.Code, ""
+}
+
+// A POST to the switch takes only the body its doc gives: an unknown field (GET's "on", a
+// misspelt until or hold), a second value or anything after the object, a value of the wrong
+// type, a body that is not an object, or the zero time as until is answered 400 saying why, and
+// the switch is left as it was, off or on. It turned maintenance on, with no end, for each.
+func TestMaintenanceSwitchPostStrict(t *testing.T) {
+	h := &Limit{MaintenanceSwitch: "strict"}
+	load(t, nil, h)
+	const until = "2030-06-01T22:00:00Z"
+	for _, c := range []struct{ body, why string }{
+		{`{"on": false}`, `unknown field "on"`},
+		{`{"untill": "` + until + `"}`, `unknown field "untill"`},
+		{`{"until": "` + until + `", "hodl": true}`, `unknown field "hodl"`},
+		{`{"until": "` + until + `"}{"hold": true}`, "after the object"},
+		{`{"hold": true} {}`, "after the object"},
+		{`{"hold": true} x`, "after the object"},
+		{`{"hold": true},`, "after the object"},
+		{`{"hold": "yes"}`, "hold"},
+		{`{"hold": 1}`, "hold"},
+		{`{"until": 1924992000}`, "until"},
+		{`{"until": "tomorrow"}`, "RFC 3339"},
+		{`{"until": "0001-01-01T00:00:00Z"}`, "zero time"},
+		{`{"until": "0001-01-01T01:00:00+01:00"}`, "zero time"},
+		{`null`, "object"},
+		{`[]`, "object"},
+		{`"on"`, "object"},
+		{`true`, "object"},
+		{`{"hold": true`, "JSON"},
+	} {
+		for _, before := range []string{"", `{"until": "2029-01-01T00:00:00Z", "hold": true}`} {
+			if before == "" {
+				admin(t, "DELETE", "strict", "")
+			} else if code, _ := admin(t, "POST", "strict", before); code != 200 {
+				t.Fatalf("POST %s: %d", before, code)
+			}
+			_, was := admin(t, "GET", "strict", "")
+			code, why := adminError(t, "POST", "strict", c.body)
+			if code != http.StatusBadRequest || !strings.Contains(why, c.why) {
+				t.Errorf("POST %s: %d %q, want 400 saying %q", c.body, code, why, c.why)
+			}
+			if _, now := admin(t, "GET", "strict", ""); now != was {
+				t.Errorf("POST %s changed the switch from %+v to %+v", c.body, was, now)
+			}
+		}
+	}
+	for _, c := range []struct {
+		body string
+		want switchState
+	}{
+		{"", switchState{On: true}},
+		{" \n", switchState{On: true}},
+		{`{}`, switchState{On: true}},
+		{`{"until": "` + until + `"}` + "\n", switchState{On: true, Until: until}},
+		{`{"until": "` + until + `", "hold": true}`, switchState{On: true, Until: until, Hold: true}},
+		{`{"hold": false}`, switchState{On: true}},
+	} {
+		admin(t, "DELETE", "strict", "")
+		if code, st := admin(t, "POST", "strict", c.body); code != 200 || st != c.want {
+			t.Errorf("POST %q: %d %+v, want 200 %+v", c.body, code, st, c.want)
+		}
+	}
+}
+
+// Two POSTs at once leave the switch as one of them set it, until and hold together, never the
+// until of one with the hold of the other, and a GET while POSTs change the switch sees one
+// state or another that was sent, never half of a change; the handler agrees with GET.
+func TestMaintenanceSwitchConcurrentPosts(t *testing.T) {
+	h := &Limit{MaintenanceSwitch: "race"}
+	load(t, nil, h)
+	sent := []string{`{"until": "2030-01-01T00:00:00Z", "hold": true}`, `{"until": "2031-01-01T00:00:00Z"}`}
+	want := map[switchState]bool{
+		{On: true, Until: "2030-01-01T00:00:00Z", Hold: true}: true,
+		{On: true, Until: "2031-01-01T00:00:00Z"}:             true,
+	}
+	post := func(body string) {
+		if code, _ := adminError(t, "POST", "race", body); code != 200 {
+			t.Errorf("POST %s: %d", body, code)
+		}
+	}
+	past := time.Date(2032, 1, 1, 0, 0, 0, 0, time.UTC) // after both untils: only a hold refuses
+	var spins atomic.Int64
+	for round := range 2000 {
+		admin(t, "DELETE", "race", "")
+		// Both wait, running, for the other, so that their POSTs overlap rather than take
+		// turns on one processor.
+		var wg sync.WaitGroup
+		var ready atomic.Int32
+		for i, body := range sent {
+			wg.Go(func() {
+				ready.Add(1)
+				for ready.Load() < 2 {
+				}
+				for range (round*7 + i*13) % 256 { // shift one against the other, round by round
+					spins.Add(1)
+				}
+				post(body)
+			})
+		}
+		wg.Wait()
+		_, st := admin(t, "GET", "race", "")
+		if !want[st] {
+			t.Fatalf("round %d: after two POSTs at once the switch is %+v, which neither sent", round, st)
+		}
+		if refusing := !h.maint.over(past); refusing != st.Hold {
+			t.Fatalf("round %d: the switch is %+v, and after its until the handler refuses: %v", round, st, refusing)
+		}
+	}
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer done.Store(true)
+		for i := range 20_000 {
+			post(sent[i%2])
+		}
+	})
+	for seen := 0; !done.Load(); seen++ {
+		if _, st := admin(t, "GET", "race", ""); !want[st] {
+			t.Fatalf("GET %d while the switch changes: %+v, which no POST sent", seen, st)
+		}
+	}
+	wg.Wait()
 }

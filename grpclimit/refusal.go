@@ -104,10 +104,54 @@ func violation(p retryafter.Policy) *errdetails.QuotaFailure_Violation {
 		Description: "rate limit " + name + " exceeded",
 	}
 	if p.Limit > 0 && p.Limit != rate.Inf && p.Burst > 0 {
-		v.Description += ": " + strconv.Itoa(p.Burst) + " at once, " +
-			strconv.FormatFloat(float64(p.Limit), 'g', -1, 64) + " restored per second"
+		v.Description += ": " + strconv.Itoa(p.Burst) + " at once, " + restoredPer(float64(p.Limit))
 	}
 	return v
+}
+
+// units are the spans a rate is stated per, shortest first.
+var units = []struct {
+	name    string
+	seconds float64
+}{{"second", 1}, {"minute", 60}, {"hour", 3600}, {"day", 86400}}
+
+// restoredPer states limit, a positive rate per second, as people write a rate: a whole number
+// per second, a decimal of up to three places per second (from 1 a second), a whole number per
+// minute, hour or day, or else "about" three figures per the shortest unit in which it is at
+// least 1 ("about 8.57 restored per minute" for one every 7 seconds).
+func restoredPer(limit float64) string {
+	// whole allows the error of the product that made n: a few units in its last place.
+	whole := func(n float64) bool { return n < 1e15 && math.Abs(n-math.Round(n)) <= 1e-13*n }
+	say := func(n float64, unit string) string {
+		return strconv.FormatFloat(n, 'f', -1, 64) + " restored per " + unit
+	}
+	if whole(limit) || limit >= 1 && whole(limit*1000) {
+		return say(math.Round(limit*1000)/1000, "second")
+	}
+	for _, u := range units[1:] {
+		if n := limit * u.seconds; whole(n) {
+			return say(math.Round(n), u.name)
+		}
+	}
+	u := units[len(units)-1]
+	for _, v := range units {
+		if limit*v.seconds >= 1 {
+			u = v
+			break
+		}
+	}
+	n := limit * u.seconds
+	if n >= 1e15 {
+		return "about " + strconv.FormatFloat(n, 'g', 3, 64) + " restored per " + u.name
+	}
+	places := max(0, 2-int(math.Floor(math.Log10(n))))
+	return "about " + say(roundTo(n, places), u.name)
+}
+
+// roundTo returns n rounded to places decimal places.
+func roundTo(n float64, places int) float64 {
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(n, 'f', places, 64), 64)
+	return f
 }
 
 // withDetails returns st with details: messages of this package, which always marshal, on a

@@ -3,6 +3,8 @@ package grpclimit_test
 import (
 	"context"
 	"math"
+	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -114,6 +116,82 @@ func TestRefusalMillis(t *testing.T) {
 		}
 		if ms, _ := strconv.ParseInt(c.pushback, 10, 64); a.retryInfo.GetRetryDelay().AsDuration() != time.Duration(ms)*time.Millisecond {
 			t.Fatalf("wait %v: RetryInfo %v, pushback %s", c.wait, a.retryInfo, c.pushback)
+		}
+	}
+}
+
+// policyOf is a Limiter that refuses every call under the policy the test sets.
+type policyOf struct {
+	p atomic.Pointer[retryafter.Policy]
+}
+
+func (l *policyOf) Decide(context.Context, string, int, time.Time) (retryafter.Decision, error) {
+	return retryafter.Decision{RetryAfter: time.Second, Policy: *l.p.Load()}, nil
+}
+
+// restored matches the rate in a QuotaFailure's description.
+var restored = regexp.MustCompile(`^rate limit default exceeded: 2 at once, (about )?([0-9]+(\.[0-9]+)?) restored per (second|minute|hour|day)$`)
+
+// TestQuotaFailureRate: the QuotaFailure states the rate as people write it, a whole number per
+// second, minute, hour or day where there is one ("40 restored per minute", not
+// 0.6666666666666666 per second), a short decimal, or else about three figures; over random
+// rates the number read back is the rate, exactly when not "about", and within half a percent
+// when it is.
+func TestQuotaFailureRate(t *testing.T) {
+	l := new(policyOf)
+	addr, _ := serve(t, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(l)))
+	client := dial(t, addr)
+	describe := func(limit rate.Limit) string {
+		l.p.Store(&retryafter.Policy{Limit: limit, Burst: 2})
+		a := call(t.Context(), client)
+		if a.quota == nil || len(a.quota.GetViolations()) != 1 {
+			t.Fatalf("rate %v: %v, want one violation in a QuotaFailure", limit, a.err)
+		}
+		return a.quota.GetViolations()[0].GetDescription()
+	}
+	for _, c := range []struct {
+		limit rate.Limit
+		want  string
+	}{
+		{10, "10 restored per second"},
+		{2.0 / 3, "40 restored per minute"},
+		{rate.Every(1500 * time.Millisecond), "40 restored per minute"},
+		{rate.Every(time.Minute), "1 restored per minute"},
+		{rate.Every(time.Hour), "1 restored per hour"},
+		{rate.Every(24 * time.Hour), "1 restored per day"},
+		{1.5, "1.5 restored per second"},
+		{0.3, "18 restored per minute"},
+		{1e9, "1000000000 restored per second"},
+		{rate.Every(7 * time.Second), "about 8.57 restored per minute"},
+		{rate.Every(7 * 24 * time.Hour), "about 0.143 restored per day"},
+		{1234.5678, "about 1235 restored per second"},
+	} {
+		if got := describe(c.limit); !strings.HasSuffix(got, ", "+c.want) {
+			t.Errorf("rate %v: %q, want it to end %q", c.limit, got, c.want)
+		}
+	}
+	per := map[string]float64{"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+	rng := rand.New(rand.NewPCG(60, 8))
+	for range 300 {
+		limit := math.Pow(10, -7+16*rng.Float64())
+		if rng.IntN(2) == 0 { // a whole number per a unit, or a fraction of one per second
+			limit = float64(1+rng.IntN(1000)) / []float64{1, 60, 3600, 86400, float64(2 + rng.IntN(9))}[rng.IntN(5)]
+		}
+		got := describe(rate.Limit(limit))
+		m := restored.FindStringSubmatch(got)
+		if m == nil {
+			t.Fatalf("rate %v: %q, not a number per second, minute, hour or day", limit, got)
+		}
+		n, _ := strconv.ParseFloat(m[2], 64)
+		tolerance := 1e-9
+		if m[1] != "" {
+			tolerance = 5e-3
+			if digits := strings.TrimLeft(strings.ReplaceAll(m[2], ".", ""), "0"); len(digits) > 4 && strings.Contains(m[2], ".") {
+				t.Errorf("rate %v: %q, more figures than about three", limit, got)
+			}
+		}
+		if back := n / per[m[4]]; math.Abs(back-limit) > tolerance*limit {
+			t.Errorf("rate %v: %q reads back as %v a second", limit, got, back)
 		}
 	}
 }

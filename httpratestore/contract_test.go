@@ -20,6 +20,9 @@ func TestContract(t *testing.T) {
 			limitertest.Run(t, limitertest.Config{
 				New:   func(*testing.T) retryafter.Limiter { return httpratestore.New(c.limit, c.window, nil) },
 				Burst: c.limit,
+				NewBurst: func(_ *testing.T, limit int) retryafter.Limiter {
+					return httpratestore.New(limit, c.window, nil)
+				},
 			})
 		})
 	}

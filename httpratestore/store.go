@@ -60,7 +60,9 @@ const maxWindow = time.Duration(1 << 60)
 // round(rate) + n ≤ requestLimit, rounding half away from zero ([math.Round]), and its cost is
 // then added to the current window's count with IncrementBy; a refused request is not counted.
 // These are httprate's own rules, so a Store and httprate's middleware on the same
-// counter admit the same requests.
+// counter admit the same requests. Where httprate's sums overflow an int (a cost or a limit
+// near the largest int), a Store refuses what does not fit: the current count plus n never
+// passes requestLimit.
 //
 // Where httprate answers every refusal with the window length, a Store reports the
 // earliest instant at which that estimate lets the request in, found over the integer
@@ -355,18 +357,33 @@ func (s *Store) advance(window time.Time) {
 }
 
 // estimate returns httprate's sliding-window rate, rounded as httprate rounds it, for counts
-// prev and curr at elapsed into the current window. The expression is httprate's own, term for
-// term, so that it rounds the same way; the conversion to float64 keeps any compiler from
-// fusing its operations.
+// prev and curr at elapsed into the current window, held to 0 to math.MaxInt: counts near the
+// largest int add up to more than it. The expression is httprate's own, term for term, so that
+// it rounds the same way; the conversion to float64 keeps any compiler from fusing its
+// operations.
 func (s *Store) estimate(prev, curr int, elapsed time.Duration) int {
 	rate := float64(float64(prev)*(float64(s.window)-float64(elapsed))/float64(s.window)) + float64(curr)
-	return int(math.Round(rate))
+	switch r := math.Round(rate); {
+	case r >= math.MaxInt: // the constant rounds to 2^63 on 64-bit platforms, which does not fit
+		return math.MaxInt
+	case r > 0:
+		return int(r)
+	}
+	return 0
+}
+
+// room returns the largest cost httprate admits at elapsed into the current window of counts
+// prev and curr, below 0 if none. It is httprate's limit − estimate, computed without
+// overflow, and never more than the current count leaves: a float64 holds counts above 2^53
+// only to a few hundred, and the count plus the cost must fit the limit, and so an int.
+func (s *Store) room(prev, curr int, elapsed time.Duration) int {
+	return min(s.limit-s.estimate(prev, curr, elapsed), s.limit-max(curr, 0))
 }
 
 // admits reports whether httprate admits a request of cost at elapsed into the current window
 // of counts prev and curr.
 func (s *Store) admits(prev, curr, cost int, elapsed time.Duration) bool {
-	return s.estimate(prev, curr, elapsed)+cost <= s.limit
+	return cost <= s.room(prev, curr, elapsed)
 }
 
 // firstAdmit returns the least elapsed time in [from, window) at which a request of cost is
@@ -456,7 +473,7 @@ func (s *Store) wait(prev, curr, cost int, elapsed time.Duration) time.Duration 
 func (s *Store) fill(d *retryafter.Decision, prev, curr int, elapsed, lag time.Duration) {
 	d.Limit = s.limit
 	d.Policy = s.policy
-	d.Remaining = max(0, s.limit-s.estimate(prev, curr, elapsed))
+	d.Remaining = max(0, s.room(prev, curr, elapsed))
 	if d.Remaining < s.limit {
 		d.Reset = late(s.wait(prev, curr, s.limit, elapsed), lag)
 	}

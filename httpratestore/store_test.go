@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -1224,5 +1225,93 @@ func TestFieldsThroughLimitWith(t *testing.T) {
 	}
 	if got := w.Header().Get("X-RateLimit-Remaining"); got != "2" {
 		t.Fatalf("X-RateLimit-Remaining = %q, want 2", got)
+	}
+}
+
+// TestHugeCostThroughLimitWith sends 100 requests at 10 a minute whose cost comes from a
+// header, as a batch size does: one of the largest int after the first request wrapped the
+// key's count negative, after which every request was admitted. Only the 10 of cost 1 that fit
+// may be.
+func TestHugeCostThroughLimitWith(t *testing.T) {
+	clk := newClock(t0)
+	cost := func(r *http.Request) int {
+		n, err := strconv.Atoi(r.Header.Get("Batch"))
+		if err != nil {
+			return 1
+		}
+		return n
+	}
+	h := retryafter.LimitWith(New(10, time.Minute, nil), retryafter.WithClock(clk.Now), retryafter.WithCost(cost))(ok)
+	admitted := 0
+	for i := range 100 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.9:1"
+		if i%10 == 1 {
+			r.Header.Set("Batch", strconv.Itoa(math.MaxInt-i/10))
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusOK {
+			admitted++
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	if admitted != 10 {
+		t.Fatalf("100 requests at 10 a minute, some of a cost near the largest int: %d admitted, want 10", admitted)
+	}
+}
+
+// TestCountsNearMaxInt decides random costs on limits from half the largest int to the
+// largest, over instants that cross windows, so that the previous window weighs: after every
+// admission the current window's count lies between the cost and the limit (it never wraps),
+// and a request admitted is one whose cost fits the room the counts leave, which Remaining
+// then reports from 0 to the limit.
+func TestCountsNearMaxInt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(55, 3))
+	ctx := context.Background()
+	for range 200 {
+		limit := math.MaxInt - rng.IntN(math.MaxInt/2)
+		if rng.IntN(4) == 0 {
+			limit = math.MaxInt - rng.IntN(4096)
+		}
+		w := time.Duration(1 + rng.Int64N(int64(time.Hour)))
+		counter := httprate.NewLocalLimitCounter(w)
+		s := New(limit, w, counter)
+		now := t0.Truncate(w)
+		remaining := limit
+		for range 20 {
+			var cost int
+			switch rng.IntN(5) {
+			case 0:
+				cost = math.MaxInt - rng.IntN(1024)
+			case 1:
+				cost = max(0, remaining+rng.IntN(4097)-2048)
+			case 2:
+				cost = rng.IntN(limit) + 1
+			case 3:
+				cost = 1 + rng.IntN(1<<20)
+			default:
+				cost = limit - rng.IntN(2048)
+			}
+			d, err := s.Decide(ctx, "k", cost, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			remaining = d.Remaining
+			if d.Remaining < 0 || d.Remaining > limit {
+				t.Fatalf("limit %d, cost %d: Remaining %d outside 0 to the limit", limit, cost, d.Remaining)
+			}
+			window := now.UTC().Truncate(w)
+			curr, _, err := counter.Get("k", window, window.Add(-w))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed && cost > 0 && (curr < cost || curr > limit) {
+				t.Fatalf("limit %d, cost %d admitted: the window's count is %d, outside the cost to the limit", limit, cost, curr)
+			}
+			if rng.IntN(3) == 0 {
+				now = now.Add(time.Duration(rng.Int64N(int64(2 * w))))
+			}
+		}
 	}
 }

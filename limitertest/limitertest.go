@@ -1,7 +1,8 @@
 // Package limitertest checks that a [retryafter.Limiter] keeps the contract of the interface,
 // which the middleware and the clients it answers rely on: the wait of a refusal is exact, a
-// refusal spends nothing, and costs of 0 and below mean what the interface says. Every Limiter
-// of this repository runs it; a Limiter of yours can too:
+// refusal spends nothing, costs of 0 and below mean what the interface says, and no cost or
+// burst near the largest int wraps into an admission. Every Limiter of this repository runs it;
+// a Limiter of yours can too:
 //
 //	func TestContract(t *testing.T) {
 //		limitertest.Run(t, limitertest.Config{
@@ -14,6 +15,9 @@ package limitertest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -33,6 +37,13 @@ type Config struct {
 	// largest cost the Limiter can ever admit. Required.
 	Burst int
 
+	// NewBurst returns a Limiter like New's but with a burst of burst, fresh for each call,
+	// for the property over bursts near MaxBurst. If nil, that property is skipped.
+	NewBurst func(t *testing.T, burst int) retryafter.Limiter
+
+	// MaxBurst is the largest burst NewBurst accepts. If zero, the default is math.MaxInt.
+	MaxBurst int
+
 	// Resolution is the step of the Limiter's clock: a request that much before a refusal's
 	// RetryAfter ends must still be refused. If zero, the default is a nanosecond.
 	Resolution time.Duration
@@ -51,6 +62,9 @@ func Run(t *testing.T, c Config) {
 	if c.Resolution <= 0 {
 		c.Resolution = time.Nanosecond
 	}
+	if c.MaxBurst <= 0 {
+		c.MaxBurst = math.MaxInt
+	}
 	if c.Start.IsZero() {
 		c.Start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	}
@@ -59,6 +73,8 @@ func Run(t *testing.T, c Config) {
 	t.Run("CostZeroPeeks", func(t *testing.T) { costZeroPeeks(t, c) })
 	t.Run("NegativeCost", func(t *testing.T) { negativeCost(t, c) })
 	t.Run("CostAboveBurst", func(t *testing.T) { costAboveBurst(t, c) })
+	t.Run("HugeCost", func(t *testing.T) { hugeCost(t, c) })
+	t.Run("HugeBurst", func(t *testing.T) { hugeBurst(t, c) })
 }
 
 // checker decides on one Limiter and fails the test on an error.
@@ -187,4 +203,108 @@ func costAboveBurst(t *testing.T, c Config) {
 		}
 	}
 	k.spend(c.Burst, now)
+}
+
+// nearMaxInt returns n costs from math.MaxInt/2+1 to math.MaxInt, the largest first: the sum
+// of any two, or of the largest and any count above 0, overflows an int.
+func nearMaxInt(rng *rand.Rand, n int) []int {
+	costs := []int{math.MaxInt, math.MaxInt - 1, math.MaxInt/2 + 1}
+	for len(costs) < n {
+		costs = append(costs, math.MaxInt-rng.IntN(math.MaxInt/2))
+	}
+	return costs
+}
+
+// hugeCost: with none, one, some or all of the burst spent, a cost near the largest int is
+// refused with rate.InfDuration, never wrapped into a small or negative sum and admitted, and
+// spends nothing.
+func hugeCost(t *testing.T, c Config) {
+	rng := rand.New(rand.NewPCG(55, 1))
+	seen := map[int]bool{}
+	for _, spent := range []int{0, 1, c.Burst / 2, c.Burst - 1, c.Burst} {
+		if seen[spent] {
+			continue
+		}
+		seen[spent] = true
+		k := newChecker(t, c)
+		k.key += fmt.Sprint("/", spent)
+		now := c.Start
+		for i := range spent {
+			if d := k.decide(1, now); !d.Allowed {
+				t.Fatalf("request %d of a burst of %d refused at one instant: %+v", i+1, c.Burst, d)
+			}
+		}
+		costs := append(nearMaxInt(rng, 8), math.MaxInt-c.Burst+1)
+		if spent > 0 {
+			costs = append(costs, math.MaxInt-spent+1) // spent + cost is the largest int + 1
+		}
+		for _, cost := range costs {
+			if d := k.decide(cost, now); d.Allowed || d.RetryAfter != rate.InfDuration {
+				t.Fatalf("cost %d with %d of a burst of %d spent: %+v, want a refusal with RetryAfter rate.InfDuration", cost, spent, c.Burst, d)
+			}
+		}
+		k.spend(c.Burst-spent, now) // exactly the rest: the huge costs spent nothing
+	}
+}
+
+// hugeBurst: on Limiters with bursts near MaxBurst, no request is admitted that would take the
+// total spent at one instant past the burst, a cost near the largest int is refused with
+// rate.InfDuration, and a cost that fits a fresh key is admitted.
+func hugeBurst(t *testing.T, c Config) {
+	if c.NewBurst == nil {
+		t.Skip("limitertest: Config.NewBurst is nil: bursts near the largest int not checked")
+	}
+	rng := rand.New(rand.NewPCG(55, 2))
+	bursts := []int{c.MaxBurst, c.MaxBurst - 1, c.MaxBurst/2 + 1}
+	for range 3 {
+		bursts = append(bursts, c.MaxBurst-rng.IntN(c.MaxBurst/2+1))
+	}
+	for _, burst := range bursts {
+		if burst < 2 {
+			continue
+		}
+		now := c.Start
+		for i, costs := range [][]int{
+			append([]int{burst - 1, 2, 1, 1}, nearMaxInt(rng, 4)...),
+			{burst, 1, math.MaxInt},
+			{1, burst, math.MaxInt},
+		} {
+			key := fmt.Sprint("limitertest/", t.Name(), "/", burst, "/", i)
+			b := &hugeChecker{checker: checker{t: t, l: c.NewBurst(t, burst), key: key}, burst: burst}
+			for _, cost := range costs {
+				b.admit(cost, now)
+			}
+		}
+	}
+}
+
+// hugeChecker decides on a Limiter of a large burst at one instant and keeps the total it
+// admitted on the key.
+type hugeChecker struct {
+	checker
+	burst int
+	spent int // admitted on the key; never above burst
+}
+
+// admit decides cost and checks the answer against what is already spent: a cost that takes
+// the total past the burst is refused (with rate.InfDuration if it alone exceeds the burst),
+// and one that fits a fresh key is admitted. A cost that fits after some was spent may be
+// refused: a Limiter that counts in float64 cannot tell every int apart near the largest.
+func (b *hugeChecker) admit(cost int, now time.Time) {
+	b.t.Helper()
+	d := b.decide(cost, now)
+	fits := cost <= b.burst-b.spent
+	switch {
+	case d.Allowed && !fits:
+		b.t.Fatalf("burst %d, %d spent: cost %d admitted, past the burst: %+v", b.burst, b.spent, cost, d)
+	case !d.Allowed && fits && b.spent == 0:
+		b.t.Fatalf("burst %d, fresh key: cost %d refused: %+v", b.burst, cost, d)
+	case !d.Allowed && cost > b.burst && d.RetryAfter != rate.InfDuration:
+		b.t.Fatalf("burst %d: cost %d, above the burst, refused with RetryAfter %v, want rate.InfDuration", b.burst, cost, d.RetryAfter)
+	case d.Remaining < 0 || d.Limit > 0 && d.Remaining > d.Limit:
+		b.t.Fatalf("burst %d, %d spent, cost %d: Remaining %d outside 0 to Limit %d", b.burst, b.spent, cost, d.Remaining, d.Limit)
+	}
+	if d.Allowed {
+		b.spent += cost
+	}
 }

@@ -29,7 +29,8 @@ type Config struct {
 	// Until is the announced end of the work, an RFC 3339 instant such as
 	// "2026-12-05T06:00:00Z". Retry-After counts down to it, and from it on requests pass to
 	// the service. If empty, the end is unknown: every request is answered 503 with Retry-After
-	// Wait, until the middleware is removed.
+	// Wait, until the middleware is removed. The zero time (0001-01-01T00:00:00Z) is refused:
+	// it is not a way to say "no end".
 	Until string `json:"until,omitempty"`
 
 	// Wait is the Retry-After when the end is unknown, as a Go duration ("1m", "90s"). If
@@ -48,13 +49,16 @@ func CreateConfig() *Config {
 }
 
 // New returns the middleware, which passes requests to next from Until on. It fails when Until
-// is not an RFC 3339 instant or Wait not a duration above zero.
+// is not an RFC 3339 instant or is the zero time, or Wait not a duration above zero.
 func New(_ context.Context, next http.Handler, config *Config, _ string) (http.Handler, error) {
 	h := &handler{next: next, wait: defaultWait, httpDate: config.HTTPDate}
 	if config.Until != "" {
 		until, err := time.Parse(time.RFC3339, config.Until)
 		if err != nil {
 			return nil, fmt.Errorf("retryAfterMaintenance: until %q: want an RFC 3339 instant, such as 2026-12-05T06:00:00Z", config.Until)
+		}
+		if until.IsZero() {
+			return nil, fmt.Errorf("retryAfterMaintenance: until %q is the zero time: leave until out for maintenance with no end", config.Until)
 		}
 		h.until = until
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +121,13 @@ func checkAnswers(t *testing.T, p *plugintest.Plugin) {
 	} {
 		if _, err := p.New(ctx, config, never(t), "bad"); err == nil {
 			t.Errorf("New(%v) succeeded, want an error", config)
+		}
+	}
+	// The zero time would read as no end, 503 for ever, where any other past until lets every
+	// request through: it is refused, so that no until means two things.
+	for _, until := range []string{"0001-01-01T00:00:00Z", "0000-12-31T23:00:00-01:00"} {
+		if _, err := p.New(ctx, map[string]any{"until": until}, never(t), "zero"); err == nil || !strings.Contains(err.Error(), "zero time") {
+			t.Errorf("until %s: %v, want an error saying it is the zero time", until, err)
 		}
 	}
 }
