@@ -172,6 +172,10 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 // [All], a Spread layer is not combined with the TokenBuckets beside it into one atomic step:
 // it is decided apart from them, as in a mix of stores.
 //
+// Spread keeps what l charges: around [Shared] or [ChargedAfter] it spreads the Limiter they
+// wrap, keeping its key and its charges afterwards, so that Spread(ChargedAfter(l)) is
+// ChargedAfter(Spread(l)); around an [All], the All's layers charged afterwards are charged.
+//
 // Spread panics if l is nil, limit is negative or not a number, or burst is negative.
 func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
 	if l == nil {
@@ -183,11 +187,25 @@ func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
 	if burst < 0 {
 		panic("retryafter: Spread with a negative burst")
 	}
+	if lay, ok := l.(*layered); ok {
+		// Spread the Limiter of a Shared or ChargedAfter layer, so that the layer keeps its
+		// key and its charges, and stays a layer for All.
+		lay := lay.Layer
+		lay.Limiter = Spread(lay.Limiter, limit, burst)
+		return &layered{lay}
+	}
 	s := &spread{l: l, limit: limit, burst: burst}
 	if c, ok := l.(Charger); ok {
 		return &spreadCharger{spread: s, c: c}
 	}
 	return s
+}
+
+// deferred implements afterCharger: l's layers charged afterwards are charged through s.
+func (s *spread) deferred() bool { return hasDeferred(s.l) }
+
+func (s *spread) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
+	return chargeDeferred(s.l, ctx, key, cost, now)
 }
 
 // spread is the Limiter of [Spread].

@@ -441,3 +441,71 @@ func TestReturnsTooHighToCount(t *testing.T) {
 		}
 	}
 }
+
+// TestWrappersKeepCharges stacks the package's wrappers (Spread, Shared, All; all but Peek,
+// which charges nothing) at random, in every order, around a layer charged afterwards, the
+// ChargedAfter inside Spread or outside it: the middleware still charges what the handler
+// reports, so a budget that holds one request's cost admits one of 10, and Charge reports the
+// request charged. Until this was so, Spread hid the deferred layer: 10 of 10 admitted, none
+// charged, and ChargedAfter(Spread(...)) panicked. What cannot be charged afterwards (an All)
+// panics at construction, saying why.
+func TestWrappersKeepCharges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(54, 3))
+	wrap := func(l Limiter, i int) (Limiter, string) {
+		switch i {
+		case 0:
+			return Spread(l, 0, 0), "Spread"
+		case 1:
+			return Spread(l, 1, 1), "Spread1"
+		case 2:
+			return Shared(l, "svc"), "Shared"
+		case 3:
+			return All(NewTokenBucket(rate.Every(time.Millisecond), 100), l), "All(per,"
+		}
+		return All(l), "All"
+	}
+	for range 200 {
+		tokens := NewTokenBucket(rate.Every(time.Hour), 10)
+		var l Limiter = Shared(tokens, "all")
+		name := "Shared(tokens)"
+		n := rng.IntN(4)
+		deferredAt := rng.IntN(n + 1) // how many wrappers go inside ChargedAfter
+		for i := range n + 1 {
+			if i == deferredAt {
+				l, name = ChargedAfter(l), "ChargedAfter("+name+")"
+				if i == n {
+					break
+				}
+			}
+			if i == n {
+				break
+			}
+			var w string
+			k := rng.IntN(5)
+			if i < deferredAt {
+				k = rng.IntN(3) // inside ChargedAfter: what is a Charger stays one
+			}
+			l, w = wrap(l, k)
+			name = w + "(" + name + ")"
+		}
+		var charged int
+		h := LimitWith(l, WithClock(func() time.Time { return t0 }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if Charge(r, 20) {
+				charged++
+			}
+		}))
+		admitted := 0
+		for range 10 {
+			if serve(h, "GET", "192.0.2.1:1").Code == http.StatusOK {
+				admitted++
+			}
+		}
+		if admitted != 1 || charged != 1 {
+			t.Fatalf("%s: %d of 10 admitted, %d charged; want 1 and 1", name, admitted, charged)
+		}
+	}
+	wantPanics(t, map[string]func(){
+		"ChargedAfter(Spread(All))": func() { ChargedAfter(Spread(All(NewTokenBucket(1, 1)), 1, 1)) },
+		"ChargedAfter(All)":         func() { ChargedAfter(All(NewTokenBucket(1, 1), NewTokenBucket(1, 1))) },
+	})
+}
