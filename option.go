@@ -55,8 +55,9 @@ func newConfig(opts []Option) config {
 // that latest instant, and takes readings more than a second behind for a step back of the
 // clock once they have run on for 5 s with no current reading in between; then all its buckets
 // count on from the new readings as from the latest instant, neither refilled nor frozen for the
-// step (see [TokenBucket.Decide]). Until then, waits are measured from each reading, as for a
-// stale one. A one-off stale or zero reading credits no key. time.Now's readings are monotonic:
+// step, however long (see [TokenBucket.Decide]). Until then, such a reading is decided at the
+// latest instant, its waits measured from there, so that no client is told to wait the step. A
+// one-off stale or zero reading credits no key. time.Now's readings are monotonic:
 // they never go back.
 func WithClock(now func() time.Time) Option {
 	if now == nil {

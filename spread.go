@@ -16,12 +16,18 @@ const returnHorizon = 3600
 
 // returns is a schedule of the seconds that refused clients are told to come back in, so that
 // many clients refused for the same reason at the same time come back at the rate the service
-// can take rather than in the same second. A second is one of the server's clock (Unix seconds);
-// a client refused at now and told to wait s whole seconds comes back at now+s, in second
-// floor(now)+s, at the fraction of a second it was refused at. The zero value is ready to use;
-// it is safe for concurrent use.
+// can take rather than in the same second. A second is one of the schedule's line (Unix seconds
+// of the clock's first reading, run on by the time its readings have seen pass, which follows a
+// clock stepped back or forward as a TokenBucket does: see clockLine); a client refused at now
+// and told to wait s whole seconds comes back at now+s, in second floor(now)+s of the line, at
+// the fraction of a second it was refused at. The zero value is ready to use; it is safe for
+// concurrent use.
 type returns struct {
-	mu    sync.Mutex
+	mu     sync.Mutex
+	line   clockLine // its instants: a reading behind them is booked as at the latest
+	steps  steps     // the steps back of the clock, for line
+	origin time.Time // the first reading: the line's seconds count from it
+
 	n     []uint32 // n[b%returnHorizon]: clients told to come back in second b, for low <= b < low+returnHorizon
 	low   int64    // the first second the schedule holds: the one after the present
 	epoch int64    // the first low, from which each second's share of the rate is counted
@@ -37,6 +43,10 @@ type returns struct {
 // second it is told to come back in. With date false it is told a wait in delay-seconds, and
 // comes back at now plus a whole number of seconds; with date true an HTTP-date, the start of
 // that second.
+//
+// The second returned is one of now's clock: the schedule books on its line, by whole seconds
+// as far from the line's present as first is from now's, so that a reading behind the line (a
+// clock stepped back, or stale) is told as long a wait as one on it.
 func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, date bool) int64 {
 	sec := now.Unix()
 	var first int64
@@ -48,7 +58,29 @@ func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, da
 	if !(perSecond < maxShare) {
 		return first
 	}
-	return s.take(sec, first, perSecond, burst)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.second(now) - sec // from now's seconds to the line's
+	return s.takeLocked(sec+k, first+k, perSecond, burst) - k
+}
+
+// second returns the second of the line that now is read at. The mutex is held.
+func (s *returns) second(now time.Time) int64 {
+	if s.line.steps == nil {
+		s.line.steps, s.origin = &s.steps, now
+	}
+	at, _ := s.line.at(now)
+	// Monotonic readings run on by the time that passed, whatever the wall clock does.
+	since := at.Sub(s.origin)
+	if since <= math.MinInt64/2 || since >= math.MaxInt64/2 {
+		return at.Unix() // beyond what a Duration holds
+	}
+	ns := int64(since) + int64(s.origin.Nanosecond())
+	sec := ns / int64(time.Second)
+	if ns%int64(time.Second) < 0 {
+		sec--
+	}
+	return s.origin.Unix() + sec
 }
 
 // take books one client refused in second now that may not come back before second first:

@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -508,4 +510,82 @@ func TestWrappersKeepCharges(t *testing.T) {
 		"ChargedAfter(Spread(All))": func() { ChargedAfter(Spread(All(NewTokenBucket(1, 1)), 1, 1)) },
 		"ChargedAfter(All)":         func() { ChargedAfter(All(NewTokenBucket(1, 1), NewTokenBucket(1, 1))) },
 	})
+}
+
+// refuser is a Limiter that refuses every request with the wait it holds.
+type refuser struct{ wait time.Duration }
+
+func (f *refuser) Decide(context.Context, string, int, time.Time) (Decision, error) {
+	return Decision{RetryAfter: f.wait}, nil
+}
+
+// TestReturnsFollowTheClock books refused clients, about one a second, through Spread at 2 a
+// second, on a clock without monotonic readings that steps back and forward at random by a
+// second to ten years: each is told a whole number of seconds, never less than its own wait,
+// and at most a few seconds more, however the clock stepped. Until this was so, the schedule
+// never moved its first second back, and every wait after a step back grew by the step.
+func TestReturnsFollowTheClock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 54))
+	ctx := context.Background()
+	for trial := range 40 {
+		f := &refuser{}
+		l := Spread(f, 2, 0)
+		real, offset := time.Duration(0), time.Duration(0)
+		var steps []time.Duration
+		for range 8 {
+			for range 10 + rng.IntN(40) {
+				real += time.Duration(500+rng.IntN(1000)) * time.Millisecond
+				f.wait = time.Duration(rng.Int64N(int64(5 * time.Second)))
+				d, _ := l.Decide(ctx, "k", 1, t0.Add(real+offset))
+				told := d.RetryAfter
+				if told%time.Second != 0 || told < max(f.wait, time.Second) || told > f.wait+6*time.Second {
+					t.Fatalf("trial %d, after steps %v: wait %v told %v, want whole seconds from it to 6 s more", trial, steps, f.wait, told)
+				}
+			}
+			step := logUniformStep(rng)
+			offset += step
+			steps = append(steps, step)
+		}
+	}
+}
+
+// TestConcurrencyAfterAStepBack and TestMaintenanceAfterAStepBack set the clock of a Concurrency
+// and of a Maintenance with a ReturnRate back a day: the Concurrency's refusals, a slot freeing about every second, are told
+// a second apart from the one before the step, not the day; the Maintenance's, its end 10 minutes
+// away on the clock as it now reads, 600 s.
+func TestConcurrencyAfterAStepBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := newClock(t0)
+		c := &Concurrency{Max: 1, Now: clk.Now}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		serve(h, "GET", "192.0.2.2:1")
+		clk.Set(t0.Add(-24 * time.Hour))
+		for i := range 3 {
+			w := serve(h, "GET", "192.0.2.3:1")
+			// The refusals of one instant come back a second apart, the first refused before.
+			if got := wantRefusal(t, w, http.StatusServiceUnavailable, clk.Now()); got > time.Duration(i+2)*time.Second {
+				t.Errorf("refusal %d after the clock stepped back a day: Retry-After %v, want at most %ds", i+1, got, i+2)
+			}
+		}
+		close(g.open)
+		wg.Wait()
+	})
+}
+
+// TestMaintenanceAfterAStepBack: see TestConcurrencyAfterAStepBack.
+func TestMaintenanceAfterAStepBack(t *testing.T) {
+	clk := newClock(t0)
+	m := &Maintenance{ReturnRate: 10, Now: clk.Now}
+	h := m.Handler(ok)
+	m.Start(t0.Add(10 * time.Minute))
+	serve(h, "GET", "192.0.2.1:1")
+	clk.Set(t0.Add(-24 * time.Hour))
+	m.Start(clk.Now().Add(10 * time.Minute))
+	if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:1"), http.StatusServiceUnavailable, clk.Now()); got < 10*time.Minute || got > 10*time.Minute+time.Second {
+		t.Fatalf("a Maintenance ending 10 minutes on, its clock stepped back a day: Retry-After %v, want 600s", got)
+	}
 }

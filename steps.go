@@ -34,13 +34,10 @@ type steps struct {
 // and are still decided before any other, even on a machine that stalls for seconds.
 const confirmStep = 5 * time.Second
 
-// maxStep is the longest step back taken: a reading further behind (the zero time.Time, a clock
-// reset to 1970) is taken for a broken clock, decided at the latest instant and proposes nothing.
-// maxShift bounds all the steps together, far from the 292 years a Duration holds.
-const (
-	maxStep  = 366 * 24 * time.Hour
-	maxShift = 100 * 365 * 24 * time.Hour
-)
+// maxShift bounds all the steps back taken together, short of the 292 years a Duration holds: a
+// reading further behind than that (the zero time.Time) is decided at the latest instant and
+// proposes nothing. Any step within it is taken, once confirmed, however long.
+const maxShift = 250 * 365 * 24 * time.Hour
 
 // see tells s of the reading at, shifted by shift, of a clock without monotonic readings, in a
 // table whose latest instant is latest, when a step is proposed or at is more than maxLag behind
@@ -53,7 +50,7 @@ func (s *steps) see(at time.Time, shift int64, latest time.Time) int64 {
 		return now // a step was taken since at was shifted: read it again
 	}
 	if !s.pending.Load() {
-		if lag := latest.Sub(at); lag > maxLag && lag <= maxStep && time.Duration(shift) <= maxShift-lag {
+		if lag := latest.Sub(at); lag > maxLag && time.Duration(shift) <= maxShift-lag {
 			s.old, s.first, s.last = latest, at, at
 			s.pending.Store(true)
 		}
@@ -72,7 +69,7 @@ func (s *steps) see(at time.Time, shift int64, latest time.Time) int64 {
 			s.last = at
 		}
 		step := s.old.Sub(s.first)
-		if s.last.Sub(s.first) >= confirmStep && step <= maxStep && time.Duration(shift) <= maxShift-step {
+		if s.last.Sub(s.first) >= confirmStep && time.Duration(shift) <= maxShift-step {
 			shift += int64(step)
 			s.shift.Store(shift)
 			s.pending.Store(false)
