@@ -200,7 +200,8 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 // less than two seconds of its limit may then refuse a few of them again, with a new wait.
 //
 // Waits are longer than l's, so the Decisions are not tight as [Limiter] asks: a client may be
-// admitted before the wait it was told. A request l refuses forever is passed through. Inside
+// admitted before the wait it was told. The refusing layer's wait and Reset (of each layer of an
+// [All]) are lengthened with it, so that the RateLimit fields' t equals the Retry-After. A request l refuses forever is passed through. Inside
 // [All], a Spread layer is not combined with the TokenBuckets beside it into one atomic step:
 // it is decided apart from them, as in a mix of stores.
 //
@@ -267,8 +268,28 @@ func (s *spread) Decide(ctx context.Context, key string, cost int, now time.Time
 		perInstant = max(burst/n, 1)
 	}
 	// A wait beyond the schedule's hour, rate.InfDuration (never) included, stays as it is.
-	d.RetryAfter = s.ret.spreadWait(now, d.RetryAfter, float64(limit)/float64(n), perInstant)
-	return d, nil
+	return spreadTo(d, s.ret.spreadWait(now, d.RetryAfter, float64(limit)/float64(n), perInstant)), nil
+}
+
+// spreadTo returns d, a refusal, with its wait lengthened to wait, and that of the layers that
+// bound it, in a list of its own, so that the RateLimit fields' t of the refusing layer is the
+// Retry-After.
+func spreadTo(d Decision, wait time.Duration) Decision {
+	if wait == d.RetryAfter {
+		return d
+	}
+	if layers := d.Layers(); layers != nil {
+		ds := newLayers(len(layers))
+		for i, e := range layers {
+			if !e.Allowed && e.RetryAfter == d.RetryAfter {
+				e.RetryAfter, e.Reset = wait, max(e.Reset, wait)
+			}
+			(*ds)[i] = e
+		}
+		d.layers = ds
+	}
+	d.RetryAfter, d.Reset = wait, max(d.Reset, wait)
+	return d
 }
 
 // spreadCharger is a spread around a Charger, which it charges as it is asked.

@@ -4,10 +4,13 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -587,5 +590,67 @@ func TestMaintenanceAfterAStepBack(t *testing.T) {
 	m.Start(clk.Now().Add(10 * time.Minute))
 	if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:1"), http.StatusServiceUnavailable, clk.Now()); got < 10*time.Minute || got > 10*time.Minute+time.Second {
 		t.Fatalf("a Maintenance ending 10 minutes on, its clock stepped back a day: Retry-After %v, want 600s", got)
+	}
+}
+
+// rateLimitT returns the t of each item of a RateLimit field, by the item's name.
+func rateLimitT(t *testing.T, field string) map[string]int64 {
+	t.Helper()
+	ts := map[string]int64{}
+	for _, item := range strings.Split(field, ", ") {
+		name, params, _ := strings.Cut(item, ";")
+		for _, p := range strings.Split(params, ";") {
+			if v, ok := strings.CutPrefix(p, "t="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("RateLimit %q: %v", field, err)
+				}
+				ts[name] = n
+			}
+		}
+	}
+	return ts
+}
+
+// TestSpreadFieldsAgree sends bursts of requests from many clients through Spread around an All,
+// and through an All around a Spread, with the RateLimit fields on: on every 429 the t of the
+// layer that refused, the largest, equals the Retry-After, however far Spread put it. Until
+// this was so, Spread(All(...)) told Retry-After 2, 3, 4, 5 and t=1 to every client, who came
+// back in the same second.
+func TestSpreadFieldsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 54))
+	refused := 0
+	for trial := range 20 {
+		clk := newClock(t0)
+		service := NewTokenBucket(2, 2)
+		var l Limiter
+		switch trial % 3 {
+		case 0:
+			l = Spread(All(NewTokenBucket(10, 10), Shared(service, "all")), 0, 0)
+		case 1:
+			l = Spread(All(NewTokenBucket(10, 10), Shared(service, "all")), 2, 2)
+		default:
+			l = All(NewTokenBucket(10, 10), Spread(Shared(service, "all"), 2, 2))
+		}
+		h := LimitWith(l, WithClock(clk.Now), WithRateLimitFields(""))(ok)
+		for i := range 5 + rng.IntN(30) {
+			clk.Set(t0.Add(time.Duration(rng.Int64N(int64(time.Second)))))
+			w := serve(h, "GET", fmt.Sprintf("192.0.2.%d:1", i+1))
+			if w.Code != http.StatusTooManyRequests {
+				continue
+			}
+			refused++
+			wait := wantRefusal(t, w, http.StatusTooManyRequests, clk.Now())
+			var most int64
+			for _, v := range rateLimitT(t, w.Header().Get("RateLimit")) {
+				most = max(most, v)
+			}
+			if most != int64(wait/time.Second) {
+				t.Fatalf("trial %d: Retry-After %v, RateLimit %q: the refusing layer's t is not the Retry-After", trial, wait, w.Header().Get("RateLimit"))
+			}
+		}
+	}
+	if refused < 100 {
+		t.Fatalf("%d refusals in all, want at least 100", refused)
 	}
 }
