@@ -488,7 +488,7 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
 		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
-		wait = c.ret.spreadWait(now, wait, perSecond, absorb)
+		wait = c.ret.spreadWait(now, wait, perSecond, absorb, 1)
 	}
 	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 	if k != nil {

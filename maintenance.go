@@ -191,13 +191,13 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 	spread := counting && m.ReturnRate > 0
 	if m.HTTPDate {
 		if spread {
-			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, true), 0)
+			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, 1, true), 0)
 		}
 		m.emit.refuseUntil(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable}, at, end)
 		return
 	}
 	if spread {
-		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0)
+		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0, 1)
 	}
 	m.emit.refuse(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: wait}, at, nil)
 }

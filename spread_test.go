@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,7 +89,7 @@ func TestReturnsForgetsThePast(t *testing.T) {
 			t.Fatalf("booked %d, before the first allowed", b)
 		}
 	}
-	if w := full.spreadWait(time.Unix(0, 5e8), 2*returnHorizon*time.Second, 1, 0); w != 2*returnHorizon*time.Second {
+	if w := full.spreadWait(time.Unix(0, 5e8), 2*returnHorizon*time.Second, 1, 0, 1); w != 2*returnHorizon*time.Second {
 		t.Errorf("a wait beyond the horizon: %v, want it unchanged", w)
 	}
 }
@@ -437,11 +438,11 @@ func TestReturnsTooHighToCount(t *testing.T) {
 	for _, r := range []float64{maxShare, math.Inf(1)} {
 		var s returns
 		for range 3 {
-			if b := s.book(now, now.Add(time.Second), r, 0, false); b != 1001 {
+			if b := s.book(now, now.Add(time.Second), r, 0, 1, false); b != 1001 {
 				t.Fatalf("at %v/s: second %d, want 1001", r, b)
 			}
 		}
-		if b := s.book(now, now.Add(time.Second), 1, 0, false); b != 1001 {
+		if b := s.book(now, now.Add(time.Second), 1, 0, 1, false); b != 1001 {
 			t.Errorf("at 1/s after three at %v/s: second %d, want 1001, which they did not take", r, b)
 		}
 	}
@@ -652,5 +653,44 @@ func TestSpreadFieldsAgree(t *testing.T) {
 	}
 	if refused < 100 {
 		t.Fatalf("%d refusals in all, want at least 100", refused)
+	}
+}
+
+// TestSpreadBooksCost refuses bursts of clients with random mixes of costs, all at one instant,
+// through Spread around a shared TokenBucket whose burst holds 10 s of its limit (a limit of
+// 10, 3 or 2.5 a second, so that some costs exceed what one second holds): each comes back
+// exactly when told, in any order within its second, and is admitted, since the schedule books
+// cost, not requests. Until this was so, a second that held one return of cost 10 still took
+// nine of cost 1, and most of those that came back as told were refused again.
+func TestSpreadBooksCost(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 54))
+	ctx := context.Background()
+	for trial := range 60 {
+		limit := []rate.Limit{10, 3, 2.5}[trial%3]
+		burst := int(10 * limit)
+		maxCost := 1 + rng.IntN(burst/2)
+		service := NewTokenBucket(limit, burst)
+		l := Spread(Shared(service, "all"), limit, burst)
+		service.Decide(ctx, "all", burst, t0) // spent
+		type back struct {
+			at   time.Time
+			cost int
+		}
+		var backs []back
+		for range 20 + rng.IntN(40) {
+			cost := 1 + rng.IntN(maxCost)
+			d, _ := l.Decide(ctx, "c", cost, t0)
+			if d.Allowed {
+				t.Fatalf("trial %d: admitted with the burst spent", trial)
+			}
+			backs = append(backs, back{t0.Add(d.RetryAfter), cost})
+		}
+		rng.Shuffle(len(backs), func(i, j int) { backs[i], backs[j] = backs[j], backs[i] })
+		slices.SortStableFunc(backs, func(a, b back) int { return a.at.Compare(b.at) })
+		for i, b := range backs {
+			if d, _ := service.Decide(ctx, "all", b.cost, b.at); !d.Allowed {
+				t.Fatalf("trial %d, limit %v, costs up to %d: return %d of %d, cost %d, told %v, refused again", trial, limit, maxCost, i+1, len(backs), b.cost, b.at.Sub(t0))
+			}
+		}
 	}
 }
