@@ -123,31 +123,24 @@ type clockLine struct {
 // seen, and how far that is after now; it records it.
 //
 // A clock without monotonic readings (an injected one, or a wall clock that was set back) can
-// step back, and a reading can be stale. A now more than maxLag behind is decided at the latest
-// instant, as a stale one, and proposes a step to the line's steps, shared by every table of
-// its TokenBucket, which takes it once the clock's new readings confirm it (see steps): then the
-// shift added to the clock's readings grows by the step, so that the buckets count on from the
-// new readings, in every part, neither frozen nor credited for the step. Instants on the line
-// never step back, so that what a table knows of when buckets refill stays true. time.Now's
-// readings are monotonic and never step back.
+// step back, and a reading can be stale. A now more than maxLag behind proposes a step to the
+// line's steps, shared by every table of its TokenBucket, and is decided at the latest instant;
+// the readings after it on the clock's new line count on from there, and the step is taken once
+// they confirm it (see steps): so the buckets count on from the new readings, in every part,
+// neither frozen nor credited for the step. Instants on the line never step back, so that what
+// a table knows of when buckets refill stays true. time.Now's readings are monotonic and never
+// step back.
 func (l *clockLine) at(now time.Time) (at time.Time, lag time.Duration) {
 	shift := l.steps.shift.Load()
-	for {
-		at = now.Add(time.Duration(shift))
-		lag = l.latest.Sub(at)
-		wall := now == now.Round(0)
-		if wall && (lag > maxLag || l.steps.pending.Load()) {
-			if s := l.steps.see(at, shift, l.latest); s != shift {
-				shift = s
-				continue // a step was taken: read now on the new line
-			}
-		}
-		if lag <= 0 {
-			l.latest = at
-			return at, 0
-		}
-		return l.latest, lag
+	at = now.Add(time.Duration(shift))
+	if now == now.Round(0) && (l.latest.Sub(at) > maxLag || l.steps.pending.Load()) {
+		at = now.Add(time.Duration(l.steps.see(at, shift, l.latest)))
 	}
+	if lag = l.latest.Sub(at); lag <= 0 {
+		l.latest = at
+		return at, 0
+	}
+	return l.latest, lag
 }
 
 // maxLag is how far behind the latest instant a table has seen a reading can be and still be
