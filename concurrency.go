@@ -2,6 +2,7 @@ package retryafter
 
 import (
 	"container/list"
+	"hash/maphash"
 	"math"
 	"net/http"
 	"sync"
@@ -42,7 +43,9 @@ const serviceWeight = 1.0 / 16
 // A request that finds every slot taken waits in the queue, first come first served, until a
 // slot frees, QueueWait passes (it is then refused), or its context ends (the client hung up:
 // it leaves the queue and is answered 503, which no one may read). A handler that panics frees
-// its slot, and the panic goes on unchanged. A CORS preflight is passed to next, uncounted.
+// its slot, and the panic goes on unchanged. A CORS preflight that CORS middleware answers, on
+// either side, is passed on uncounted; a request only shaped as one takes a slot as any other,
+// by the rule of [LimitWith] (see the package doc's Browsers section).
 //
 // Mount it with [Limit] in either order: outside, a request it refuses costs no quota; inside,
 // only admitted requests take a slot. A [Maintenance] goes before both.
@@ -226,35 +229,59 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 		}
 		c.state.base = c.now()
 	})
-	return &concurrencyHandler{c: c, next: next}
+	h := &concurrencyHandler{c: c, next: next}
+	h.preflights.seed = maphash.MakeSeed()
+	return h
 }
 
 // concurrencyHandler is the handler [Concurrency.Handler] wraps around next.
 type concurrencyHandler struct {
-	c    *Concurrency
-	next http.Handler
+	c          *Concurrency
+	next       http.Handler
+	preflights preflightMemory // what next does with requests shaped as preflights
 }
 
 func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := h.c
-	if isPreflight(r) {
-		h.next.ServeHTTP(w, r)
+	// Free when it is one, which only the answer tells: see preflight.go.
+	preflight := isPreflight(r)
+	if preflight && h.preflights.pass(h, w, r) {
 		return
 	}
+	k, slot, ok := h.c.admit(w, r)
+	if !ok {
+		return
+	}
+	defer h.c.release(k, slot)
+	h.next.ServeHTTP(w, r)
+	if preflight {
+		h.preflights.learn(r, answersPreflight(w.Header()))
+	}
+}
+
+// serve implements frontDoor.
+func (h *concurrencyHandler) serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
+
+// enter implements frontDoor: r takes a slot, which it frees once next has returned.
+func (h *concurrencyHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	k, slot, ok := h.c.admit(w, r)
+	if !ok {
+		return nil, false
+	}
+	return func() { h.c.release(k, slot) }, true
+}
+
+// admit gives r a slot, as acquire does, after finding its key when MaxPerKey is set; or it
+// refuses r, answers it, and reports false.
+func (c *Concurrency) admit(w http.ResponseWriter, r *http.Request) (*keySlots, held, bool) {
 	key := ""
 	if c.MaxPerKey > 0 {
 		var err error
 		if key, err = c.key(r); err != nil {
 			c.emit.refuse(w, r, c.Respond, Refusal{Status: http.StatusInternalServerError}, c.now(), nil)
-			return
+			return nil, held{}, false
 		}
 	}
-	k, slot, ok := c.acquire(w, r, key)
-	if !ok {
-		return
-	}
-	defer c.release(k, slot)
-	h.next.ServeHTTP(w, r)
+	return c.acquire(w, r, key)
 }
 
 func (c *Concurrency) now() time.Time {
@@ -461,7 +488,7 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
 		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
-		wait = c.ret.spreadWait(now, wait, perSecond, absorb)
+		wait = c.ret.spreadWait(now, wait, perSecond, absorb, 1)
 	}
 	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 	if k != nil {

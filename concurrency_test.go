@@ -511,9 +511,9 @@ func TestConcurrencyPreflightPasses(t *testing.T) {
 		r.Header.Set("Origin", "https://example.com")
 		r.Header.Set("Access-Control-Request-Method", "POST")
 		w := httptest.NewRecorder()
-		c.Handler(ok).ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			t.Errorf("preflight: %d, want 200", w.Code)
+		c.Handler(corsMiddleware(false)(ok)).ServeHTTP(w, r) // a preflight that CORS middleware answers
+		if w.Code != http.StatusNoContent {
+			t.Errorf("preflight: %d, want 204", w.Code)
 		}
 		close(g.open)
 		wg.Wait()
@@ -901,6 +901,57 @@ func TestConcurrencyMeasureShare(t *testing.T) {
 			}
 		case math.Abs(float64(slots)/got-floor) > 1e-9*floor:
 			t.Fatalf("Max %d, average %g s, a completion of %g s: the pace falls to %g, want %g, that of Max-1", slots, s, d, float64(slots)/got, floor)
+		}
+	}
+}
+
+// TestConcurrencyHeldSlotBeforeTheyFree: over random slot holds, one slot held for any length of
+// time changes what a flood is told, in the moment before the other slots free (their requests
+// about to complete, none completing during the flood), by the held slot's share at most. Each
+// mix has 2 to 6 slots, requests of 1 ms to 1 s, a queue of 0 to 50, and one slot held 1 s to
+// 3 h; the same flood where that slot completes requests as the others do is told W, and with
+// it held at most W × Max/(Max-1), rounded up, and a second.
+func TestConcurrencyHeldSlotBeforeTheyFree(t *testing.T) {
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 54))
+		slots, queue := 2+rng.IntN(5), []int{0, 0, 10, 50}[rng.IntN(4)]
+		length := logUniform(rng, time.Millisecond, time.Second)
+		hold := logUniform(rng, time.Second, 3*time.Hour)
+		heldFor := time.Duration(rng.Int64N(int64(hold)))  // how long it has been held
+		before := time.Duration(rng.Int64N(int64(length))) // into the others' requests
+		flooded := 20 + rng.IntN(200)
+		told := func(held bool) time.Duration {
+			var most time.Duration
+			synctest.Test(t, func(t *testing.T) {
+				c := &Concurrency{Max: slots, Queue: queue, QueueWait: 24 * time.Hour} // none refused after waiting
+				h := c.Handler(sleeper)
+				for range 50 {
+					serveFor(h, length)
+				}
+				var wg sync.WaitGroup
+				others := slots
+				if held {
+					wg.Go(func() { serveFor(h, hold) })
+					synctest.Wait()
+					time.Sleep(heldFor)
+					others--
+				}
+				for range others {
+					wg.Go(func() { serveFor(h, length) })
+				}
+				synctest.Wait()
+				time.Sleep(before)
+				most = slices.Max(append(flood(t, h, flooded, length), 0))
+				wg.Wait()
+			})
+			return most
+		}
+		without, with := told(false), told(true)
+		share := (without*time.Duration(slots) + time.Duration(slots-2)) / time.Duration(slots-1)
+		share = (share + time.Second - 1).Truncate(time.Second)
+		if with > share+time.Second {
+			t.Errorf("seed %d: %d slots of %v, queue %d, one held %v of %v, a flood of %d: told %v, %v without the held slot; want at most %v",
+				seed, slots, length, queue, heldFor, hold, flooded, with, without, share+time.Second)
 		}
 	}
 }

@@ -76,10 +76,11 @@
 // Access-Control-Expose-Headers, merging with what the CORS middleware set there.
 //
 // A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) is not the request
-// it asks about: answered by CORS middleware on either side of the limiter, it is never counted
-// or refused. A request shaped as one that no CORS middleware answers, behind a handler that
-// serves every method, is counted and limited as any other, and reaches the handler only when
-// admitted. The middleware tells them apart by what next has answered before; preflight.go says
+// it asks about: answered by CORS middleware on either side of the limiter, a [Concurrency] or
+// a [Maintenance], it is never counted or refused. A request shaped as one that no CORS
+// middleware answers, behind a handler that serves every method, is counted, takes a slot or is
+// refused during maintenance as any other, and reaches the handler only when admitted. They are
+// told apart by what next has answered before, by one rule for the three; preflight.go says
 // how, and what a router with CORS middleware on some routes only costs.
 //
 // # Traefik

@@ -419,16 +419,17 @@ func Shared(l Limiter, key string) Limiter {
 // ChargedAfter returns a Limiter that admits a request while its key is not in debt in l (it
 // decides at cost 0, spending nothing) and charges l afterwards what the request really cost,
 // as its handler reports with [Charge]: tokens a model produced, bytes sent. The key may go into
-// debt; its next request is then refused until the debt is repaid, with the exact wait.
+// debt; its next request is then refused until the debt is repaid, with the exact wait. l may
+// be a Charger within [Shared] and [Spread], in any order.
 //
-// It panics if l is not a [Charger].
+// It panics if l is not a [Charger] (an [All], a [Peek]): it could not be charged afterwards.
 func ChargedAfter(l Limiter) Limiter {
 	lay := Layer{Limiter: l}
 	if s, ok := l.(*layered); ok {
 		lay = s.Layer
 	}
 	if _, ok := lay.Limiter.(Charger); !ok {
-		panic("retryafter: ChargedAfter needs a Charger")
+		panic("retryafter: ChargedAfter needs a Charger (a TokenBucket, a store, or Shared or Spread of one): an All or a Peek cannot be charged afterwards, and would let every request through uncharged")
 	}
 	lay.Deferred = true
 	return &layered{lay}
@@ -441,15 +442,41 @@ type afterCharger interface {
 	deferred() bool
 }
 
-func (l *layered) deferred() bool { return l.Deferred }
+// hasDeferred reports whether l has layers charged afterwards, its own or those of a Limiter it
+// wraps (a Spread of an All).
+func hasDeferred(l Limiter) bool {
+	a, ok := l.(afterCharger)
+	return ok && a.deferred()
+}
+
+// chargeDeferred charges the layers of l charged afterwards cost, for a request of key.
+func chargeDeferred(l Limiter, ctx context.Context, key string, cost int, now time.Time) error {
+	if a, ok := l.(afterCharger); ok && a.deferred() {
+		return a.chargeAfter(ctx, key, cost, now)
+	}
+	return nil
+}
+
+// deferred reports whether the layer is charged afterwards, or wraps layers that are.
+func (l *Layer) deferred() bool { return l.Deferred || hasDeferred(l.Limiter) }
+
+// chargeAfter charges the layer, or the layers it wraps, cost afterwards, for a request of key.
+func (l *Layer) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
+	if l.Deferred {
+		return l.Limiter.(Charger).Charge(ctx, l.key(key), cost, now)
+	}
+	return chargeDeferred(l.Limiter, ctx, l.key(key), cost, now)
+}
+
+func (l *layered) deferred() bool { return l.Layer.deferred() }
 
 func (l *layered) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
-	return l.Limiter.(Charger).Charge(ctx, l.key(key), cost, now)
+	return l.Layer.chargeAfter(ctx, key, cost, now)
 }
 
 func (a *all) deferred() bool {
-	for _, l := range a.layers {
-		if l.Deferred {
+	for i := range a.layers {
+		if a.layers[i].deferred() {
 			return true
 		}
 	}
@@ -459,8 +486,8 @@ func (a *all) deferred() bool {
 func (a *all) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
 	var errs []error
 	for i := range a.layers {
-		if l := &a.layers[i]; l.Deferred {
-			errs = append(errs, l.Limiter.(Charger).Charge(ctx, l.key(key), cost, now))
+		if l := &a.layers[i]; l.deferred() {
+			errs = append(errs, l.chargeAfter(ctx, key, cost, now))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package retryafter
 
 import (
+	"hash/maphash"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -121,28 +122,55 @@ func (m *Maintenance) Until() (until time.Time, on bool) {
 //
 // Mounted before a rate limiter such as [Limit], a request answered 503 never reaches the
 // limiter and costs no quota; mounted after it, the limiter counts the request first. CORS
-// middleware goes before both (see the package doc's Browsers section); a CORS preflight is
-// passed to next, never refused.
+// middleware goes before both (see the package doc's Browsers section); a CORS preflight that
+// CORS middleware answers, on either side, is passed on, never refused, and a request only
+// shaped as one is refused as any other, by the rule of [LimitWith].
 func (m *Maintenance) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Maintenance.Handler(nil)")
 	}
-	return &maintenanceHandler{m: m, next: next}
+	h := &maintenanceHandler{m: m, next: next}
+	h.preflights.seed = maphash.MakeSeed()
+	return h
 }
 
 // maintenanceHandler is the handler [Maintenance.Handler] wraps around next.
 type maintenanceHandler struct {
-	m    *Maintenance
-	next http.Handler
+	m          *Maintenance
+	next       http.Handler
+	preflights preflightMemory // what next does with requests shaped as preflights
 }
 
 func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	win := h.m.state.Load()
-	if win == nil || isPreflight(r) || (h.m.Exempt != nil && h.m.Exempt(r)) {
+	switch {
+	case win == nil:
 		h.next.ServeHTTP(w, r)
-		return
+		if isPreflight(r) {
+			// What next does with a request shaped as a preflight is learned while off, so
+			// that next need not run to show it while maintenance is on.
+			h.preflights.learn(r, answersPreflight(w.Header()))
+		}
+	case h.m.Exempt != nil && h.m.Exempt(r):
+		h.next.ServeHTTP(w, r)
+	case isPreflight(r) && h.preflights.pass(h, w, r):
+		// Free when it is one, which only the answer tells: see preflight.go.
+	default:
+		h.m.refuse(w, r, win.until)
+	}
+}
+
+// serve implements frontDoor.
+func (h *maintenanceHandler) serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
+
+// enter implements frontDoor: r is refused while maintenance is on, unless it is exempt.
+func (h *maintenanceHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	win := h.m.state.Load()
+	if win == nil || (h.m.Exempt != nil && h.m.Exempt(r)) {
+		return nil, true
 	}
 	h.m.refuse(w, r, win.until)
+	return nil, false
 }
 
 // refuse answers r with 503, Date and a Retry-After counting down to until, from one clock
@@ -163,13 +191,13 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 	spread := counting && m.ReturnRate > 0
 	if m.HTTPDate {
 		if spread {
-			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, true), 0)
+			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, 1, true), 0)
 		}
 		m.emit.refuseUntil(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable}, at, end)
 		return
 	}
 	if spread {
-		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0)
+		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0, 1)
 	}
 	m.emit.refuse(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: wait}, at, nil)
 }

@@ -133,7 +133,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Free when it is one, which only the answer tells: see preflight.go.
 	preflight := isPreflight(r)
-	if preflight && h.passPreflight(w, r) {
+	if preflight && h.preflights.pass(h, w, r) {
 		return
 	}
 	key, err := m.c.key(r)
@@ -173,6 +173,15 @@ func (h *limitHandler) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.next.ServeHTTP(w, r)
+}
+
+// enter implements frontDoor: r is decided as any request, under its key.
+func (h *limitHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	m := h.m
+	if key, passed := m.key(w, r); passed {
+		return nil, m.decide(w, r, key)
+	}
+	return nil, m.c.failOpen
 }
 
 // key returns the key of r, or, when the key function fails, reports the error, answers r

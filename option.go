@@ -51,13 +51,13 @@ func newConfig(opts []Option) config {
 // a struct whose zero value works, has a Now field instead.)
 //
 // A clock without monotonic readings (time.Now().UTC(), a clock of the test's) follows the wall
-// clock when it is set back: a [TokenBucket] decides a reading behind the latest it has seen at
-// that latest instant, and takes readings more than a second behind for a step back of the
-// clock once they have run on for 5 s with no current reading in between; then all its buckets
-// count on from the new readings as from the latest instant, neither refilled nor frozen for the
-// step (see [TokenBucket.Decide]). Until then, waits are measured from each reading, as for a
-// stale one. A one-off stale or zero reading credits no key. time.Now's readings are monotonic:
-// they never go back.
+// clock when it is set back, by any step: a [TokenBucket] decides a reading more than a second
+// behind the latest it has seen at that latest instant, and the readings that follow it on the
+// clock's new line count on from there, taken for a step back once they have run on for 5 s
+// with no current reading in between; so all its buckets count on from the new readings,
+// neither refilled nor frozen for the step, and no client is told to wait the step (see
+// [TokenBucket.Decide]). A one-off stale or zero reading credits no key. time.Now's readings
+// are monotonic: they never go back.
 func WithClock(now func() time.Time) Option {
 	if now == nil {
 		panic("retryafter: WithClock(nil)")

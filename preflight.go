@@ -8,9 +8,11 @@ import (
 
 // A request shaped as a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
 // is free when it is one: when CORS middleware answers it as its preflight. Whether it is, only
-// the answer tells, and the limit is there to protect the handler, which must not run for a
-// client more often than the limit admits. So the handler a Middleware wraps around next learns
-// what next does with such requests:
+// the answer tells, and a limit is there to protect the handler, which must not run for a
+// client more often than the limit admits. So each front door (the handler of a Middleware, of a
+// Concurrency, of a Maintenance: a frontDoor) learns what next does with such requests, by one
+// rule, where to be decided is to be counted by the limiter, to take a slot, or to be refused
+// while maintenance is on:
 //
 //   - One sent where next has answered a preflight as one (the same host, path and Origin) is
 //     passed on uncounted.
@@ -18,8 +20,9 @@ import (
 //     passed to next uncounted, and its answer looked at before its header goes out: a
 //     preflight answer (Access-Control-Allow-Methods or Access-Control-Allow-Headers set, or
 //     Vary naming Access-Control-Request-Method) goes out, and its host, path and Origin are
-//     remembered; any other is decided first, as the request it is, and answered 429 in its
-//     place when the limiter refuses it.
+//     remembered; any other is decided first, as the request it is, and answered 429 (503) in
+//     its place when the door refuses it. A Maintenance learns while it is off, so that next
+//     need not run to show what it does once maintenance is on.
 //   - Any other is decided first, as any request, and reaches next only when admitted. When
 //     next then answers it as a preflight, its host, path and Origin are remembered.
 //
@@ -32,7 +35,8 @@ import (
 // counted. Behind a handler that serves every method and no CORS middleware, a request shaped
 // as a preflight reaches the handler only when admitted, except the first such request next is
 // ever sent, which reaches it before it is decided: if its client is over its limit, the
-// handler runs once more than the limit admits, once for the life of the middleware. Behind a
+// handler runs once more than the limit admits (or beside the Max requests of a Concurrency,
+// or once while maintenance is on), once for the life of the door. Behind a
 // router with CORS middleware on some routes or origins only, a preflight to a route and origin
 // not remembered is counted, and refused to a client over its limit, until one is admitted.
 // The Origin is part of what is remembered because CORS middleware answers the preflights of
@@ -95,28 +99,42 @@ func (p *preflightMemory) route(r *http.Request) uint64 {
 	return h.Sum64() | 1
 }
 
-// passPreflight passes r, shaped as a preflight, to next uncounted and reports true when it is
-// taken for one: answered by CORS middleware before the limiter, or sent where next is taken to
-// answer preflights. Otherwise it reports false, and r is to be decided first.
-func (h *limitHandler) passPreflight(w http.ResponseWriter, r *http.Request) bool {
+// A frontDoor is a middleware that limits what reaches next ([Limit]'s, [Concurrency]'s,
+// [Maintenance]'s), as the preflight learning sees it: one rule for requests shaped as
+// preflights serves them all.
+type frontDoor interface {
+	// serve passes r to next.
+	serve(w http.ResponseWriter, r *http.Request)
+
+	// enter decides r as the request it is. If it admits r, it returns true and what to call
+	// once next has returned (nil: nothing); otherwise it has answered r and returns false.
+	enter(w http.ResponseWriter, r *http.Request) (leave func(), ok bool)
+}
+
+// pass passes r, shaped as a preflight, to d's next uncounted and reports true when it is taken
+// for one: answered by CORS middleware before d, or sent where next is taken to answer
+// preflights, or passed on to learn what next does. Otherwise it reports false, and d decides r
+// first, as any request, then calls learn if next ran.
+func (p *preflightMemory) pass(d frontDoor, w http.ResponseWriter, r *http.Request) bool {
 	switch {
 	case answersPreflight(w.Header()):
-		h.serve(w, r)
-	case h.preflights.answers(r):
-		h.servePreflight(w, r)
-	case h.preflights.probe():
-		defer h.preflights.probed()
-		h.servePreflight(w, r)
+		d.serve(w, r)
+	case p.answers(r):
+		p.serve(d, w, r)
+	case p.probe():
+		defer p.probed()
+		p.serve(d, w, r)
 	default:
 		return false
 	}
 	return true
 }
 
-// servePreflight passes r, shaped as a preflight, to next through a preflightWriter.
-func (h *limitHandler) servePreflight(w http.ResponseWriter, r *http.Request) {
-	pw := &preflightWriter{ResponseWriter: w, h: h, r: r, saved: w.Header().Clone()}
-	h.serve(pw, r)
+// serve passes r, shaped as a preflight, to d's next through a preflightWriter.
+func (p *preflightMemory) serve(d frontDoor, w http.ResponseWriter, r *http.Request) {
+	pw := &preflightWriter{ResponseWriter: w, d: d, p: p, r: r, saved: w.Header().Clone()}
+	defer pw.left()
+	d.serve(pw, r)
 	pw.check() // a handler that wrote nothing: net/http sends 200, which is no preflight answer
 }
 
@@ -124,9 +142,11 @@ func (h *limitHandler) servePreflight(w http.ResponseWriter, r *http.Request) {
 // it is.
 type preflightWriter struct {
 	http.ResponseWriter
-	h     *limitHandler
+	d     frontDoor
+	p     *preflightMemory
 	r     *http.Request
 	saved http.Header // the header before next: a refusal starts from it
+	leave func()      // what d's enter asked to call once next has returned
 	state uint8       // 0 undecided, passing, or refused
 }
 
@@ -140,12 +160,19 @@ func (w *preflightWriter) check() bool {
 	if w.state == 0 {
 		w.state = preflightPassing
 		answered := answersPreflight(w.ResponseWriter.Header())
-		w.h.preflights.learn(w.r, answered)
+		w.p.learn(w.r, answered)
 		if !answered && !w.admit() {
 			w.state = preflightRefused
 		}
 	}
 	return w.state == preflightPassing
+}
+
+// left calls what d's enter asked to call once next has returned.
+func (w *preflightWriter) left() {
+	if w.leave != nil {
+		w.leave()
+	}
 }
 
 // answersPreflight reports whether h is the header of CORS middleware's answer to a preflight:
@@ -158,19 +185,14 @@ func answersPreflight(h http.Header) bool {
 }
 
 // admit decides the request as any other and reports whether its response may go out; if not,
-// it has answered 429 (or 500, 503) in its place, from the header as it was before next.
+// the door has answered it in its place, from the header as it was before next.
 func (w *preflightWriter) admit() bool {
-	m, rw, r := w.h.m, w.ResponseWriter, w.r
-	h := rw.Header()
+	h := w.ResponseWriter.Header()
 	theirs := h.Clone()
 	restore(h, w.saved)
-	var ok bool
-	if key, passed := m.key(rw, r); passed {
-		ok = m.decide(rw, r, key)
-	} else {
-		ok = m.c.failOpen
-	}
+	leave, ok := w.d.enter(w.ResponseWriter, w.r)
 	if ok {
+		w.leave = leave
 		for k, v := range theirs {
 			h[k] = v
 		}

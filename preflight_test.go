@@ -470,3 +470,102 @@ func TestPreflightOriginRemembered(t *testing.T) {
 		t.Errorf("a client over its limit ran the handler %d times with 20 requests shaped as preflights from another origin, want at most once", n)
 	}
 }
+
+// preflightShaped returns a request shaped as a CORS preflight from remote.
+func preflightShaped(remote string) *http.Request {
+	r := corsRequest(http.MethodOptions, "http://page.test", true)
+	r.RemoteAddr = remote
+	return r
+}
+
+// TestPreflightShapedConcurrency sends waves of 20 requests shaped as CORS preflights at once
+// through a Concurrency of 2 slots to a handler that serves every method, with no CORS
+// middleware: the first request of the first wave is passed on to learn what the chain does
+// (see preflight.go), and from then on the handler never runs more than 2 at once, the others
+// refused 503. Until this was so, all 20 ran at once. A real preflight, answered by CORS
+// middleware on either side, is still answered while every slot is taken.
+func TestPreflightShapedConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 2}
+		g := newGate()
+		h := c.Handler(g)
+		for wave := range 3 {
+			g.open = make(chan struct{})
+			g.most = 0
+			var wg sync.WaitGroup
+			codes := make([]int, 20)
+			for i := range codes {
+				wg.Go(func() { codes[i] = serveRequest(h, preflightShaped("192.0.2.1:1")).Code })
+			}
+			synctest.Wait()
+			close(g.open)
+			wg.Wait()
+			most := c.Max
+			if wave == 0 {
+				most++ // the one passed on to learn, once for the life of the handler
+			}
+			if g.most > most {
+				t.Fatalf("wave %d: %d requests shaped as preflights ran the handler at once, want at most %d", wave, g.most, most)
+			}
+			if n := strings.Count(fmt.Sprint(codes), "503"); n < 20-most {
+				t.Fatalf("wave %d: %d of 20 refused, want at least %d: %v", wave, n, 20-most, codes)
+			}
+		}
+	})
+	for _, order := range []string{"CORS before", "CORS after"} {
+		t.Run(order, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := &Concurrency{Max: 1}
+				g := newGate()
+				var h http.Handler
+				if order == "CORS before" {
+					h = corsMiddleware(false)(c.Handler(g))
+				} else {
+					h = c.Handler(corsMiddleware(false)(g))
+				}
+				var wg sync.WaitGroup
+				concurrent(&wg, h, "192.0.2.1:1") // takes the one slot
+				synctest.Wait()
+				for i := range 20 {
+					if code := serveRequest(h, preflightShaped("198.51.100.1:1")).Code; code != http.StatusNoContent {
+						t.Fatalf("preflight %d with every slot taken: %d, want 204", i+1, code)
+					}
+				}
+				close(g.open)
+				wg.Wait()
+			})
+		})
+	}
+}
+
+// TestPreflightShapedMaintenance sends 10 requests shaped as CORS preflights, while maintenance
+// is on, to a handler that serves every method with no CORS middleware: each is answered 503,
+// and the handler runs at most once (the first passed on to learn what the chain does), or
+// never when the chain showed what it does before maintenance began. Until this was so, it ran
+// 10 times.
+func TestPreflightShapedMaintenance(t *testing.T) {
+	for _, seen := range []bool{false, true} {
+		runs := 0
+		mux := http.NewServeMux()
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			w.Write([]byte("migrating data"))
+		})
+		m := &Maintenance{Now: newClock(t0).Now}
+		h := m.Handler(mux)
+		if seen {
+			serveRequest(h, preflightShaped("192.0.2.1:1"))
+			runs = 0
+		}
+		m.Start(t0.Add(time.Hour))
+		for i := range 10 {
+			w := serveRequest(h, preflightShaped("192.0.2.1:1"))
+			if w.Code != http.StatusServiceUnavailable || strings.Contains(w.Body.String(), "migrating") {
+				t.Fatalf("seen before: %v: request %d shaped as a preflight during maintenance: %d %q, want 503", seen, i+1, w.Code, w.Body.String())
+			}
+		}
+		if most := map[bool]int{false: 1, true: 0}[seen]; runs > most {
+			t.Errorf("seen before: %v: the handler ran %d times during maintenance, want at most %d", seen, runs, most)
+		}
+	}
+}

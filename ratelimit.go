@@ -251,13 +251,16 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 // runs backwards, which would credit the same time twice (golang/go#65508).
 //
 // A clock without monotonic readings (see [WithClock]) may step back. A now more than a second
-// behind the latest instant of its part may be such a step or a stale reading: it is decided at
-// that later instant, as any late one, crediting nothing, and proposes a step. The step is taken
-// once readings on the new line have run on for 5 s with none of the old line in between: from
-// then on the TokenBucket adds it to the clock's readings, in every part, by as much as makes the
-// first reading of the new line the latest instant, so that all its buckets count on from there,
-// neither frozen nor refilled for the step. So a stale reading, which current ones follow at
-// once, shifts nothing; nor does a reading more than a year behind (the zero time.Time).
+// behind the latest instant of its part may be such a step or a stale reading: it proposes a
+// step by as much as makes it the latest instant, and is decided there, crediting nothing. The
+// readings that follow on the clock's new line count on from there, their waits measured from
+// them, and the step is taken once they have run on for 5 s with none of the old line in
+// between, however long it is: from then on the TokenBucket adds it to the clock's readings, in
+// every part, so that all its buckets count on from the new readings, neither frozen nor
+// refilled for the step. A reading of the old line drops the proposal: so a stale reading, which
+// current ones follow at once, shifts nothing and credits nothing, its wait measured from the
+// latest instant rather than from it; nor does a reading more than 250 years behind (the zero
+// time.Time), which is decided at the latest instant.
 //
 // The Decision also carries the key's quota after this request and its Policy:
 //   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit

@@ -16,12 +16,18 @@ const returnHorizon = 3600
 
 // returns is a schedule of the seconds that refused clients are told to come back in, so that
 // many clients refused for the same reason at the same time come back at the rate the service
-// can take rather than in the same second. A second is one of the server's clock (Unix seconds);
-// a client refused at now and told to wait s whole seconds comes back at now+s, in second
-// floor(now)+s, at the fraction of a second it was refused at. The zero value is ready to use;
-// it is safe for concurrent use.
+// can take rather than in the same second. A second is one of the schedule's line (Unix seconds
+// of the clock's first reading, run on by the time its readings have seen pass, which follows a
+// clock stepped back or forward as a TokenBucket does: see clockLine); a client refused at now
+// and told to wait s whole seconds comes back at now+s, in second floor(now)+s of the line, at
+// the fraction of a second it was refused at. The zero value is ready to use; it is safe for
+// concurrent use.
 type returns struct {
-	mu    sync.Mutex
+	mu     sync.Mutex
+	line   clockLine // its instants: a reading behind them is booked as at the latest
+	steps  steps     // the steps back of the clock, for line
+	origin time.Time // the first reading: the line's seconds count from it
+
 	n     []uint32 // n[b%returnHorizon]: clients told to come back in second b, for low <= b < low+returnHorizon
 	low   int64    // the first second the schedule holds: the one after the present
 	epoch int64    // the first low, from which each second's share of the rate is counted
@@ -32,12 +38,16 @@ type returns struct {
 	hintBurst int
 }
 
-// book books a client refused at now that can be admitted no earlier than earliest, after now,
-// at perSecond clients a second and at most burst (when above 0) in one second, and returns the
-// second it is told to come back in. With date false it is told a wait in delay-seconds, and
+// book books a client of cost refused at now that can be admitted no earlier than earliest,
+// after now, at perSecond of cost a second and at most burst (when above 0) in one second, and
+// returns the second it is told to come back in. With date false it is told a wait in delay-seconds, and
 // comes back at now plus a whole number of seconds; with date true an HTTP-date, the start of
 // that second.
-func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, date bool) int64 {
+//
+// The second returned is one of now's clock: the schedule books on its line, by whole seconds
+// as far from the line's present as first is from now's, so that a reading behind the line (a
+// clock stepped back, or stale) is told as long a wait as one on it.
+func (s *returns) book(now, earliest time.Time, perSecond float64, burst, cost int, date bool) int64 {
 	sec := now.Unix()
 	var first int64
 	if date {
@@ -48,10 +58,32 @@ func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, da
 	if !(perSecond < maxShare) {
 		return first
 	}
-	return s.take(sec, first, perSecond, burst)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.second(now) - sec // from now's seconds to the line's
+	return s.takeLocked(sec+k, first+k, perSecond, burst, cost) - k
 }
 
-// take books one client refused in second now that may not come back before second first:
+// second returns the second of the line that now is read at. The mutex is held.
+func (s *returns) second(now time.Time) int64 {
+	if s.line.steps == nil {
+		s.line.steps, s.origin = &s.steps, now
+	}
+	at, _ := s.line.at(now)
+	// Monotonic readings run on by the time that passed, whatever the wall clock does.
+	since := at.Sub(s.origin)
+	if since <= math.MinInt64/2 || since >= math.MaxInt64/2 {
+		return at.Unix() // beyond what a Duration holds
+	}
+	ns := int64(since) + int64(s.origin.Nanosecond())
+	sec := ns / int64(time.Second)
+	if ns%int64(time.Second) < 0 {
+		sec--
+	}
+	return s.origin.Unix() + sec
+}
+
+// take books one client of cost 1 refused in second now that may not come back before second first:
 // the earliest second at or after first where fewer than its share of rate clients a second
 // (and fewer than burst, when burst > 0) are booked. It returns that second, which is never
 // before first. When the next hour is booked out, it returns first: the spread then no longer
@@ -59,11 +91,11 @@ func (s *returns) book(now, earliest time.Time, perSecond float64, burst int, da
 func (s *returns) take(now, first int64, perSecond float64, burst int) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.takeLocked(now, first, perSecond, burst)
+	return s.takeLocked(now, first, perSecond, burst, 1)
 }
 
-// takeLocked is take with the mutex held.
-func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int64 {
+// takeLocked is take with the mutex held, for a client of cost (see takeCost).
+func (s *returns) takeLocked(now, first int64, perSecond float64, burst, cost int) int64 {
 	low := now + 1 // the first second after the present
 	if s.n == nil {
 		s.n = make([]uint32, returnHorizon)
@@ -74,6 +106,9 @@ func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int
 	end := s.low + returnHorizon
 	if first >= end {
 		return first
+	}
+	if cost > 1 {
+		return s.takeCost(first, end, perSecond, burst, cost)
 	}
 	b := first
 	if perSecond > s.hintRate*1.25 || burst != s.hintBurst { // not for every wobble of a measured rate
@@ -95,6 +130,49 @@ func (s *returns) takeLocked(now, first int64, perSecond float64, burst int) int
 	}
 	if fromHint {
 		s.hint, s.hintRate = end, min(s.hintRate, perSecond)
+	}
+	return first
+}
+
+// takeCost books a client of cost above 1 in the first second b from first, before end, such
+// that the seconds its cost takes to accrue at perSecond (at most burst a second), up to b and
+// none before the schedule's first, have room for it: it takes that room from b back. So the
+// seconds up to any one hold no more cost than their shares, and a cost above a second's share
+// comes back once the seconds before it have accrued it. When there is no such second, it
+// returns first.
+func (s *returns) takeCost(first, end int64, perSecond float64, burst, cost int) int64 {
+	each := perSecond
+	if burst > 0 {
+		each = min(each, float64(burst))
+	}
+	w := math.Ceil(float64(cost) / each) // the seconds that accrue it
+	if !(w < returnHorizon) {
+		return first
+	}
+	span := int64(max(w, 1))
+	from := max(s.low, first-span+1)
+	room := func(b int64) int64 {
+		return max(int64(s.share(b, perSecond, burst))-int64(s.n[returnSlot(b)]), 0)
+	}
+	var free int64 // the room of the seconds from max(from, b-span+1) to b
+	for b := from; b < first; b++ {
+		free += room(b)
+	}
+	for b := first; b < end; b++ {
+		free += room(b)
+		if out := b - span; out >= from {
+			free -= room(out)
+		}
+		if free < int64(cost) {
+			continue
+		}
+		left := int64(cost)
+		for x := b; left > 0; x-- {
+			take := min(room(x), left)
+			s.n[returnSlot(x)] += uint32(take)
+			left -= take
+		}
+		return b
 	}
 	return first
 }
@@ -134,15 +212,15 @@ func (s *returns) share(b int64, perSecond float64, burst int) uint32 {
 	return n
 }
 
-// spreadWait books a client refused at now that must wait at least wait, and returns its wait
-// in whole seconds: at least wait rounded up, and at least one second. A wait beyond the
-// schedule's hour is returned as it is.
-func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float64, burst int) time.Duration {
+// spreadWait books a client of cost refused at now that must wait at least wait, and returns
+// its wait in whole seconds: at least wait rounded up, and at least one second. A wait beyond
+// the schedule's hour is returned as it is.
+func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float64, burst, cost int) time.Duration {
 	if wait >= returnHorizon*time.Second {
 		return wait
 	}
 	sec := now.Unix()
-	return time.Duration(s.book(now, now.Add(wait), perSecond, burst, false)-sec) * time.Second
+	return time.Duration(s.book(now, now.Add(wait), perSecond, burst, cost, false)-sec) * time.Second
 }
 
 // Spread returns a Limiter that decides as l does and spreads the waits of the requests it
@@ -154,13 +232,15 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 //
 // limit and burst are the capacity returns are spread at: requests per second, and the most
 // that can be admitted at one instant (a token bucket's own limit and burst). A refused
-// request of cost n counts for n. If limit is 0, the refusing Decision's Policy gives them,
+// request of cost n counts for n: the schedule books cost, not requests. If limit is 0, the refusing Decision's Policy gives them,
 // and a refusal whose Policy has no rate keeps its own wait.
 //
 // What is promised: a refused request is told to wait a whole number of seconds, never less
 // than l's own wait for it, so no client is told to come back before l could admit it; and the
-// requests Spread refuses are told to come back, in each second of the server's clock, at most
-// limit (rounded up to a whole request) and at most burst, as far as an hour ahead. So clients
+// requests Spread refuses are told to come back, in each second of the server's clock, with a
+// cost of at most limit (rounded up to a whole unit) and at most burst, as far as an
+// hour ahead; a request whose cost is more than a second holds is told the second by which the
+// seconds before it, which it takes, have accrued its cost. So clients
 // refused at the same instant and told the same second come back together, no more than l can
 // admit at once, and each is admitted unless new requests spent the quota meanwhile. A client
 // comes back at the fraction of a second it was refused at: those told one second and refused
@@ -168,9 +248,14 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 // less than two seconds of its limit may then refuse a few of them again, with a new wait.
 //
 // Waits are longer than l's, so the Decisions are not tight as [Limiter] asks: a client may be
-// admitted before the wait it was told. A request l refuses forever is passed through. Inside
+// admitted before the wait it was told. The refusing layer's wait and Reset (of each layer of an
+// [All]) are lengthened with it, so that the RateLimit fields' t equals the Retry-After. A request l refuses forever is passed through. Inside
 // [All], a Spread layer is not combined with the TokenBuckets beside it into one atomic step:
 // it is decided apart from them, as in a mix of stores.
+//
+// Spread keeps what l charges: around [Shared] or [ChargedAfter] it spreads the Limiter they
+// wrap, keeping its key and its charges afterwards, so that Spread(ChargedAfter(l)) is
+// ChargedAfter(Spread(l)); around an [All], the All's layers charged afterwards are charged.
 //
 // Spread panics if l is nil, limit is negative or not a number, or burst is negative.
 func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
@@ -183,11 +268,25 @@ func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
 	if burst < 0 {
 		panic("retryafter: Spread with a negative burst")
 	}
+	if lay, ok := l.(*layered); ok {
+		// Spread the Limiter of a Shared or ChargedAfter layer, so that the layer keeps its
+		// key and its charges, and stays a layer for All.
+		lay := lay.Layer
+		lay.Limiter = Spread(lay.Limiter, limit, burst)
+		return &layered{lay}
+	}
 	s := &spread{l: l, limit: limit, burst: burst}
 	if c, ok := l.(Charger); ok {
 		return &spreadCharger{spread: s, c: c}
 	}
 	return s
+}
+
+// deferred implements afterCharger: l's layers charged afterwards are charged through s.
+func (s *spread) deferred() bool { return hasDeferred(s.l) }
+
+func (s *spread) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
+	return chargeDeferred(s.l, ctx, key, cost, now)
 }
 
 // spread is the Limiter of [Spread].
@@ -211,14 +310,29 @@ func (s *spread) Decide(ctx context.Context, key string, cost int, now time.Time
 	if !(limit > 0) || limit == rate.Inf {
 		return d, nil
 	}
-	n := max(cost, 1)
-	perInstant := 0
-	if burst > 0 {
-		perInstant = max(burst/n, 1)
-	}
 	// A wait beyond the schedule's hour, rate.InfDuration (never) included, stays as it is.
-	d.RetryAfter = s.ret.spreadWait(now, d.RetryAfter, float64(limit)/float64(n), perInstant)
-	return d, nil
+	return spreadTo(d, s.ret.spreadWait(now, d.RetryAfter, float64(limit), burst, max(cost, 1))), nil
+}
+
+// spreadTo returns d, a refusal, with its wait lengthened to wait, and that of the layers that
+// bound it, in a list of its own, so that the RateLimit fields' t of the refusing layer is the
+// Retry-After.
+func spreadTo(d Decision, wait time.Duration) Decision {
+	if wait == d.RetryAfter {
+		return d
+	}
+	if layers := d.Layers(); layers != nil {
+		ds := newLayers(len(layers))
+		for i, e := range layers {
+			if !e.Allowed && e.RetryAfter == d.RetryAfter {
+				e.RetryAfter, e.Reset = wait, max(e.Reset, wait)
+			}
+			(*ds)[i] = e
+		}
+		d.layers = ds
+	}
+	d.RetryAfter, d.Reset = wait, max(d.Reset, wait)
+	return d
 }
 
 // spreadCharger is a spread around a Charger, which it charges as it is asked.

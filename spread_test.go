@@ -4,11 +4,17 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -83,7 +89,7 @@ func TestReturnsForgetsThePast(t *testing.T) {
 			t.Fatalf("booked %d, before the first allowed", b)
 		}
 	}
-	if w := full.spreadWait(time.Unix(0, 5e8), 2*returnHorizon*time.Second, 1, 0); w != 2*returnHorizon*time.Second {
+	if w := full.spreadWait(time.Unix(0, 5e8), 2*returnHorizon*time.Second, 1, 0, 1); w != 2*returnHorizon*time.Second {
 		t.Errorf("a wait beyond the horizon: %v, want it unchanged", w)
 	}
 }
@@ -432,12 +438,259 @@ func TestReturnsTooHighToCount(t *testing.T) {
 	for _, r := range []float64{maxShare, math.Inf(1)} {
 		var s returns
 		for range 3 {
-			if b := s.book(now, now.Add(time.Second), r, 0, false); b != 1001 {
+			if b := s.book(now, now.Add(time.Second), r, 0, 1, false); b != 1001 {
 				t.Fatalf("at %v/s: second %d, want 1001", r, b)
 			}
 		}
-		if b := s.book(now, now.Add(time.Second), 1, 0, false); b != 1001 {
+		if b := s.book(now, now.Add(time.Second), 1, 0, 1, false); b != 1001 {
 			t.Errorf("at 1/s after three at %v/s: second %d, want 1001, which they did not take", r, b)
+		}
+	}
+}
+
+// TestWrappersKeepCharges stacks the package's wrappers (Spread, Shared, All; all but Peek,
+// which charges nothing) at random, in every order, around a layer charged afterwards, the
+// ChargedAfter inside Spread or outside it: the middleware still charges what the handler
+// reports, so a budget that holds one request's cost admits one of 10, and Charge reports the
+// request charged. Until this was so, Spread hid the deferred layer: 10 of 10 admitted, none
+// charged, and ChargedAfter(Spread(...)) panicked. What cannot be charged afterwards (an All)
+// panics at construction, saying why.
+func TestWrappersKeepCharges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(54, 3))
+	wrap := func(l Limiter, i int) (Limiter, string) {
+		switch i {
+		case 0:
+			return Spread(l, 0, 0), "Spread"
+		case 1:
+			return Spread(l, 1, 1), "Spread1"
+		case 2:
+			return Shared(l, "svc"), "Shared"
+		case 3:
+			return All(NewTokenBucket(rate.Every(time.Millisecond), 100), l), "All(per,"
+		}
+		return All(l), "All"
+	}
+	for range 200 {
+		tokens := NewTokenBucket(rate.Every(time.Hour), 10)
+		var l Limiter = Shared(tokens, "all")
+		name := "Shared(tokens)"
+		n := rng.IntN(4)
+		deferredAt := rng.IntN(n + 1) // how many wrappers go inside ChargedAfter
+		for i := range n + 1 {
+			if i == deferredAt {
+				l, name = ChargedAfter(l), "ChargedAfter("+name+")"
+				if i == n {
+					break
+				}
+			}
+			if i == n {
+				break
+			}
+			var w string
+			k := rng.IntN(5)
+			if i < deferredAt {
+				k = rng.IntN(3) // inside ChargedAfter: what is a Charger stays one
+			}
+			l, w = wrap(l, k)
+			name = w + "(" + name + ")"
+		}
+		var charged int
+		h := LimitWith(l, WithClock(func() time.Time { return t0 }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if Charge(r, 20) {
+				charged++
+			}
+		}))
+		admitted := 0
+		for range 10 {
+			if serve(h, "GET", "192.0.2.1:1").Code == http.StatusOK {
+				admitted++
+			}
+		}
+		if admitted != 1 || charged != 1 {
+			t.Fatalf("%s: %d of 10 admitted, %d charged; want 1 and 1", name, admitted, charged)
+		}
+	}
+	wantPanics(t, map[string]func(){
+		"ChargedAfter(Spread(All))": func() { ChargedAfter(Spread(All(NewTokenBucket(1, 1)), 1, 1)) },
+		"ChargedAfter(All)":         func() { ChargedAfter(All(NewTokenBucket(1, 1), NewTokenBucket(1, 1))) },
+	})
+}
+
+// refuser is a Limiter that refuses every request with the wait it holds.
+type refuser struct{ wait time.Duration }
+
+func (f *refuser) Decide(context.Context, string, int, time.Time) (Decision, error) {
+	return Decision{RetryAfter: f.wait}, nil
+}
+
+// TestReturnsFollowTheClock books refused clients, about one a second, through Spread at 2 a
+// second, on a clock without monotonic readings that steps back and forward at random by a
+// second to ten years: each is told a whole number of seconds, never less than its own wait,
+// and at most a few seconds more, however the clock stepped. Until this was so, the schedule
+// never moved its first second back, and every wait after a step back grew by the step.
+func TestReturnsFollowTheClock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 54))
+	ctx := context.Background()
+	for trial := range 40 {
+		f := &refuser{}
+		l := Spread(f, 2, 0)
+		real, offset := time.Duration(0), time.Duration(0)
+		var steps []time.Duration
+		for range 8 {
+			for range 10 + rng.IntN(40) {
+				real += time.Duration(500+rng.IntN(1000)) * time.Millisecond
+				f.wait = time.Duration(rng.Int64N(int64(5 * time.Second)))
+				d, _ := l.Decide(ctx, "k", 1, t0.Add(real+offset))
+				told := d.RetryAfter
+				if told%time.Second != 0 || told < max(f.wait, time.Second) || told > f.wait+6*time.Second {
+					t.Fatalf("trial %d, after steps %v: wait %v told %v, want whole seconds from it to 6 s more", trial, steps, f.wait, told)
+				}
+			}
+			step := logUniformStep(rng)
+			offset += step
+			steps = append(steps, step)
+		}
+	}
+}
+
+// TestConcurrencyAfterAStepBack and TestMaintenanceAfterAStepBack set the clock of a Concurrency
+// and of a Maintenance with a ReturnRate back a day: the Concurrency's refusals, a slot freeing about every second, are told
+// a second apart from the one before the step, not the day; the Maintenance's, its end 10 minutes
+// away on the clock as it now reads, 600 s.
+func TestConcurrencyAfterAStepBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := newClock(t0)
+		c := &Concurrency{Max: 1, Now: clk.Now}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		serve(h, "GET", "192.0.2.2:1")
+		clk.Set(t0.Add(-24 * time.Hour))
+		for i := range 3 {
+			w := serve(h, "GET", "192.0.2.3:1")
+			// The refusals of one instant come back a second apart, the first refused before.
+			if got := wantRefusal(t, w, http.StatusServiceUnavailable, clk.Now()); got > time.Duration(i+2)*time.Second {
+				t.Errorf("refusal %d after the clock stepped back a day: Retry-After %v, want at most %ds", i+1, got, i+2)
+			}
+		}
+		close(g.open)
+		wg.Wait()
+	})
+}
+
+// TestMaintenanceAfterAStepBack: see TestConcurrencyAfterAStepBack.
+func TestMaintenanceAfterAStepBack(t *testing.T) {
+	clk := newClock(t0)
+	m := &Maintenance{ReturnRate: 10, Now: clk.Now}
+	h := m.Handler(ok)
+	m.Start(t0.Add(10 * time.Minute))
+	serve(h, "GET", "192.0.2.1:1")
+	clk.Set(t0.Add(-24 * time.Hour))
+	m.Start(clk.Now().Add(10 * time.Minute))
+	if got := wantRefusal(t, serve(h, "GET", "192.0.2.1:1"), http.StatusServiceUnavailable, clk.Now()); got < 10*time.Minute || got > 10*time.Minute+time.Second {
+		t.Fatalf("a Maintenance ending 10 minutes on, its clock stepped back a day: Retry-After %v, want 600s", got)
+	}
+}
+
+// rateLimitT returns the t of each item of a RateLimit field, by the item's name.
+func rateLimitT(t *testing.T, field string) map[string]int64 {
+	t.Helper()
+	ts := map[string]int64{}
+	for _, item := range strings.Split(field, ", ") {
+		name, params, _ := strings.Cut(item, ";")
+		for _, p := range strings.Split(params, ";") {
+			if v, ok := strings.CutPrefix(p, "t="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("RateLimit %q: %v", field, err)
+				}
+				ts[name] = n
+			}
+		}
+	}
+	return ts
+}
+
+// TestSpreadFieldsAgree sends bursts of requests from many clients through Spread around an All,
+// and through an All around a Spread, with the RateLimit fields on: on every 429 the t of the
+// layer that refused, the largest, equals the Retry-After, however far Spread put it. Until
+// this was so, Spread(All(...)) told Retry-After 2, 3, 4, 5 and t=1 to every client, who came
+// back in the same second.
+func TestSpreadFieldsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 54))
+	refused := 0
+	for trial := range 20 {
+		clk := newClock(t0)
+		service := NewTokenBucket(2, 2)
+		var l Limiter
+		switch trial % 3 {
+		case 0:
+			l = Spread(All(NewTokenBucket(10, 10), Shared(service, "all")), 0, 0)
+		case 1:
+			l = Spread(All(NewTokenBucket(10, 10), Shared(service, "all")), 2, 2)
+		default:
+			l = All(NewTokenBucket(10, 10), Spread(Shared(service, "all"), 2, 2))
+		}
+		h := LimitWith(l, WithClock(clk.Now), WithRateLimitFields(""))(ok)
+		for i := range 5 + rng.IntN(30) {
+			clk.Set(t0.Add(time.Duration(rng.Int64N(int64(time.Second)))))
+			w := serve(h, "GET", fmt.Sprintf("192.0.2.%d:1", i+1))
+			if w.Code != http.StatusTooManyRequests {
+				continue
+			}
+			refused++
+			wait := wantRefusal(t, w, http.StatusTooManyRequests, clk.Now())
+			var most int64
+			for _, v := range rateLimitT(t, w.Header().Get("RateLimit")) {
+				most = max(most, v)
+			}
+			if most != int64(wait/time.Second) {
+				t.Fatalf("trial %d: Retry-After %v, RateLimit %q: the refusing layer's t is not the Retry-After", trial, wait, w.Header().Get("RateLimit"))
+			}
+		}
+	}
+	if refused < 100 {
+		t.Fatalf("%d refusals in all, want at least 100", refused)
+	}
+}
+
+// TestSpreadBooksCost refuses bursts of clients with random mixes of costs, all at one instant,
+// through Spread around a shared TokenBucket whose burst holds 10 s of its limit (a limit of
+// 10, 3 or 2.5 a second, so that some costs exceed what one second holds): each comes back
+// exactly when told, in any order within its second, and is admitted, since the schedule books
+// cost, not requests. Until this was so, a second that held one return of cost 10 still took
+// nine of cost 1, and most of those that came back as told were refused again.
+func TestSpreadBooksCost(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 54))
+	ctx := context.Background()
+	for trial := range 60 {
+		limit := []rate.Limit{10, 3, 2.5}[trial%3]
+		burst := int(10 * limit)
+		maxCost := 1 + rng.IntN(burst/2)
+		service := NewTokenBucket(limit, burst)
+		l := Spread(Shared(service, "all"), limit, burst)
+		service.Decide(ctx, "all", burst, t0) // spent
+		type back struct {
+			at   time.Time
+			cost int
+		}
+		var backs []back
+		for range 20 + rng.IntN(40) {
+			cost := 1 + rng.IntN(maxCost)
+			d, _ := l.Decide(ctx, "c", cost, t0)
+			if d.Allowed {
+				t.Fatalf("trial %d: admitted with the burst spent", trial)
+			}
+			backs = append(backs, back{t0.Add(d.RetryAfter), cost})
+		}
+		rng.Shuffle(len(backs), func(i, j int) { backs[i], backs[j] = backs[j], backs[i] })
+		slices.SortStableFunc(backs, func(a, b back) int { return a.at.Compare(b.at) })
+		for i, b := range backs {
+			if d, _ := service.Decide(ctx, "all", b.cost, b.at); !d.Allowed {
+				t.Fatalf("trial %d, limit %v, costs up to %d: return %d of %d, cost %d, told %v, refused again", trial, limit, maxCost, i+1, len(backs), b.cost, b.at.Sub(t0))
+			}
 		}
 	}
 }

@@ -11,11 +11,13 @@ import (
 //
 // A reading more than maxLag behind the latest instant of its table is either stale (a request
 // that read the clock long before it was decided) or the first of a clock stepped back. It
-// is decided at the latest instant either way, and proposes a step. The step is taken only once
-// the clock's new line of readings has run on for confirmStep with no reading of the old line in
-// between (a stale reading is followed by current ones at once), and then by as much as makes the
-// new line's first reading the latest instant: its buckets count on from there, credited neither
-// the step nor the stale reading's age. So a one-off stale reading shifts nothing.
+// proposes a step by as much as makes it the latest instant, and is decided there. While the
+// step is proposed, the readings of the clock's new line are read with it, as far after the
+// latest instant as they are after the line's first reading: neither frozen nor credited for
+// the step, their waits measured from them. A reading of the old line drops the proposal (a
+// stale reading is followed by current ones at once), and is read as before; so a one-off stale
+// reading credits nothing. The step is taken once the new line has run on for confirmStep with
+// no reading of the old line in between. A reading behind the new line too proposes afresh.
 //
 // The shift is read with an atomic load; a table goes through mu only for a reading more than
 // maxLag behind or while a step is proposed, and with its own lock held, never the other way.
@@ -24,9 +26,10 @@ type steps struct {
 	pending atomic.Bool  // a step is proposed: the fields below hold it
 
 	mu    sync.Mutex
-	old   time.Time // the latest instant the tables that saw the proposal had seen, shifted
-	first time.Time // the first reading of the new line, shifted
-	last  time.Time // the latest reading of the new line, shifted
+	old   time.Time     // the latest instant the tables that saw the proposal had seen, shifted
+	first time.Time     // the first reading of the new line, shifted
+	last  time.Time     // the latest reading of the new line, shifted
+	step  time.Duration // the step proposed: old, when proposed, less first
 }
 
 // confirmStep is how long a clock's new line of readings must run on, with no reading of the old
@@ -34,49 +37,48 @@ type steps struct {
 // and are still decided before any other, even on a machine that stalls for seconds.
 const confirmStep = 5 * time.Second
 
-// maxStep is the longest step back taken: a reading further behind (the zero time.Time, a clock
-// reset to 1970) is taken for a broken clock, decided at the latest instant and proposes nothing.
-// maxShift bounds all the steps together, far from the 292 years a Duration holds.
-const (
-	maxStep  = 366 * 24 * time.Hour
-	maxShift = 100 * 365 * 24 * time.Hour
-)
+// maxShift bounds all the steps back taken together, short of the 292 years a Duration holds: a
+// reading further behind than that (the zero time.Time) is decided at the latest instant and
+// proposes nothing. Any step within it is taken, once confirmed, however long.
+const maxShift = 250 * 365 * 24 * time.Hour
 
 // see tells s of the reading at, shifted by shift, of a clock without monotonic readings, in a
 // table whose latest instant is latest, when a step is proposed or at is more than maxLag behind
-// latest. It proposes a step, confirms it or drops it, and returns the shift at should be read
-// with now: shift unless a step was taken, by this reading or another.
+// latest. It proposes a step, confirms it or drops it, and returns the shift at's reading is to
+// be read with: the shift, as a step taken since may have grown it, and the step proposed for a
+// reading of the new line.
 func (s *steps) see(at time.Time, shift int64, latest time.Time) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now := s.shift.Load(); now != shift {
-		return now // a step was taken since at was shifted: read it again
+		at, shift = at.Add(time.Duration(now-shift)), now // a step was taken since at was shifted
 	}
-	if !s.pending.Load() {
-		if lag := latest.Sub(at); lag > maxLag && lag <= maxStep && time.Duration(shift) <= maxShift-lag {
-			s.old, s.first, s.last = latest, at, at
-			s.pending.Store(true)
+	if s.pending.Load() {
+		if latest.After(s.old) {
+			s.old = latest
 		}
-		return shift
-	}
-	if latest.After(s.old) {
-		s.old = latest
-	}
-	switch {
-	case !at.Before(s.old.Add(-maxLag)):
-		s.pending.Store(false) // a reading of the old line: the proposal was a stale reading
-	case at.Before(s.last.Add(-maxLag)):
-		// Behind the new line too (stale on it, or broken): it neither confirms nor drops.
-	default:
-		if at.After(s.last) {
-			s.last = at
-		}
-		step := s.old.Sub(s.first)
-		if s.last.Sub(s.first) >= confirmStep && step <= maxStep && time.Duration(shift) <= maxShift-step {
-			shift += int64(step)
+		switch {
+		case !at.Before(s.old.Add(-maxLag)):
+			s.pending.Store(false) // a reading of the old line: the proposal was a stale reading
+			return shift
+		case !at.Before(s.last.Add(-maxLag)):
+			if at.After(s.last) {
+				s.last = at
+			}
+			if s.last.Sub(s.first) < confirmStep {
+				return shift + int64(s.step)
+			}
+			shift += int64(s.step)
 			s.shift.Store(shift)
 			s.pending.Store(false)
+			return shift
 		}
+		// Behind the new line too: proposed afresh.
+	}
+	if lag := latest.Sub(at); lag > maxLag && time.Duration(shift) <= maxShift-lag {
+		s.old, s.first, s.last, s.step = latest, at, at, lag
+		s.pending.Store(true)
+		return shift + int64(lag)
 	}
 	return shift
 }

@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -103,5 +104,70 @@ func TestStepsZeroReading(t *testing.T) {
 	want := time.Hour - time.Second - 10*time.Second // from t0 + 1 s, the latest instant
 	if d, _ := b.Decide(ctx, "k0", 1, back.Add(10*time.Second)); d.Allowed || d.RetryAfter < want-time.Millisecond || d.RetryAfter > want {
 		t.Errorf("10 s after a step back of an hour: %+v, want refused for %v", d, want)
+	}
+}
+
+// logUniformStep returns a step of the clock from a second to ten years, log-uniform, back or
+// forward.
+func logUniformStep(rng *rand.Rand) time.Duration {
+	const tenYears = 10 * 365 * 24 * time.Hour
+	d := time.Duration(math.Exp(math.Log(float64(time.Second)) + rng.Float64()*(math.Log(float64(tenYears))-math.Log(float64(time.Second)))))
+	if rng.IntN(2) == 0 {
+		return -d
+	}
+	return d
+}
+
+// TestStepsAnyStep decides one key a second at 1/s on a clock without monotonic readings that
+// steps back and forward at random, by a second to ten years, through a TokenBucket and an All of
+// two: no sequence of steps admits more than the burst and the rate over the time the buckets
+// saw pass (a step forward is time passing, to a clock like this); no refusal is told more than
+// a second, the longest a cost of 1 can wait at 1/s, measured from a reading at most maxLag
+// behind the latest instant, so that a step back costs no client more than it really has to
+// wait; and the key is admitted again within seconds of each step. Until
+// this was so, a step back of more than 366 days was never taken (0 of 60 admitted, told
+// 9599h59m after a 400-day step), and a client right after a step back was told the step.
+func TestStepsAnyStep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 54))
+	ctx := context.Background()
+	for trial := range 60 {
+		burst := 1 + rng.IntN(3)
+		b := NewTokenBucket(1, burst)
+		var l Limiter = b
+		if trial%2 == 1 {
+			l = All(b, Shared(NewTokenBucket(1, burst), "all"))
+		}
+		offset, seen := time.Duration(0), time.Duration(0) // the clock's offset; the time the buckets saw pass
+		var steps []time.Duration
+		admitted, ticks := 0, 0
+		for range 8 {
+			run := 10 + rng.IntN(60)
+			for range run {
+				ticks++
+				seen += time.Second
+				now := t0.Add(time.Duration(ticks)*time.Second + offset)
+				d, err := l.Decide(ctx, "k", 1, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				} else if d.RetryAfter > time.Second+maxLag {
+					t.Fatalf("trial %d, after steps %v: told %v, want at most %v", trial, steps, d.RetryAfter, time.Second+maxLag)
+				}
+			}
+			step := logUniformStep(rng)
+			offset += step
+			steps = append(steps, step)
+			if step > 0 {
+				seen += step
+			}
+		}
+		if most := burst + int(seen/time.Second); admitted > most {
+			t.Fatalf("trial %d, steps %v: admitted %d, want at most %d", trial, steps, admitted, most)
+		}
+		if least := ticks - 8*7; admitted < least {
+			t.Fatalf("trial %d, steps %v: admitted %d of %d a second, want at least %d", trial, steps, admitted, ticks, least)
+		}
 	}
 }

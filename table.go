@@ -25,10 +25,9 @@ import (
 //
 // A table must be locked (mu) for every method but init.
 type table struct {
-	mu     sync.Mutex
-	rank   uint64    // its place in the one order in which a decision of several locks its tables
-	steps  *steps    // the clock's steps back (see at), shared by the tables of a TokenBucket
-	latest time.Time // the latest instant a decision in this table was made at
+	mu        sync.Mutex
+	rank      uint64 // its place in the one order in which a decision of several locks its tables
+	clockLine        // the latest instant a decision in this table was made at, and the clock's steps
 
 	keys   map[string]*rate.Limiter
 	budget int // the most bytes it counts (see counted)
@@ -112,35 +111,36 @@ func (t *table) init(budget int, s *steps) {
 	t.keys = make(map[string]*rate.Limiter)
 }
 
-// at returns the instant a decision of the caller's now is made at, the latest the table has
+// A clockLine is the line of instants a table, or a schedule of returns, decides on: the
+// readings of its clock, shifted by the steps back the clock has taken, and never behind the
+// latest instant it has seen. It is not safe for concurrent use: its owner locks it.
+type clockLine struct {
+	steps  *steps    // the clock's steps back (see at), shared by the tables of a TokenBucket
+	latest time.Time // the latest instant a decision on the line was made at
+}
+
+// at returns the instant a decision of the caller's now is made at, the latest the line has
 // seen, and how far that is after now; it records it.
 //
 // A clock without monotonic readings (an injected one, or a wall clock that was set back) can
-// step back, and a reading can be stale. A now more than maxLag behind is decided at the latest
-// instant, as a stale one, and proposes a step to the table's steps, shared by every table of
-// its TokenBucket, which takes it once the clock's new readings confirm it (see steps): then the
-// shift added to the clock's readings grows by the step, so that the buckets count on from the
-// new readings, in every part, neither frozen nor credited for the step. Instants on the table's
-// side never step back, so that what it knows of when buckets refill stays true. time.Now's
-// readings are monotonic and never step back.
-func (t *table) at(now time.Time) (at time.Time, lag time.Duration) {
-	shift := t.steps.shift.Load()
-	for {
-		at = now.Add(time.Duration(shift))
-		lag = t.latest.Sub(at)
-		wall := now == now.Round(0)
-		if wall && (lag > maxLag || t.steps.pending.Load()) {
-			if s := t.steps.see(at, shift, t.latest); s != shift {
-				shift = s
-				continue // a step was taken: read now on the new line
-			}
-		}
-		if lag <= 0 {
-			t.latest = at
-			return at, 0
-		}
-		return t.latest, lag
+// step back, and a reading can be stale. A now more than maxLag behind proposes a step to the
+// line's steps, shared by every table of its TokenBucket, and is decided at the latest instant;
+// the readings after it on the clock's new line count on from there, and the step is taken once
+// they confirm it (see steps): so the buckets count on from the new readings, in every part,
+// neither frozen nor credited for the step. Instants on the line never step back, so that what
+// a table knows of when buckets refill stays true. time.Now's readings are monotonic and never
+// step back.
+func (l *clockLine) at(now time.Time) (at time.Time, lag time.Duration) {
+	shift := l.steps.shift.Load()
+	at = now.Add(time.Duration(shift))
+	if now == now.Round(0) && (l.latest.Sub(at) > maxLag || l.steps.pending.Load()) {
+		at = now.Add(time.Duration(l.steps.see(at, shift, l.latest)))
 	}
+	if lag = l.latest.Sub(at); lag <= 0 {
+		l.latest = at
+		return at, 0
+	}
+	return l.latest, lag
 }
 
 // maxLag is how far behind the latest instant a table has seen a reading can be and still be
