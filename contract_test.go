@@ -3,6 +3,7 @@ package retryafter_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -22,6 +23,10 @@ func TestTokenBucketContract(t *testing.T) {
 			limitertest.Run(t, limitertest.Config{
 				New:   func(*testing.T) retryafter.Limiter { return retryafter.NewTokenBucket(c.limit, c.burst) },
 				Burst: c.burst,
+				NewBurst: func(_ *testing.T, burst int) retryafter.Limiter {
+					return retryafter.NewTokenBucket(c.limit, burst)
+				},
+				MaxBurst: maxExactBurst,
 				// x/time/rate counts tokens in float64, and the bucket counts a reservation due
 				// within a microsecond as due: its waits are never short, and tight to that.
 				Resolution: time.Microsecond,
@@ -72,5 +77,55 @@ func TestAllContract(t *testing.T) {
 				Resolution: time.Microsecond,
 			})
 		})
+	}
+	// The same with bursts near the largest a TokenBucket counts exactly.
+	for name, l := range map[string]func(burst int) retryafter.Limiter{
+		"buckets": func(burst int) retryafter.Limiter {
+			return retryafter.All(retryafter.NewTokenBucket(1, burst), retryafter.NewTokenBucket(10, burst))
+		},
+		"elsewhere first": func(burst int) retryafter.Limiter {
+			return retryafter.All(elsewhere{retryafter.NewTokenBucket(10, burst)}, retryafter.NewTokenBucket(1, burst))
+		},
+		"shared": func(burst int) retryafter.Limiter {
+			return retryafter.Shared(retryafter.NewTokenBucket(1, burst), "everyone")
+		},
+	} {
+		t.Run(name+"/huge", func(t *testing.T) {
+			limitertest.Run(t, limitertest.Config{
+				New:        func(*testing.T) retryafter.Limiter { return l(3) },
+				Burst:      3,
+				Resolution: time.Microsecond,
+				NewBurst:   func(_ *testing.T, burst int) retryafter.Limiter { return l(burst) },
+				MaxBurst:   maxExactBurst,
+			})
+		})
+	}
+}
+
+// maxExactBurst is the largest burst a TokenBucket counts exactly, 2^53 (the largest int on a
+// 32-bit platform).
+const maxExactBurst = min(1<<53, math.MaxInt)
+
+// TestTokenBucketBurstAboveExact checks that a burst above 2^53, which x/time/rate's float64
+// tokens cannot count exactly, is taken as 2^53: at one instant no more is admitted than that,
+// where a burst of the largest int admitted one more request than it holds.
+func TestTokenBucketBurstAboveExact(t *testing.T) {
+	if math.MaxInt <= maxExactBurst {
+		t.Skip("ints are 32 bits: every burst is exact")
+	}
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	exact := maxExactBurst // a variable: 2^53 + 1 does not compile where ints are 32 bits
+	for _, burst := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt/2 + 1, exact + 1} {
+		for _, first := range []int{1, 2, 1000} {
+			b := retryafter.NewTokenBucket(1, burst)
+			d, _ := b.Decide(context.Background(), "k", first, t0)
+			if !d.Allowed || d.Limit != maxExactBurst {
+				t.Fatalf("burst %d, cost %d: %+v, want admitted with a Limit of 2^53", burst, first, d)
+			}
+			rest := maxExactBurst - first + 1
+			if d, _ := b.Decide(context.Background(), "k", rest, t0); d.Allowed {
+				t.Fatalf("burst %d: %d then %d admitted at one instant, past 2^53", burst, first, rest)
+			}
+		}
 	}
 }

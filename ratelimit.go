@@ -119,10 +119,10 @@ type bucketConfig struct {
 // rate.Limit(n / d) with d = 0), which is taken for rate.Inf; a limit of 0 (or -0) admits each
 // key's first burst requests and refuses the rest with no Retry-After. It panics if limit is not
 // a number at least 0 (a NaN, from rate.Limit(n / d) with n = d = 0, would admit everything) or
-// burst is below 1.
+// burst is below 1. A burst above 2^53, which x/time/rate cannot count exactly, is 2^53.
 func NewTokenBucket(limit rate.Limit, burst int, opts ...TokenBucketOption) *TokenBucket {
 	checkPolicy(Policy{Limit: limit, Burst: burst})
-	limit = unlimited(limit)
+	limit, burst = unlimited(limit), min(burst, maxBurst)
 	c := bucketConfig{maxMemory: defaultMaxMemory}
 	for _, o := range opts {
 		if o == nil {
@@ -217,8 +217,14 @@ func (b *TokenBucket) askPolicy(key string) Policy {
 	if p.Burst <= 0 {
 		p.Burst = b.policy.Burst
 	}
+	p.Burst = min(p.Burst, maxBurst)
 	return p
 }
+
+// maxBurst is the largest burst a TokenBucket counts exactly: x/time/rate keeps tokens in a
+// float64, which holds every integer up to 2^53 but not all above, so that a larger burst could
+// admit a request more than it holds. A larger burst is taken as 2^53, more than any key spends.
+const maxBurst = min(1<<53, math.MaxInt)
 
 // slack is how far past an instant a reservation may land and still count as due at that
 // instant. x/time/rate keeps tokens as a float64 and converts durations with truncation, so a
