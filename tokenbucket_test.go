@@ -498,10 +498,11 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 
 // TestTokenBucketLargestBurst decides with the largest bursts an int holds, which a float64
 // rounds up to 2^63, past the largest int: every answer comes at once (it hung, counting
-// Remaining up from the smallest int), Remaining never above the burst.
+// Remaining up from the smallest int), Remaining never above the burst, which is taken as
+// maxBurst (2^53) where it is larger.
 func TestTokenBucketLargestBurst(t *testing.T) {
-	for _, burst := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt - 511} {
-		b := NewTokenBucket(1, burst)
+	for _, given := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt - 511} {
+		b, burst := NewTokenBucket(1, given), min(given, maxBurst)
 		for _, cost := range []int{0, 1, burst} { // each of a full bucket, a key of its own
 			d := decide(t, b, fmt.Sprint("k", cost), cost, t0)
 			if !d.Allowed || d.Limit != burst || d.Remaining < 0 || d.Remaining > burst {
