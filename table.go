@@ -131,12 +131,17 @@ type clockLine struct {
 // a table knows of when buckets refill stays true. time.Now's readings are monotonic and never
 // step back.
 func (l *clockLine) at(now time.Time) (at time.Time, lag time.Duration) {
+	at = now
 	shift := l.steps.shift.Load()
-	at = now.Add(time.Duration(shift))
-	if now == now.Round(0) && (l.latest.Sub(at) > maxLag || l.steps.pending.Load()) {
-		at = now.Add(time.Duration(l.steps.see(at, shift, l.latest)))
+	if shift != 0 {
+		at = now.Add(time.Duration(shift))
 	}
-	if lag = l.latest.Sub(at); lag <= 0 {
+	lag = l.latest.Sub(at)
+	if (lag > maxLag || l.steps.pending.Load()) && now == now.Round(0) {
+		at = now.Add(time.Duration(l.steps.see(at, shift, l.latest)))
+		lag = l.latest.Sub(at)
+	}
+	if lag <= 0 {
 		l.latest = at
 		return at, 0
 	}
