@@ -40,7 +40,10 @@ const (
 //
 // CORS middleware mounted before the limiter that sets its headers only when the response is
 // written, through a ResponseWriter of its own, looks the same from inside and is reported too;
-// go-chi/cors, which the tests use, sets them before calling next.
+// go-chi/cors, which the tests use, sets them before calling next. On a request with an Origin
+// the middleware names Retry-After, Date and the rate-limit fields in
+// Access-Control-Expose-Headers, merging with what CORS middleware set there, so that a
+// cross-origin script may read them.
 var ErrCORSMountOrder = errors.New("retryafter: Access-Control-Allow-Origin is set inside the limiter, so its refusals go without it and browsers hide them from the page: mount CORS middleware before the limiter")
 
 // isPreflight reports whether r is a CORS preflight request: OPTIONS with an Origin and a
