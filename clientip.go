@@ -43,64 +43,33 @@ func newClientIP(trusted ...netip.Prefix) *clientKeyer {
 	return newClientKeyer(32, 64, trusted...)
 }
 
-// ClientIPPrefix is like [ClientIP] but groups clients by the given prefix lengths:
-// an IPv4 client is keyed by its v4Bits-bit prefix and an IPv6 client by its v6Bits-bit
-// prefix. [ClientIP] uses 32 and 64. A full-length prefix (32 for IPv4, 128 for IPv6)
-// keys by the address itself, formatted as [netip.Addr.String] ("203.0.113.7",
-// "2001:db8::1"); a shorter one keys by the masked prefix, formatted as
-// [netip.Prefix.String] ("203.0.113.0/24", "2001:db8:1:2::/64"). The key is always such
-// a canonical string produced from a parsed [netip.Addr], never text copied from a
-// header, so two spellings of one address share a key and a client cannot choose its key
-// by choosing how to spell it.
+// ClientIPPrefix is like [ClientIP] but keys an IPv4 client by its v4Bits-bit prefix and an
+// IPv6 client by its v6Bits-bit prefix ([ClientIP] uses 32 and 64). The key is the canonical
+// string of the address ("203.0.113.7", for a full-length prefix) or of the masked prefix
+// ("2001:db8:1:2::/64"), never text copied from a header, so a client cannot choose its key by
+// spelling its address another way. It panics if v4Bits is outside 1..32, v6Bits outside
+// 1..128, or a trusted prefix is not valid; an IPv4-mapped trusted prefix of /96 or longer
+// (::ffff:10.0.0.0/104) is the IPv4 prefix it denotes. The function is safe for concurrent use
+// and keeps its own copy of trusted. It finds the client so:
 //
-// ClientIPPrefix panics, with a "retryafter: " message, when v4Bits is outside 1..32,
-// v6Bits is outside 1..128, or a trusted prefix is not valid ([netip.Prefix.IsValid]).
-// An IPv4-mapped IPv6 trusted prefix of /96 or longer
-// (::ffff:10.0.0.0/104) is turned into the IPv4 prefix it denotes (10.0.0.0/8). The
-// returned function is safe for concurrent use and keeps its own copy of trusted.
+//   - RemoteAddr ("host:port", "[host]:port" or a bare host) is parsed, its zone dropped and an
+//     IPv4-mapped address unmapped. With no trusted prefixes it is the client: X-Forwarded-For,
+//     Forwarded, X-Real-IP and every other header, which the client writes, play no part.
+//   - With trusted prefixes, while the current hop is trusted, the walk steps one entry left
+//     through X-Forwarded-For (its lines last first, each read right to left, entries trimmed,
+//     empty ones skipped, each an address with or without brackets and port). The first hop not
+//     trusted is the client, or the leftmost if all are. An entry that is no address
+//     ("unknown", "_hidden", a name) stops the walk at the last trusted hop: only a trusted
+//     proxy can have written it. Forwarded and X-Real-IP are ignored even from trusted proxies,
+//     since a proxy passes on untouched the ones it does not write ([ClientIPFrom] names
+//     another field).
+//   - A peer on a Unix socket ("@" or a path) is trusted as a proxy when a trusted prefix holds
+//     a loopback address, and keyed by the client its X-Forwarded-For names. Untrusted, or with
+//     none usable, and for any RemoteAddr that holds no IP, it returns an error wrapping
+//     [ErrNoClientIP], which the middleware answers 500.
 //
-// The client's address is found as follows.
-//
-//   - RemoteAddr is parsed as "host:port", "[host]:port", or a bare host ("203.0.113.7",
-//     "2001:db8::1", "[2001:db8::1]"). A zone ("fe80::1%eth0") is dropped, and an
-//     IPv4-mapped IPv6 address (::ffff:203.0.113.7) is unmapped to IPv4 before anything
-//     else, so it is keyed and matched against trusted prefixes as IPv4. If RemoteAddr holds
-//     no IP, the function returns an error wrapping [ErrNoClientIP], but for a Unix socket.
-//   - Behind a proxy that connects on a Unix socket, RemoteAddr is the socket ("@" or a path),
-//     not an address, and every request would be that one peer. Such a peer is a local
-//     process, as a loopback one is, so it is trusted as a proxy when a trusted prefix holds
-//     a loopback address: ClientIP(netip.MustParsePrefix("127.0.0.1/32")) keys each request
-//     by the client its proxy appended to X-Forwarded-For, walked as below. Untrusted, or with
-//     no usable X-Forwarded-For, it is an error wrapping [ErrNoClientIP] whose text says so and
-//     names the field read (see [ClientIPFrom]); the middleware answers it 500.
-//   - With no trusted prefixes, RemoteAddr is the client. X-Forwarded-For, X-Real-IP,
-//     Forwarded and every other request header are ignored, so a client cannot dodge its
-//     limit by sending them.
-//   - With trusted prefixes, the walk starts at RemoteAddr. While the current hop is
-//     inside a trusted prefix, it steps one entry to the left through X-Forwarded-For:
-//     all of its header lines, the last line first, each split on commas and read right
-//     to left, with spaces and tabs around each entry trimmed. The first hop that is not
-//     trusted is the client. If every hop is trusted, the leftmost one is the client.
-//   - Empty list elements (",," or an empty header line) are skipped, as RFC 9110 §5.6.1
-//     asks of list recipients. An entry may be an address, an address in brackets, or
-//     either with a port; it is normalised like RemoteAddr.
-//   - Any other entry ("unknown", an RFC 7239 obfuscated identifier such as "_hidden", a
-//     host name, garbage) stops the walk, and the last hop already validated, which is
-//     a trusted proxy, becomes the key. Such an entry can only be reached when a trusted
-//     proxy wrote it, because a trusted proxy appends the address of its own peer: text
-//     that a client sends is always to the left of that address.
-//
-// Only X-Forwarded-For is walked; [ClientIPFrom] names another field. The RFC 7239
-// Forwarded header and X-Real-IP are ignored even from trusted proxies: a client can send
-// any of these headers, and a proxy passes on the ones it does not write untouched, so
-// believing a header besides the one the proxies write would let the client choose its key;
-// preferring one when both are present would not help, since the client decides which are
-// present.
-//
-// With no trusted prefixes and an IPv4 RemoteAddr, the function does not allocate: the
-// key is the host part of RemoteAddr itself, used only after it has been parsed and
-// found equal to its canonical form. A key found in X-Forwarded-For is always a fresh
-// string, so that it does not keep the rest of a long header alive in the limiter.
+// With no trusted prefixes and an IPv4 RemoteAddr it does not allocate; a key found in
+// X-Forwarded-For is a fresh string, which does not keep a long header alive in the limiter.
 func ClientIPPrefix(v4Bits, v6Bits int, trusted ...netip.Prefix) KeyFunc {
 	return newClientKeyer(v4Bits, v6Bits, trusted...).key
 }
