@@ -103,12 +103,12 @@ func (q *session) spendLater(ctx context.Context, d time.Duration) Check {
 	if t.wait < early {
 		return na(checkTight, what+": "+tooShortForEarly(t))
 	}
-	e, err := q.s.sendAt(ctx, r.sent.Add(t.wait-early), q.p.Method)
+	e, err := q.s.sendAt(ctx, earlyAt(r, t), q.p.Method)
 	if err != nil {
 		q.stopWith(err)
 		return na(checkTight, what+": not checked: "+err.Error())
 	}
-	c := tightVerdict(t, e)
+	c := tightVerdict(t, r, e)
 	c.Seen = what + ": " + c.Seen
 	return c
 }

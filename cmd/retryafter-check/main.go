@@ -13,8 +13,11 @@
 //	              at its instant by the probe's clock, as clients obey it, corrected only by a
 //	              skew that Date proves
 //	tight         a retry one second earlier is refused: the wait is not padded (a wait of one
-//	              second cannot be judged: one second earlier is at once); on a 429, again in a
-//	              later round, with the quota spent later in a window (see below)
+//	              second cannot be judged: one second earlier is at once); again in a later
+//	              round, with the quota spent later in a window (see below). The retry is aimed
+//	              0.1 s earlier still, and judged by when it went: admitted less than a second
+//	              early, as the probe's own lateness can make it, it is n/a, since a limiter
+//	              that rounds its wait up may admit it
 //	refusal-free  that refused early retry cost nothing: waiting the rest is then admitted
 //	head          HEAD, right after a refused GET, is refused alike, with a wait that agrees;
 //	              a HEAD answered 405 or 501 is not served, and says nothing

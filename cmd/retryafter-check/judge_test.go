@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Verdicts that must not depend on the probe's own timing, nor on a limiter's status code:
+// the probe oversleeps as a loaded machine does, a rate limiter refuses with 503, a request of
+// the later round is answered 5xx, and a Retry-After overflows a time.Duration.
+
+// An alignedWindow allows limit requests a window, the windows aligned to the clock (multiples
+// of window since the zero time), as go-chi/httprate aligns them; a refusal's Retry-After is
+// says(left, window).
+type alignedWindow struct {
+	limit  int
+	window time.Duration
+	says   func(left, window time.Duration) string
+
+	mu    sync.Mutex
+	cur   time.Time
+	count int
+}
+
+func (f *alignedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	f.mu.Lock()
+	win := now.Truncate(f.window)
+	if !win.Equal(f.cur) {
+		f.cur, f.count = win, 0
+	}
+	ok := f.count < f.limit
+	if ok {
+		f.count++
+	}
+	f.mu.Unlock()
+	if ok {
+		hello().ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Retry-After", f.says(win.Add(f.window).Sub(now), f.window))
+	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+}
+
+// oversleeping is a Sleep that wakes up to most later than asked, each time by a draw of r, as
+// timers do on a loaded machine.
+func oversleeping(r *rand.Rand, most time.Duration) func(context.Context, time.Duration) error {
+	var mu sync.Mutex
+	return func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		d += time.Duration(r.Int64N(int64(most) + 1))
+		mu.Unlock()
+		return sleepContext(ctx, d)
+	}
+}
+
+// judged runs the probe of c and logs its table.
+func judged(t *testing.T, c probeCase) *Report {
+	t.Helper()
+	c.noOrig = true
+	rep, _, _ := runCase(t, c)
+	var b strings.Builder
+	writeTable(&b, rep)
+	t.Logf("\n%s", b.String())
+	return rep
+}
+
+// wantResult fails t unless rep's check name has the result want and its Seen holds phrase.
+func wantResult(t *testing.T, rep *Report, name string, want Result, phrase string) {
+	t.Helper()
+	c := rep.check(name)
+	if c == nil || c.Result != want || !strings.Contains(c.Seen, phrase) {
+		t.Errorf("%s = %v, want %s holding %q", name, c, want, phrase)
+	}
+}
+
+// TestTightOversleep runs the probe, its every sleep up to 100 ms late, against a fixed window
+// aligned to the clock at random phases: an honest one, telling the time left rounded up, is
+// never failed, and one always telling the whole window always is, by the first round or the
+// later.
+func TestTightOversleep(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	const window, runs = 10 * time.Second, 12
+	for i := range runs {
+		phase := time.Duration(r.Int64N(int64(window)))
+		most := time.Duration(r.Int64N(int64(100*time.Millisecond) + 1))
+		if i == 0 {
+			most = 100 * time.Millisecond
+		}
+		for _, padded := range []bool{false, true} {
+			says := secondsUp
+			if padded {
+				says = wholeWindow
+			}
+			rep, _, _ := runCase(t, probeCase{
+				server: func() http.Handler { return &alignedWindow{limit: 3, window: window, says: says} },
+				delay:  phase, noOrig: true,
+				probe: Probe{Sleep: oversleeping(rand.New(rand.NewPCG(seed, uint64(i))), most)},
+			})
+			tight := rep.check(checkTight)
+			switch {
+			case !padded && (rep.Exit != exitPass || tight.Result == Fail):
+				t.Errorf("honest, phase %s, sleeps up to %s late: %s, exit %d; tight: %s", phase, most, verdicts(rep), rep.Exit, tight.Seen)
+			case padded && (rep.Exit != exitFail || tight.Result != Fail):
+				t.Errorf("whole window, phase %s, sleeps up to %s late: %s, exit %d; tight: %s", phase, most, verdicts(rep), rep.Exit, tight.Seen)
+			}
+		}
+	}
+}
+
+// TestTightLateAdmission: an honest limiter that rounds its wait up may admit an early retry
+// that went late: that is no padding. The retry 30 ms late, 250 ms into an aligned window.
+func TestTightLateAdmission(t *testing.T) {
+	late := func(ctx context.Context, d time.Duration) error { return sleepContext(ctx, d+30*time.Millisecond) }
+	rep := judged(t, probeCase{
+		server: func() http.Handler { return &alignedWindow{limit: 3, window: 10 * time.Second, says: secondsUp} },
+		delay:  250 * time.Millisecond, probe: Probe{Sleep: late},
+	})
+	if tight := rep.check(checkTight); tight.Result == Fail || rep.Exit != exitPass {
+		t.Errorf("an honest window: tight %s, exit %d: %s", tight.Result, rep.Exit, tight.Seen)
+	}
+}
+
