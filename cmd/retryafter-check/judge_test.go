@@ -128,3 +128,84 @@ func TestTightLateAdmission(t *testing.T) {
 	}
 }
 
+// as503 turns every 429 of next into a 503.
+func as503(next http.Handler) http.Handler {
+	return editor{next: next, edit: func(_ *http.Request, status int, _ http.Header) int {
+		if status == http.StatusTooManyRequests {
+			return http.StatusServiceUnavailable
+		}
+		return status
+	}}
+}
+
+// wholeWindow10s allows 3 requests a fixed window of 10 s and always tells the whole window.
+func wholeWindow10s() http.Handler {
+	return &fixedWindow{limit: 3, window: 10 * time.Second, says: wholeWindow}
+}
+
+// TestLaterRound503 holds a quota refused with 503 to the later round, as one refused with 429.
+func TestLaterRound503(t *testing.T) {
+	rep := judged(t, probeCase{server: func() http.Handler { return as503(wholeWindow10s()) }})
+	wantResult(t, rep, checkTight, Fail, "later round")
+	if rep.Exit != exitFail {
+		t.Errorf("exit %d, want %d", rep.Exit, exitFail)
+	}
+	honest := judged(t, probeCase{server: func() http.Handler {
+		return as503(&fixedWindow{limit: 3, window: 10 * time.Second, says: secondsUp})
+	}})
+	wantResult(t, honest, checkTight, Pass, "later round")
+}
+
+// nthAnswer answers the requests numbered in codes (from 1) with that status, else next.
+func nthAnswer(codes map[int]int, next http.Handler) http.Handler {
+	var mu sync.Mutex
+	n := 0
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		c, ok := codes[n]
+		mu.Unlock()
+		if ok {
+			http.Error(w, http.StatusText(c), c)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// TestLaterRoundUnjudged: when the later round cannot judge, tight does not keep the first
+// round's pass, which says nothing of a wait padded to the whole window.
+func TestLaterRoundUnjudged(t *testing.T) {
+	var mu sync.Mutex
+	long := 0
+	// The third sleep of over 8 s, before the later round's early retry, wakes 600 ms late.
+	lateOnce := func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		if d > 8*time.Second {
+			if long++; long == 3 {
+				d += 600 * time.Millisecond
+			}
+		}
+		mu.Unlock()
+		return sleepContext(ctx, d)
+	}
+	for _, c := range []struct {
+		name   string
+		server func() http.Handler
+		probe  Probe
+		phrase string
+	}{
+		{"the later round's early retry answered 502", func() http.Handler { return nthAnswer(map[int]int{14: 502}, wholeWindow10s()) }, Probe{}, "502 Bad Gateway"},
+		{"the later round's early retry late", wholeWindow10s, Probe{Sleep: lateOnce}, "late"},
+		{"the retry before the later round answered 500", func() http.Handler { return nthAnswer(map[int]int{10: 500}, wholeWindow10s()) }, Probe{}, "not admitted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := judged(t, probeCase{server: c.server, probe: c.probe})
+			wantResult(t, rep, checkTight, NA, c.phrase)
+			if rep.Exit == exitPass && rep.GaveUp != "" || rep.Exit == exitFail {
+				t.Errorf("exit %d, gave up %q", rep.Exit, rep.GaveUp)
+			}
+		})
+	}
+}
+

@@ -38,14 +38,17 @@
 //
 // The later round: where the quota runs out at the start of a window, as it does at the
 // probe's pace, the whole window is the wait, and a limiter that always tells the whole window
-// passes tight. So after tight passed on a 429 whose first wait was 3 s or more, the probe
-// waits half that wait past the last admission, spends the quota again, and retries a second
-// before the wait then told. That costs the quota again plus two requests, and about one and a
-// half times the first wait; -skip-later skips it. When it would pass -timeout or -budget, the
-// probe gives up (exit 3) rather than pass a wait it did not check.
+// passes tight. So after tight passed on a refusal that spent a quota (a 429, or a 503 after
+// admissions) whose first wait was 3 s or more (6 s for a date), the probe waits half that
+// wait past the last admission, spends the quota again, and retries a second before the wait
+// then told. That costs the quota again plus two requests, and about one and a half times the
+// first wait; -skip-later skips it. When it would pass -timeout or -budget, the probe gives up
+// (exit 3) rather than pass a wait it did not check; when it cannot judge (no admission to
+// start from, a 5xx, its own retry late), tight is n/a.
 //
-// A 503 of a maintenance window is checked the same way, but for the later round; point the
-// probe at one while it is on and give -timeout room for the window to end.
+// A 503 of a maintenance window, refused from the first request, is checked the same way, but
+// for the later round; point the probe at one while it is on and give -timeout room for the
+// window to end.
 //
 // It prints a table, or with -json one JSON object, and says how many requests it sent, in how
 // long, against which budgets. A first request already refused with 429 is reported too:
