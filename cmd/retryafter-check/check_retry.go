@@ -118,9 +118,7 @@ func (q *session) obeyVerdict(t told, how string, r, o *exchange) Check {
 	seen := how + ", then retried: " + answer(o)
 	switch {
 	case o.late() > 0:
-		seen = fmt.Sprintf("told %s %q, the retry went %s after the refusal: it %s; then: %s: a retry more than %s late shows nothing of obeying",
-			t.source(), t.value, seconds(roundDuration(o.sent.Sub(r.received))), o.lateness(), answer(o), seconds(lateSlack))
-		return Check{Name: checkObey, Result: Fail, Seen: seen}
+		return lateObey(t, r, o)
 	case o.refused():
 		c := Check{Name: checkObey, Result: Fail, Seen: seen + ": obeying is not enough"}
 		if t.date && q.s.skew.n > 0 && q.s.skew.agrees() {
@@ -131,6 +129,19 @@ func (q *session) obeyVerdict(t told, how string, r, o *exchange) Check {
 		return na(checkObey, seen+": obeying cannot be judged")
 	}
 	return Check{Name: checkObey, Result: Pass, Seen: seen}
+}
+
+// lateObey judges o, a retry obeying t, the Retry-After of r, that went late. It fails when
+// r itself held it back (its body still being read when the retry was due: a client obeying
+// r is held back alike); a retry the probe sent late of itself, or after a request of its own,
+// is n/a.
+func lateObey(t told, r, o *exchange) Check {
+	seen := fmt.Sprintf("told %s %q, the retry went %s after the refusal: it %s; then: %s: a retry more than %s late shows nothing of obeying",
+		t.source(), t.value, seconds(roundDuration(o.sent.Sub(r.received))), o.lateness(), answer(o), seconds(lateSlack))
+	if o.prevN == r.n && r.read.Sub(o.due) > lateSlack {
+		return Check{Name: checkObey, Result: Fail, Seen: seen}
+	}
+	return na(checkObey, seen+", and the refusal did not hold it back")
 }
 
 // obey waits until a client obeying t, the Retry-After of e, retries, sends that retry, and

@@ -209,3 +209,38 @@ func TestLaterRoundUnjudged(t *testing.T) {
 	}
 }
 
+// TestObeyOwnLateness: a retry that the probe itself sent late shows nothing of obeying, and is
+// no fault of the server's; only the server's own refusal holding it back is.
+func TestObeyOwnLateness(t *testing.T) {
+	var mu sync.Mutex
+	long := 0
+	// The first sleep of over a second, before the obeying retry, wakes 600 ms late.
+	lateFirst := func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		if d > time.Second {
+			if long++; long == 1 {
+				d += 600 * time.Millisecond
+			}
+		}
+		mu.Unlock()
+		return sleepContext(ctx, d)
+	}
+	rep := judged(t, probeCase{server: limitEvery3s, probe: Probe{Sleep: lateFirst}})
+	wantResult(t, rep, checkObey, NA, "0.6 s late")
+
+	// A maintenance window of 5 s whose HEAD, sent first, is decided at once and answered 6 s
+	// later.
+	rep = judged(t, probeCase{server: func() http.Handler {
+		return editor{next: maintenance(false, 5*time.Second, 0, false), edit: func(r *http.Request, status int, _ http.Header) int {
+			if r.Method == http.MethodHead {
+				time.Sleep(6 * time.Second)
+			}
+			return status
+		}}
+	}})
+	wantResult(t, rep, checkObey, NA, "late")
+	if rep.Exit == exitFail {
+		t.Errorf("exit %d: %s", rep.Exit, verdicts(rep))
+	}
+}
+

@@ -33,8 +33,9 @@
 //
 // A retry is admitted when it is answered 2xx, or 4xx other than a refusal; a 3xx or a 5xx
 // other than a refusal is neither, and leaves its check n/a. A retry that goes more than half a
-// second after its instant (a server that trickles the body of a refusal holds it back) is
-// judged by when it went: obey fails, tight and refusal-free are n/a.
+// second after its instant is judged by when it went: obey fails when the refusal it obeys held
+// it back (a server that trickles the body of a refusal holds a client back alike), and is n/a
+// when the probe itself went late; tight and refusal-free are n/a.
 //
 // The later round: where the quota runs out at the start of a window, as it does at the
 // probe's pace, the whole window is the wait, and a limiter that always tells the whole window
