@@ -81,7 +81,7 @@ func headDiffs(get, h *exchange, tg, th told) []string {
 	default:
 		// HEAD went later, so its wait may be shorter by that much, and either may be rounded.
 		elapsed := h.received.Sub(get.sent)
-		if th.wait > tg.wait+time.Second || th.wait < tg.wait-elapsed-time.Second {
+		if th.wait > addSat(tg.wait, time.Second) || th.wait < tg.wait-elapsed-time.Second {
 			diffs = append(diffs, fmt.Sprintf("%s %q for HEAD, %q for GET %s earlier", th.source(), th.value, tg.value, seconds(roundDuration(elapsed))))
 		}
 	}

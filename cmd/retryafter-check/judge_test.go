@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -244,3 +246,69 @@ func TestObeyOwnLateness(t *testing.T) {
 	}
 }
 
+// TestHugeFraction: a Retry-After of fractional seconds at the very edge of a time.Duration is
+// a wait beyond any budget, never a negative one that retries at once.
+func TestHugeFraction(t *testing.T) {
+	for _, v := range []string{"9223372036.854775807", "9223372036.8547758", "+9223372036.854775807", "9223372036.854775808", "99999999999999999999.5"} {
+		d, ok := generousSeconds(v)
+		if ok && d < 9223372036*time.Second {
+			t.Errorf("generousSeconds(%q) = %s, want at least 9223372036 s", v, d)
+		}
+		rep := judged(t, probeCase{server: func() http.Handler {
+			return editor{next: limit3(), edit: func(_ *http.Request, status int, h http.Header) int {
+				if status == http.StatusTooManyRequests {
+					h.Set("Retry-After", v)
+				}
+				return status
+			}}
+		}, probe: Probe{Timeout: 20 * time.Second}})
+		if c := rep.check(checkObey); c == nil || c.Result == Fail || !strings.Contains(rep.GaveUp, "would pass the time budget") {
+			t.Errorf("Retry-After %s: obey %v, gave up %q, want not checked, the wait beyond the time budget", v, c, rep.GaveUp)
+		}
+	}
+}
+
+// TestHugeResetSeconds: a RateLimit t, or a reset in seconds, that overflows a time.Duration
+// waits longer than Retry-After, never less.
+func TestHugeResetSeconds(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, v := range []string{"9223372037", "18446744074", "999999999999999"} {
+		e := &exchange{status: http.StatusTooManyRequests, sent: now, received: now, read: now, header: http.Header{
+			"Retry-After":      {"5"},
+			"Ratelimit":        {`"default";r=0;t=` + v},
+			"Ratelimit-Policy": {`"default";q=5;w=5`},
+		}}
+		if c := checkRateLimitFields(e, readTold(e)); c.Result != Fail || !strings.Contains(c.Seen, "waits longer than it must") {
+			t.Errorf("t=%s: %s %s", v, c.Result, c.Seen)
+		}
+	}
+	if want, wrong := disagreement(time.Duration(maxSeconds)*time.Second, told{wait: math.MaxInt64, usable: true}, false); want <= 0 || wrong != "" {
+		t.Errorf("disagreement at the largest wait: %s %q", want, wrong)
+	}
+}
+
+// TestGenerousSecondsSaturates reads random numbers of seconds, whole and fractional, of up to
+// 25 digits each side: each is a wait, never a negative one, and the largest Duration from
+// where a float64 of them reaches it.
+func TestGenerousSecondsSaturates(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	r := rand.New(rand.NewPCG(seed, 2))
+	digits := func() string {
+		b := make([]byte, 1+r.IntN(25))
+		for i := range b {
+			b[i] = byte('0' + r.IntN(10))
+		}
+		return string(b)
+	}
+	for range 10000 {
+		v := digits()
+		if r.IntN(2) == 0 {
+			v += "." + digits()
+		}
+		d, ok := generousSeconds(v)
+		f, _ := strconv.ParseFloat(v, 64)
+		if !ok || d < 0 || f*float64(time.Second) >= float64(math.MaxInt64) && d != math.MaxInt64 {
+			t.Fatalf("seed %d: generousSeconds(%q) = %d, %v", seed, v, d, ok)
+		}
+	}
+}

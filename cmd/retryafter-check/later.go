@@ -78,7 +78,7 @@ func (e *laterBudgetError) Error() string {
 // before it being quota requests, would pass -timeout or -budget: it takes about one and a half
 // times t, and the quota and two requests. Unchecked, a padded wait would pass.
 func (q *session) laterBudget(t told, quota int) error {
-	if need, left := t.wait/2+t.wait+time.Second, q.s.deadline().Sub(q.s.now()); need > left {
+	if need, left := addSat(t.wait/2, addSat(t.wait, time.Second)), q.s.deadline().Sub(q.s.now()); need > left {
 		return &laterBudgetError{fmt.Sprintf("would take about %s, and %s is left of -timeout %s", seconds(roundDuration(need)), seconds(roundDuration(max(left, 0))), q.s.timeout)}
 	}
 	if need, left := quota+2, q.s.budget-q.s.sent; need > left {
