@@ -319,3 +319,22 @@ func TestGenerousSecondsSaturates(t *testing.T) {
 		}
 	}
 }
+
+// TestManyRetryAfterLines: 2001 lines of Retry-After crowd no other field out of what the
+// probe keeps: Date, sent on every refusal, is judged as sent.
+func TestManyRetryAfterLines(t *testing.T) {
+	rep := judged(t, probeCase{server: func() http.Handler {
+		return editor{next: limit3(), edit: func(_ *http.Request, status int, h http.Header) int {
+			if status == http.StatusTooManyRequests {
+				v := make([]string, 2001)
+				for i := range v {
+					v[i] = "1"
+				}
+				v[2000] = "100"
+				h["Retry-After"] = v
+			}
+			return status
+		}}
+	}})
+	wantResult(t, rep, checkDate, Pass, "")
+}
