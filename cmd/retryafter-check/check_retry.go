@@ -55,9 +55,9 @@ func earlyBy(t told) time.Duration {
 const tightMargin = 100 * time.Millisecond
 
 // earlyAt is when the early retry after the refusal r, which told t, is aimed: earlyBy and
-// tightMargin before the wait, counted from when r was sent.
+// tightMargin before the wait, counted from when r was sent, and never before r was sent.
 func earlyAt(r *exchange, t told) time.Time {
-	return r.sent.Add(t.wait - earlyBy(t) - tightMargin)
+	return r.sent.Add(max(t.wait-earlyBy(t)-tightMargin, 0))
 }
 
 // tooShortForEarly says why t leaves no room for an early retry.

@@ -320,6 +320,21 @@ func TestGenerousSecondsSaturates(t *testing.T) {
 	}
 }
 
+// TestTarpitHEAD: a refusal held 3 s before its header is sent lets the window of 2 s end
+// before HEAD goes: HEAD admitted then says nothing of how HEAD is limited.
+func TestTarpitHEAD(t *testing.T) {
+	rep := judged(t, probeCase{server: func() http.Handler {
+		f := &fixedWindow{limit: 3, window: 2 * time.Second, says: secondsUp}
+		return editor{next: f, edit: func(_ *http.Request, status int, _ http.Header) int {
+			if status == http.StatusTooManyRequests {
+				time.Sleep(3 * time.Second)
+			}
+			return status
+		}}
+	}})
+	wantResult(t, rep, checkHEAD, NA, "too late to compare")
+}
+
 // TestManyRetryAfterLines: 2001 lines of Retry-After crowd no other field out of what the
 // probe keeps: Date, sent on every refusal, is judged as sent.
 func TestManyRetryAfterLines(t *testing.T) {
