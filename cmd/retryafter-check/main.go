@@ -20,7 +20,8 @@
 //	              that rounds its wait up may admit it
 //	refusal-free  that refused early retry cost nothing: waiting the rest is then admitted
 //	head          HEAD, right after a refused GET, is refused alike, with a wait that agrees;
-//	              a HEAD answered 405 or 501 is not served, and says nothing
+//	              a HEAD answered 405 or 501 is not served, and says nothing, nor does one
+//	              that went after the wait GET told had run out (a tarpit's slow refusal)
 //	cors          with -origin, a browser script of that origin can read Retry-After
 //	ratelimit     the RateLimit and RateLimit-Policy fields, if any, parse (RFC 9651 Lists,
 //	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After; so do the
