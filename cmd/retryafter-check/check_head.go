@@ -31,9 +31,9 @@ func (q *session) checkHEADAfter(ctx context.Context, get *exchange) Check {
 // not serve (405, 501), or answered with a 3xx or a 5xx that is no refusal, says nothing; nor
 // does one held back by the body of GET's refusal.
 func compareHEAD(get, h *exchange) Check {
-	switch body := get.read.Sub(get.received); {
-	case body > lateSlack:
-		return na(checkHEAD, fmt.Sprintf("the body of GET's refusal took %s to read, and HEAD went after it: too late to compare (HEAD %s)", seconds(roundDuration(body)), answer(h)))
+	switch late := tooLateForHEAD(get, h); {
+	case late != "":
+		return na(checkHEAD, late+": too late to compare (HEAD "+answer(h)+")")
 	case h.status == http.StatusMethodNotAllowed || h.status == http.StatusNotImplemented:
 		return na(checkHEAD, fmt.Sprintf("HEAD answered %s: the server does not serve HEAD here, which says nothing of its limiter", statusText(h.status)))
 	case h.admitted() && h.status == get.status:
@@ -61,6 +61,21 @@ func compareHEAD(get, h *exchange) Check {
 	return Check{Name: checkHEAD, Result: Pass, Seen: seen + ", like GET"}
 }
 
+// tooLateForHEAD says why h, a HEAD sent after get, a refused GET, went too late to be
+// compared with it, or returns "": the body of get's refusal held it back, or, h not refused,
+// get's wait had run out when h went (a refusal whose header the server held back, as a tarpit
+// does).
+func tooLateForHEAD(get, h *exchange) string {
+	if body := get.read.Sub(get.received); body > lateSlack {
+		return fmt.Sprintf("the body of GET's refusal took %s to read, and HEAD went after it", seconds(roundDuration(body)))
+	}
+	t := readObeyed(get)
+	if after := h.sent.Sub(get.sent); !h.refused() && t.usable && !t.date && after >= t.wait {
+		return fmt.Sprintf("HEAD went %s after GET, whose refusal took %s to arrive, when the wait it told, %s, had run out", seconds(roundDuration(after)), seconds(roundDuration(get.received.Sub(get.sent))), seconds(roundDuration(t.wait)))
+	}
+	return ""
+}
+
 func headFail(seen string) Check { return Check{Name: checkHEAD, Result: Fail, Seen: seen} }
 
 // headDiffs lists how h, a refused HEAD, differs from get, the refused GET before it, whose
@@ -81,7 +96,7 @@ func headDiffs(get, h *exchange, tg, th told) []string {
 	default:
 		// HEAD went later, so its wait may be shorter by that much, and either may be rounded.
 		elapsed := h.received.Sub(get.sent)
-		if th.wait > tg.wait+time.Second || th.wait < tg.wait-elapsed-time.Second {
+		if th.wait > addSat(tg.wait, time.Second) || th.wait < tg.wait-elapsed-time.Second {
 			diffs = append(diffs, fmt.Sprintf("%s %q for HEAD, %q for GET %s earlier", th.source(), th.value, tg.value, seconds(roundDuration(elapsed))))
 		}
 	}

@@ -194,7 +194,7 @@ func latestReset(limits []quotaItem) (latest int64, exhausted bool) {
 
 // quotaVerdict judges latest, the t of the exhausted policies, against t's Retry-After.
 func quotaVerdict(seen string, latest int64, t told) (Result, string) {
-	want, wrong := disagreement(time.Duration(latest)*time.Second, t, false)
+	want, wrong := disagreement(time.Duration(min(latest, maxSeconds))*time.Second, t, false)
 	if wrong != "" {
 		return Fail, fmt.Sprintf("%s: t=%d but Retry-After says %s: a client reading RateLimit %s", seen, latest, seconds(want), wrong)
 	}
@@ -211,7 +211,7 @@ func disagreement(got time.Duration, t told, instant bool) (want time.Duration, 
 	if t.date || instant {
 		slack = time.Second
 	}
-	want = (t.wait + time.Second - 1).Truncate(time.Second)
+	want = addSat(t.wait, time.Second-1).Truncate(time.Second)
 	switch {
 	case got < want-slack:
 		return want, "comes back early"

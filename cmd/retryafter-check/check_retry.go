@@ -16,7 +16,8 @@ import (
 //     counted from the response instead, the retry would come up to a second after the date,
 //     and pass a date cut to the second that clients, retrying at it, miss.
 //   - tight: retry one second earlier, counted from when the refused request was sent, so that
-//     the round trip cannot make the retry late: it must be refused, or the wait was padded. A
+//     the round trip cannot make the retry late: it must be refused, or the wait was padded.
+//     It is aimed tightMargin earlier still, and judged by when it went (see tightVerdict). A
 //     date is one second less Date's resolution: the retry goes two seconds before it, and so
 //     reaches the server at least one second before it. A wait of one second (a date two
 //     seconds after Date) cannot be judged: the early retry goes at once, and is refused
@@ -38,12 +39,25 @@ func unobeyable(t told) string {
 	return fmt.Sprintf("Retry-After %q cannot be read as a wait, nor a reset field", t.value)
 }
 
-// earlyBy is how much earlier than told the tight check retries.
+// earlyBy is how much earlier than told the tight check's retry must go for an admission to
+// prove the wait padded.
 func earlyBy(t told) time.Duration {
 	if t.date {
 		return 2 * time.Second
 	}
 	return time.Second
+}
+
+// tightMargin is how much earlier still than earlyBy the early retry is aimed, so that the
+// probe's own lateness, up to that much (a loaded machine's timers), still leaves it earlyBy
+// early. A limiter that rounds its wait up keeps up to a second less than it tells, and may
+// admit a retry that went less than earlyBy early: that is no padding.
+const tightMargin = 100 * time.Millisecond
+
+// earlyAt is when the early retry after the refusal r, which told t, is aimed: earlyBy and
+// tightMargin before the wait, counted from when r was sent, and never before r was sent.
+func earlyAt(r *exchange, t told) time.Time {
+	return r.sent.Add(max(t.wait-earlyBy(t)-tightMargin, 0))
 }
 
 // tooShortForEarly says why t leaves no room for an early retry.
@@ -104,9 +118,7 @@ func (q *session) obeyVerdict(t told, how string, r, o *exchange) Check {
 	seen := how + ", then retried: " + answer(o)
 	switch {
 	case o.late() > 0:
-		seen = fmt.Sprintf("told %s %q, the retry went %s after the refusal: it %s; then: %s: a retry more than %s late shows nothing of obeying",
-			t.source(), t.value, seconds(roundDuration(o.sent.Sub(r.received))), o.lateness(), answer(o), seconds(lateSlack))
-		return Check{Name: checkObey, Result: Fail, Seen: seen}
+		return lateObey(t, r, o)
 	case o.refused():
 		c := Check{Name: checkObey, Result: Fail, Seen: seen + ": obeying is not enough"}
 		if t.date && q.s.skew.n > 0 && q.s.skew.agrees() {
@@ -117,6 +129,19 @@ func (q *session) obeyVerdict(t told, how string, r, o *exchange) Check {
 		return na(checkObey, seen+": obeying cannot be judged")
 	}
 	return Check{Name: checkObey, Result: Pass, Seen: seen}
+}
+
+// lateObey judges o, a retry obeying t, the Retry-After of r, that went late. It fails when
+// r itself held it back (its body still being read when the retry was due: a client obeying
+// r is held back alike); a retry the probe sent late of itself, or after a request of its own,
+// is n/a.
+func lateObey(t told, r, o *exchange) Check {
+	seen := fmt.Sprintf("told %s %q, the retry went %s after the refusal: it %s; then: %s: a retry more than %s late shows nothing of obeying",
+		t.source(), t.value, seconds(roundDuration(o.sent.Sub(r.received))), o.lateness(), answer(o), seconds(lateSlack))
+	if o.prevN == r.n && r.read.Sub(o.due) > lateSlack {
+		return Check{Name: checkObey, Result: Fail, Seen: seen}
+	}
+	return na(checkObey, seen+", and the refusal did not hold it back")
 }
 
 // obey waits until a client obeying t, the Retry-After of e, retries, sends that retry, and
@@ -131,20 +156,22 @@ func (q *session) obey(ctx context.Context, t told, e *exchange) (*exchange, Che
 	return o, q.obeyVerdict(t, how, e, o), nil
 }
 
-// tightVerdict judges the early retry e made against t. A retry that went at once, since t
-// left nothing to take off but its one second, judges nothing: a limiter refuses a retry at
-// once whether its wait is padded or not.
-func tightVerdict(t told, e *exchange) Check {
-	what := "retried 1 s early"
-	if t.date {
-		what = "retried at least 1 s before the date"
-	}
-	if t.wait <= earlyBy(t) {
+// tightVerdict judges the early retry e made against t, the wait the refusal r told, by when e
+// actually went. A retry that went at once, since t left nothing to take off but earlyBy, judges
+// nothing: a limiter refuses a retry at once whether its wait is padded or not. An admission
+// proves padding only when the retry still went earlyBy early.
+func tightVerdict(t told, r, e *exchange) Check {
+	if t.wait <= earlyBy(t)+tightMargin {
 		what := fmt.Sprintf("%q", t.value)
 		if t.date {
 			what = fmt.Sprintf("%q, %s after %s", t.value, seconds(t.wait), t.ref)
 		}
 		return na(checkTight, "cannot judge "+what+": a second early is at once, which a limiter refuses whether the wait is padded or not (retried at once: "+answer(e)+")")
+	}
+	early := t.wait - e.sent.Sub(r.sent)
+	what := "retried " + seconds(roundDuration(early)) + " early"
+	if t.date {
+		what = "retried at least " + seconds(roundDuration(early-time.Second)) + " before the date"
 	}
 	switch {
 	case e.late() > 0:
@@ -153,6 +180,8 @@ func tightVerdict(t told, e *exchange) Check {
 		return na(checkTight, what+": "+answer(e)+", which tells nothing of padding")
 	case e.refused():
 		return Check{Name: checkTight, Result: Pass, Seen: what + ": " + answer(e)}
+	case early < earlyBy(t):
+		return na(checkTight, fmt.Sprintf("%s, having gone %s after its instant: %s, which a limiter that rounds its wait up may do without padding it", what, seconds(roundDuration(e.sent.Sub(e.due))), answer(e)))
 	}
 	return Check{Name: checkTight, Result: Fail, Seen: what + ": " + answer(e) + ": the wait is padded by a second or more"}
 }
@@ -195,12 +224,12 @@ func (q *session) earlyRetry(ctx context.Context, r2 *exchange, obey *Check) (ti
 		why := tooShortForEarly(t2)
 		return na(checkTight, why), na(checkFree, why)
 	}
-	e, err := q.s.sendAt(ctx, r2.sent.Add(t2.wait-early), q.p.Method)
+	e, err := q.s.sendAt(ctx, earlyAt(r2, t2), q.p.Method)
 	if err != nil {
 		q.stopWith(err)
 		return q.notChecked(checkTight), q.notChecked(checkFree)
 	}
-	tight = tightVerdict(t2, e)
+	tight = tightVerdict(t2, r2, e)
 	switch {
 	case e.late() > 0:
 		return tight, na(checkFree, "the early retry "+e.lateness())
@@ -268,11 +297,11 @@ func (q *session) retriesAfter503(ctx context.Context, r1 *exchange) (obey, tigh
 	var e *exchange
 	if early := earlyBy(t1); t1.wait >= early {
 		var err error
-		if e, err = q.s.sendAt(ctx, r1.sent.Add(t1.wait-early), q.p.Method); err != nil {
+		if e, err = q.s.sendAt(ctx, earlyAt(r1, t1), q.p.Method); err != nil {
 			q.stopWith(err)
 			return q.notChecked(checkObey), q.notChecked(checkTight), q.notChecked(checkFree)
 		}
-		tight = tightVerdict(t1, e)
+		tight = tightVerdict(t1, r1, e)
 	} else {
 		tight = na(checkTight, tooShortForEarly(t1))
 	}

@@ -46,8 +46,8 @@ func retryTimeline(t *testing.T, server func() http.Handler, n int) []time.Durat
 // TestRetryTiming checks when the retries reach the server. The obeying retry waits from when
 // the refusal arrived, so it reaches the server the round trip later than told; the early
 // retry counts from when the refused request was sent, so it reaches the server exactly a
-// second before told after the refusal did, the round trip cancelling: both give the server the
-// benefit of the round trip.
+// second and tightMargin before told after the refusal did, the round trip cancelling: both
+// give the server the benefit of the round trip.
 func TestRetryTiming(t *testing.T) {
 	ms := func(v ...int) []time.Duration {
 		d := make([]time.Duration, len(v))
@@ -63,18 +63,18 @@ func TestRetryTiming(t *testing.T) {
 	}{
 		// Retry-After 2 each time: 5 admitted 100 ms apart, then the refusal r1 at 550;
 		// obeying at 550 + 2000 + 100; the next refusal r2 at once; the early retry at
-		// r2 + 1000; obeying after it at r2 + 2000 + 100, refused; obeying that alone, again
+		// r2 + 900; obeying after it at r2 + 2000 + 100, refused; obeying that alone, again
 		// 2100 later.
 		{"charges refused requests", func() http.Handler { return withCORS("", &tokenBucket{charge: true}) },
-			ms(50, 150, 250, 350, 450, 550, 2650, 2750, 3750, 4850, 6950)},
+			ms(50, 150, 250, 350, 450, 550, 2650, 2750, 3650, 4850, 6950)},
 		// A 503 until 10.5 s, announced as the date 00:00:11 with Date 00:00:00: the
-		// refusal, the HEAD, the early retry 2 s before the date (Date has whole seconds),
+		// refusal, the HEAD, the early retry 2.1 s before the date (Date has whole seconds),
 		// obeying at the date by the probe's clock, which Date agrees with, as a client does.
 		{"maintenance, HTTP-date", func() http.Handler { return maintenance(true, 10500*time.Millisecond, 0, false) },
-			ms(50, 150, 9050, 11050)},
-		// The same with delay-seconds ("11"): the early retry 1 s before it.
+			ms(50, 150, 8950, 11050)},
+		// The same with delay-seconds ("11"): the early retry 1.1 s before it.
 		{"maintenance, delay-seconds", func() http.Handler { return maintenance(false, 10500*time.Millisecond, 0, false) },
-			ms(50, 150, 10050, 11150)},
+			ms(50, 150, 9950, 11150)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := retryTimeline(t, c.server, len(c.want))

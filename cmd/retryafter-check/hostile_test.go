@@ -144,7 +144,7 @@ var hostileCases = []probeCase{
 		want: "retry-after=pass date=pass obey=fail tight=n/a refusal-free=n/a head=n/a cors=n/a ratelimit=n/a",
 		seen: map[string]string{
 			checkObey:  `told Retry-After "2", the retry went 18 s after the refusal: it went 16 s late, the body of request 4 having taken 18 s to read; then: admitted (200 OK): a retry more than 0.5 s late shows nothing of obeying`,
-			checkTight: "the early retry went 17 s late, the body of request 8 having taken 18 s to read, which tells nothing of a second early",
+			checkTight: "the early retry went 17.1 s late, the body of request 8 having taken 18 s to read, which tells nothing of a second early",
 			checkHEAD:  "the body of GET's refusal took 18 s to read",
 		},
 		exit: exitFail,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -20,8 +21,9 @@ const (
 // and Location.
 var keptPrefixes = []string{"Retry-After", "X-Ms-Retry-After", "Date", "Ratelimit", "X-Ratelimit-", "Anthropic-Ratelimit-", "Access-Control-", "Location"}
 
-// keepFields returns the fields of h that a check reads, Retry-After and Date first, cut to
-// keptBytes in all, and whether any was cut or left out for that.
+// keepFields returns the fields of h that a check reads, Retry-After and Date first and the
+// first line of each before the further lines of any, cut to keptBytes in all, and whether any
+// was cut or left out for that.
 func keepFields(h http.Header) (http.Header, bool) {
 	var names []string
 	for name := range h {
@@ -37,20 +39,36 @@ func keepFields(h http.Header) (http.Header, bool) {
 	})
 	out := make(http.Header, len(names))
 	left, cut := keptBytes, false
-	for _, name := range names {
-		for _, v := range h[name] {
-			if len(v) > keptLine {
-				v, cut = v[:keptLine]+"…", true
+	// The first line of every field before the further lines of any, so that many lines of
+	// one field leave room for the others.
+	for _, lines := range [][2]int{{0, 1}, {1, math.MaxInt}} {
+		for _, name := range names {
+			vs := h[name]
+			for _, v := range vs[min(lines[0], len(vs)):min(lines[1], len(vs))] {
+				var c, ok bool
+				left, c, ok = keepLine(out, name, v, left)
+				cut = cut || c
+				if !ok {
+					break
+				}
 			}
-			if len(name)+len(v) > left {
-				cut = true
-				break
-			}
-			left -= len(name) + len(v)
-			out[name] = append(out[name], strings.Clone(v))
 		}
 	}
 	return out, cut
+}
+
+// keepLine adds v, a line of the field name, to out, cut to keptLine, when it fits in left
+// bytes; it returns the bytes left, whether v was cut or left out, and whether it was kept.
+func keepLine(out http.Header, name, v string, left int) (int, bool, bool) {
+	cut := false
+	if len(v) > keptLine {
+		v, cut = v[:keptLine]+"…", true
+	}
+	if len(name)+len(v) > left {
+		return left, true, false
+	}
+	out[name] = append(out[name], strings.Clone(v))
+	return left - len(name) - len(v), cut, true
 }
 
 // kept reports whether a check reads the field name, canonical.

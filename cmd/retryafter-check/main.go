@@ -13,11 +13,15 @@
 //	              at its instant by the probe's clock, as clients obey it, corrected only by a
 //	              skew that Date proves
 //	tight         a retry one second earlier is refused: the wait is not padded (a wait of one
-//	              second cannot be judged: one second earlier is at once); on a 429, again in a
-//	              later round, with the quota spent later in a window (see below)
+//	              second cannot be judged: one second earlier is at once); again in a later
+//	              round, with the quota spent later in a window (see below). The retry is aimed
+//	              0.1 s earlier still, and judged by when it went: admitted less than a second
+//	              early, as the probe's own lateness can make it, it is n/a, since a limiter
+//	              that rounds its wait up may admit it
 //	refusal-free  that refused early retry cost nothing: waiting the rest is then admitted
 //	head          HEAD, right after a refused GET, is refused alike, with a wait that agrees;
-//	              a HEAD answered 405 or 501 is not served, and says nothing
+//	              a HEAD answered 405 or 501 is not served, and says nothing, nor does one
+//	              that went after the wait GET told had run out (a tarpit's slow refusal)
 //	cors          with -origin, a browser script of that origin can read Retry-After
 //	ratelimit     the RateLimit and RateLimit-Policy fields, if any, parse (RFC 9651 Lists,
 //	              draft-ietf-httpapi-ratelimit-headers) and agree with Retry-After; so do the
@@ -30,19 +34,23 @@
 //
 // A retry is admitted when it is answered 2xx, or 4xx other than a refusal; a 3xx or a 5xx
 // other than a refusal is neither, and leaves its check n/a. A retry that goes more than half a
-// second after its instant (a server that trickles the body of a refusal holds it back) is
-// judged by when it went: obey fails, tight and refusal-free are n/a.
+// second after its instant is judged by when it went: obey fails when the refusal it obeys held
+// it back (a server that trickles the body of a refusal holds a client back alike), and is n/a
+// when the probe itself went late; tight and refusal-free are n/a.
 //
 // The later round: where the quota runs out at the start of a window, as it does at the
 // probe's pace, the whole window is the wait, and a limiter that always tells the whole window
-// passes tight. So after tight passed on a 429 whose first wait was 3 s or more, the probe
-// waits half that wait past the last admission, spends the quota again, and retries a second
-// before the wait then told. That costs the quota again plus two requests, and about one and a
-// half times the first wait; -skip-later skips it. When it would pass -timeout or -budget, the
-// probe gives up (exit 3) rather than pass a wait it did not check.
+// passes tight. So after tight passed on a refusal that spent a quota (a 429, or a 503 after
+// admissions) whose first wait was 3 s or more (6 s for a date), the probe waits half that
+// wait past the last admission, spends the quota again, and retries a second before the wait
+// then told. That costs the quota again plus two requests, and about one and a half times the
+// first wait; -skip-later skips it. When it would pass -timeout or -budget, the probe gives up
+// (exit 3) rather than pass a wait it did not check; when it cannot judge (no admission to
+// start from, a 5xx, its own retry late), tight is n/a.
 //
-// A 503 of a maintenance window is checked the same way, but for the later round; point the
-// probe at one while it is on and give -timeout room for the window to end.
+// A 503 of a maintenance window, refused from the first request, is checked the same way, but
+// for the later round; point the probe at one while it is on and give -timeout room for the
+// window to end.
 //
 // It prints a table, or with -json one JSON object, and says how many requests it sent, in how
 // long, against which budgets. A first request already refused with 429 is reported too:

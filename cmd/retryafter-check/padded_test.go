@@ -62,7 +62,7 @@ var paddedCases = []probeCase{
 		probe:  Probe{Budget: 14},
 		want:   "retry-after=pass date=pass obey=pass tight=n/a refusal-free=pass head=n/a cors=n/a ratelimit=n/a",
 		seen: map[string]string{
-			checkTight: "retried 1 s early: refused (429 Too Many Requests, Retry-After: 10); the later round not checked: the later round needs about 5 requests, and 4 are left of -budget 14 (-skip-later skips it)",
+			checkTight: "retried 1.1 s early: refused (429 Too Many Requests, Retry-After: 10); the later round not checked: the later round needs about 5 requests, and 4 are left of -budget 14 (-skip-later skips it)",
 			checkHEAD:  "not checked: the later round needs about 5 requests",
 		},
 		exit: exitGaveUp, gaveUp: "the later round needs about 5 requests, and 4 are left of -budget 14 (-skip-later skips it)",

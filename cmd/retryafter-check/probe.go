@@ -171,6 +171,10 @@ func (q *session) probe(ctx context.Context, rep *Report) {
 		} else {
 			obey, tight, free = q.retriesAfter503(ctx, r1)
 		}
+		if r1.n > 1 {
+			// Admitted before it, the probe spent a quota: a 503 of a rate limiter.
+			tight = q.laterRound(ctx, r1, tight)
+		}
 	} else {
 		// HEAD goes last, so that whatever it costs falls on no other check.
 		obey, tight, free = q.retriesAfter429(ctx, r1)

@@ -83,7 +83,7 @@ var probeCases = []probeCase{
 		seen: map[string]string{
 			checkRetryAfter: `"11": delay-seconds`,
 			checkHEAD:       "HEAD: 503 Service Unavailable, Retry-After: 11, like GET",
-			checkTight:      "retried 1 s early: refused (503 Service Unavailable, Retry-After: 1)",
+			checkTight:      "retried 1.1 s early: refused (503 Service Unavailable, Retry-After: 1)",
 			checkObey:       "waited 11 s as told, then retried: admitted (200 OK)",
 		},
 		requests: 4, // the refusal, the HEAD, the early retry, the obeying retry
@@ -93,7 +93,7 @@ var probeCases = []probeCase{
 		want: allPass,
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:11 GMT": IMF-fixdate, 11 s after Date`,
-			checkTight:      "retried at least 1 s before the date: refused (503 Service Unavailable",
+			checkTight:      "retried at least 1.1 s before the date: refused (503 Service Unavailable",
 			checkObey:       "waited 11 s, until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
 			checkCORS:       "Access-Control-Expose-Headers: Retry-After, Date",
 		},
@@ -134,7 +134,7 @@ var probeCases = []probeCase{
 		want: "retry-after=pass date=pass obey=fail tight=fail refusal-free=n/a head=pass cors=fail ratelimit=fail",
 		seen: map[string]string{
 			checkObey:  "waited 10 s as told, then retried: refused (429 Too Many Requests, Retry-After: 10)",
-			checkTight: "retried 1 s early: admitted (200 OK): the wait is padded by a second or more",
+			checkTight: "retried 1.1 s early: admitted (200 OK): the wait is padded by a second or more",
 			checkFree:  "the early retry was admitted",
 			// The next refusal, 1 s before the window's end, still says the whole window.
 			checkRateLimit: "X-RateLimit-Reset: 946684820 (an epoch, 1 s after Date): but Retry-After says 10 s: a client reading X-RateLimit-Reset comes back early",
@@ -187,7 +187,7 @@ var probeCases = []probeCase{
 		seen: map[string]string{
 			checkRetryAfter: `"Sat, 01 Jan 2000 00:00:06 GMT": IMF-fixdate, 6 s after Date`,
 			checkObey:       "waited 5.6 s, until the date by the probe's clock (Date agrees with it to the second), then retried: admitted (200 OK)",
-			checkTight:      "retried at least 1 s before the date: refused",
+			checkTight:      "retried at least 1.1 s before the date: refused",
 		},
 	},
 	{

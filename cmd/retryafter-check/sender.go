@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"sort"
@@ -230,7 +231,16 @@ func (s *sender) sendAt(ctx context.Context, t time.Time, method string) (*excha
 // provoke sends requests with the probe's method, no closer together than the pace, until one
 // is refused, and returns it. It stops at a redirect, which it does not follow.
 func (s *sender) provoke(ctx context.Context) (*exchange, error) {
-	for {
+	return s.provokeWithin(ctx, math.MaxInt)
+}
+
+// errNoRefusal is most requests of provokeWithin, none of them refused.
+var errNoRefusal = errors.New("no refusal")
+
+// provokeWithin is provoke, sending at most most requests; when none of them is refused, it
+// returns errNoRefusal.
+func (s *sender) provokeWithin(ctx context.Context, most int) (*exchange, error) {
+	for range most {
 		if s.sent > 0 {
 			if err := s.wait(ctx, s.last.Add(s.pace).Sub(s.now())); err != nil {
 				return nil, err
@@ -247,6 +257,7 @@ func (s *sender) provoke(ctx context.Context) (*exchange, error) {
 			return nil, s.redirect(e)
 		}
 	}
+	return nil, errNoRefusal
 }
 
 // redirect describes the redirect e.

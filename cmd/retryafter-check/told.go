@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -151,10 +152,27 @@ func generousSeconds(v string) (time.Duration, bool) {
 		return 0, false
 	}
 	secs, err := strconv.ParseFloat(s, 64)
-	if err != nil || secs > math.MaxInt64/float64(time.Second) {
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return 0, false
 	}
-	return time.Duration(secs * float64(time.Second)), true
+	// Past the largest time.Duration (2^63 ns, which float64 holds exactly), the wait
+	// saturates: it is beyond any budget, never negative.
+	if ns := secs * float64(time.Second); ns < float64(math.MaxInt64) {
+		return time.Duration(ns), true
+	}
+	return math.MaxInt64, true
+}
+
+// addSat is a+b, saturated at the largest and the smallest time.Duration.
+func addSat(a, b time.Duration) time.Duration {
+	switch sum := a + b; {
+	case b > 0 && sum < a:
+		return math.MaxInt64
+	case b < 0 && sum > a:
+		return math.MinInt64
+	default:
+		return sum
+	}
 }
 
 // generousDate reads an IMF-fixdate whose zone is UTC, +0000 or -0000 instead of GMT (Go's
