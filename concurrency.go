@@ -28,27 +28,20 @@ const serviceWeight = 1.0 / 16
 //	r.Use(c.Handler)
 //	r.Use(retryafter.Limit(rate.Every(200*time.Millisecond), 10))
 //
-// Retry-After follows the pace at which slots free, and the requests waiting ahead. Each slot is
-// taken to free once per the moving average of how long requests hold their slot, or, while its
-// request has run longer than that, once per that request's age; a request much longer than the
-// average counts in it as a few times the average. So one slot held for any length of time
-// changes the pace by its share at most, while requests that all take longer, or all get stuck,
-// slow it down as they do. A refused request is told the whole number of seconds, never 0, after
-// which a slot should have freed for it. The clients refused at the same time are told
-// different seconds, so that they come back at most as fast as requests complete (rounded up to
-// a whole request) and no more at one instant than the slots and the queue can take (see
-// [Spread] for the promise). A client that waits as told thus finds a slot, unless new clients
-// took it meanwhile or requests began to take longer.
+// Retry-After follows the pace at which slots free and the requests waiting ahead: each slot is
+// taken to free once per the moving average of how long requests hold one, or, while its request
+// has run longer, once per that request's age, so that one slot held for any length of time
+// changes the pace by its share at most. A refused request is told the whole number of seconds,
+// never 0, after which a slot should have freed for it; clients refused together are told
+// different seconds, so that they come back at most as fast as requests complete and no more at
+// one instant than the slots and the queue can take (see [Spread]).
 //
 // A request that finds every slot taken waits in the queue, first come first served, until a
-// slot frees, QueueWait passes (it is then refused), or its context ends (the client hung up:
-// it leaves the queue and is answered 503, which no one may read). A handler that panics frees
-// its slot, and the panic goes on unchanged. A CORS preflight that CORS middleware answers, on
-// either side, is passed on uncounted; a request only shaped as one takes a slot as any other,
-// by the rule of [LimitWith] (see the package doc's Browsers section).
-//
-// Mount it with [Limit] in either order: outside, a request it refuses costs no quota; inside,
-// only admitted requests take a slot. A [Maintenance] goes before both.
+// slot frees, QueueWait passes (it is then refused), or the client hangs up (it leaves the
+// queue). A handler that panics frees its slot. A CORS preflight that CORS middleware answers is
+// passed on uncounted; a request only shaped as one takes a slot as any other. Mount it with
+// [Limit] in either order: outside, a request it refuses costs no quota; inside, only admitted
+// requests take a slot. A [Maintenance] goes before both.
 //
 // A Concurrency is configured by its fields, which must be set before its Handler is first
 // called; Max must be at least 1 and the zero value is not ready. One Concurrency may guard

@@ -256,17 +256,10 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 // later instant, and the waits reported are still measured from now. So a bucket's clock never
 // runs backwards, which would credit the same time twice (golang/go#65508).
 //
-// A clock without monotonic readings (see [WithClock]) may step back. A now more than a second
-// behind the latest instant of its part may be such a step or a stale reading: it proposes a
-// step by as much as makes it the latest instant, and is decided there, crediting nothing. The
-// readings that follow on the clock's new line count on from there, their waits measured from
-// them, and the step is taken once they have run on for 5 s with none of the old line in
-// between, however long it is: from then on the TokenBucket adds it to the clock's readings, in
-// every part, so that all its buckets count on from the new readings, neither frozen nor
-// refilled for the step. A reading of the old line drops the proposal: so a stale reading, which
-// current ones follow at once, shifts nothing and credits nothing, its wait measured from the
-// latest instant rather than from it; nor does a reading more than 250 years behind (the zero
-// time.Time), which is decided at the latest instant.
+// A clock without monotonic readings (see [WithClock]) may step back, by any step: a now more
+// than a second behind is decided at the latest instant, crediting nothing, and once the
+// readings of the clock's new line have run on for 5 s, every bucket counts on from them,
+// neither frozen nor refilled for the step (steps.go says how a stale reading is told apart).
 //
 // The Decision also carries the key's quota after this request and its Policy:
 //   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit

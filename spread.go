@@ -230,32 +230,21 @@ func (s *returns) spreadWait(now time.Time, wait time.Duration, perSecond float6
 //
 //	retryafter.All(perClient, retryafter.Spread(retryafter.Shared(service, "all"), 100, 100))
 //
-// limit and burst are the capacity returns are spread at: requests per second, and the most
-// that can be admitted at one instant (a token bucket's own limit and burst). A refused
-// request of cost n counts for n: the schedule books cost, not requests. If limit is 0, the refusing Decision's Policy gives them,
-// and a refusal whose Policy has no rate keeps its own wait.
+// limit and burst are the capacity returns are spread at (a token bucket's own limit and
+// burst); if limit is 0, the refusing Decision's Policy gives them, and a refusal whose Policy
+// has no rate keeps its own wait. A refused request is told a whole number of seconds, never less
+// than l's own wait, and the requests Spread refuses are told to come back, in each second of the
+// server's clock up to an hour ahead, with a cost of at most limit and burst: the schedule books
+// cost, and a request whose cost is more than a second holds takes the seconds before the one it
+// is told. A client comes back at the fraction of a second it was refused at, so a bucket whose
+// burst holds less than two seconds of its limit may refuse a few again, with a new wait.
 //
-// What is promised: a refused request is told to wait a whole number of seconds, never less
-// than l's own wait for it, so no client is told to come back before l could admit it; and the
-// requests Spread refuses are told to come back, in each second of the server's clock, with a
-// cost of at most limit (rounded up to a whole unit) and at most burst, as far as an
-// hour ahead; a request whose cost is more than a second holds is told the second by which the
-// seconds before it, which it takes, have accrued its cost. So clients
-// refused at the same instant and told the same second come back together, no more than l can
-// admit at once, and each is admitted unless new requests spent the quota meanwhile. A client
-// comes back at the fraction of a second it was refused at: those told one second and refused
-// late in theirs may meet those told the next and refused early, and a bucket whose burst holds
-// less than two seconds of its limit may then refuse a few of them again, with a new wait.
-//
-// Waits are longer than l's, so the Decisions are not tight as [Limiter] asks: a client may be
-// admitted before the wait it was told. The refusing layer's wait and Reset (of each layer of an
-// [All]) are lengthened with it, so that the RateLimit fields' t equals the Retry-After. A request l refuses forever is passed through. Inside
-// [All], a Spread layer is not combined with the TokenBuckets beside it into one atomic step:
-// it is decided apart from them, as in a mix of stores.
-//
-// Spread keeps what l charges: around [Shared] or [ChargedAfter] it spreads the Limiter they
-// wrap, keeping its key and its charges afterwards, so that Spread(ChargedAfter(l)) is
-// ChargedAfter(Spread(l)); around an [All], the All's layers charged afterwards are charged.
+// The waits are longer than l's, so the Decisions are not tight as [Limiter] asks; the refusing
+// layer's wait and Reset are lengthened with them, so that the RateLimit fields' t equals the
+// Retry-After. A request l refuses forever is passed through. Inside [All], a Spread layer is
+// decided apart from the TokenBuckets beside it, as in a mix of stores. Spread keeps what l
+// charges: around [Shared] or [ChargedAfter] it spreads the Limiter they wrap, so that
+// Spread(ChargedAfter(l)) is ChargedAfter(Spread(l)).
 //
 // Spread panics if l is nil, limit is negative or not a number, or burst is negative.
 func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
