@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
@@ -19,7 +18,7 @@ var leaseLua string
 
 // leaseScript gives back a replica's lease of a key, decides a request and takes a new lease,
 // or charges, in one call (see lease.lua).
-var leaseScript = redis.NewScript(assemble(leaseLua))
+var leaseScript = newScript(assemble(leaseLua))
 
 // maxLeaseKeys is the most keys a [Leased] holds a lease of, or knows the state of, at once;
 // the requests of other keys are decided by its Store.

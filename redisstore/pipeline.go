@@ -39,7 +39,7 @@ type queue struct {
 type shared struct {
 	ctx    context.Context // the round trip's, with the call's deadline (see newRoundTrip)
 	client pipeliner       // the store's
-	script *redis.Script
+	script *script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd    // its answer, set before done is closed
@@ -60,10 +60,10 @@ func newBatcher(oneServer bool, cluster *redis.ClusterClient) *batcher {
 // send runs script on keys with args within ctx, whose deadline bounds the call: in a round trip
 // of its own, or shared with the calls to the same server (see batcher). It is what script.Run
 // does, the round trip shared.
-func (s *Store) send(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
+func (s *Store) send(ctx context.Context, script *script, keys []string, args []any) *redis.Cmd {
 	p, ok := s.client.(pipeliner)
 	if s.batch == nil || !ok {
-		return script.Run(ctx, s.client, keys, args...)
+		return script.run(ctx, s.client, keys, args)
 	}
 	return s.batch.queueOf(ctx, keys[0]).send(ctx, s.client, p, script, keys, args)
 }
@@ -87,12 +87,12 @@ func (b *batcher) queueOf(ctx context.Context, key string) *queue {
 // send makes the call at once when no round trip to q's server is in flight, and otherwise queues
 // it for the next, until ctx's deadline.
 // client is the store's, and p the same.
-func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, script *redis.Script, keys []string, args []any) *redis.Cmd {
+func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, script *script, keys []string, args []any) *redis.Cmd {
 	q.mu.Lock()
 	if !q.busy {
 		q.busy = true
 		q.mu.Unlock()
-		cmd := script.Run(ctx, client, keys, args...)
+		cmd := script.run(ctx, client, keys, args)
 		q.next()
 		return cmd
 	}
@@ -165,7 +165,7 @@ func exec(calls []*shared) {
 	defer cancel()
 	pipe := calls[0].client.Pipeline()
 	for _, c := range calls {
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.cmd = c.script.queue(ctx, pipe, false, c.keys, c.args)
 	}
 	pipe.Exec(ctx) // each command has its own error
 	var redo redis.Pipeliner
@@ -174,7 +174,7 @@ func exec(calls []*shared) {
 			if redo == nil {
 				redo = calls[0].client.Pipeline()
 			}
-			c.cmd = c.script.Eval(ctx, redo, c.keys, c.args...)
+			c.cmd = c.script.queue(ctx, redo, true, c.keys, c.args)
 		}
 	}
 	if redo != nil {

@@ -106,7 +106,7 @@ var decideLua string
 
 // decideScript decides a request on one key. It and the other scripts run by EVALSHA, falling
 // back to EVAL when the server does not have them cached (the first call, or after a restart).
-var decideScript = redis.NewScript(assemble(decideLua))
+var decideScript = newScript(assemble(decideLua))
 
 // assemble returns the script src with state.lua's blocks in place ({{template "read"}}...):
 // Go's text/template, so that the state's code is written once and each script runs it without
@@ -258,6 +258,11 @@ func withStepTolerance(d time.Duration) Option {
 // panics if client is a *redis.Client, *redis.ClusterClient or *redis.Ring built without it, or
 // a *redis.AutoPipeliner, which waits out its batches whatever the context; a client of another
 // kind must honour deadlines itself.
+//
+// Each of the store's script calls runs at most once: go-redis's clients send it no second time
+// after it may have reached Redis (their retries, MaxRetries, serve their other commands), since
+// a script sent again after a reset lost its reply would spend twice. A client of another kind
+// must not send a write again itself (rueidis does not).
 //
 // New panics if client is nil or ignores deadlines (see above), if limit is not positive (a key
 // that never refills would never expire from Redis), if limit is above 1e9 per second other than
@@ -507,7 +512,7 @@ func (t *trip) again() bool {
 // that the answer holds want integers (0: any answer), and learns from the outcome: the node is
 // up, or the failure is evidence against it, or the key's own (see failed). Every script call of
 // the store but a flush's pipeline goes through it, and it sends through send.
-func (s *Store) run(ctx context.Context, rt roundTrip, script *redis.Script, keys []string, args []any, want int) (trip, error) {
+func (s *Store) run(ctx context.Context, rt roundTrip, script *script, keys []string, args []any, want int) (trip, error) {
 	t := trip{health: s.health.of(rt.ctx, keys[0])}
 	var err error
 	if t.at, err = t.health.admit(); err != nil {
