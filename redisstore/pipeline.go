@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,13 +13,20 @@ const maxShared = 128
 
 // A batcher shares round trips between the concurrent script calls of a Store to one server: a
 // call that finds no round trip in flight to its server goes out at once, on its own, as
-// script.Run sends it; one that finds a round trip in flight waits in the server's queue, and
-// every call queued meanwhile goes out together, pipelined, as soon as that round trip is back.
-// So an idle store adds no latency, and a busy one sends a round trip per round trip's time and
-// server, whatever its number of requests, and Redis reads and answers them in one go: most of a
-// decision's cost to Redis is its networking, which the calls of one round trip share
-// (BENCHMARKS.md). Each call still waits at most its own deadline: one whose deadline passes while
-// queued returns then, and is not sent; one whose deadline passes while in flight returns then too.
+// script.Run sends it; one that finds a round trip in flight waits in the server's queue, when
+// that saves something, and every call queued meanwhile goes out together, pipelined, as soon as
+// that round trip is back. So an idle store adds no latency, and a busy one sends a round trip per
+// round trip's time and server, whatever its number of requests, and Redis reads and answers them
+// in one go: most of a decision's cost to Redis is its networking, which the calls of one round
+// trip share (BENCHMARKS.md).
+//
+// A call waits in the queue only when, by the round trips seen lately, the one in flight lands
+// and the next comes back with a round trip's time to spare before the call's deadline (see
+// queue.worth); otherwise it goes out at once, on its own, beside the one in flight, as it would
+// without sharing. So slow round trips, or a deadline tight for them, turn sharing off, and fast
+// ones turn it on again. Each call still waits at most its own deadline: one whose deadline
+// passes while queued returns then, unsent, which says nothing of Redis; one whose deadline
+// passes while in flight returns then too.
 //
 // It holds no goroutine while idle: the one that sends a server's queued calls is started when the
 // round trip in flight lands with calls queued behind it, and ends with the queue.
@@ -31,7 +39,9 @@ type batcher struct {
 // A queue is the calls to one server that wait for the round trip in flight to it.
 type queue struct {
 	mu      sync.Mutex
-	busy    bool // a round trip is in flight, whose sender will send what is queued
+	busy    bool          // a round trip is in flight, whose sender will send what is queued
+	since   time.Time     // when it was sent
+	rtt     time.Duration // the round trips' time, a moving average; 0 before the first
 	waiting []*shared
 }
 
@@ -42,6 +52,8 @@ type shared struct {
 	script *script
 	keys   []string
 	args   []any
+	taken  bool          // in a round trip: sent, or on its way (under the queue's mu)
+	gone   bool          // its caller left before it was taken: never to be sent (same)
 	cmd    *redis.Cmd    // its answer, set before done is closed
 	done   chan struct{} // closed when the round trip that carried it is back
 }
@@ -59,11 +71,12 @@ func newBatcher(oneServer bool, cluster *redis.ClusterClient) *batcher {
 
 // send runs script on keys with args within ctx, whose deadline bounds the call: in a round trip
 // of its own, or shared with the calls to the same server (see batcher). It is what script.Run
-// does, the round trip shared.
-func (s *Store) send(ctx context.Context, script *script, keys []string, args []any) *redis.Cmd {
+// does, the round trip shared, and reports whether the call was sent: one that waited in the
+// queue until its deadline was not.
+func (s *Store) send(ctx context.Context, script *script, keys []string, args []any) (*redis.Cmd, bool) {
 	p, ok := s.client.(pipeliner)
 	if s.batch == nil || !ok {
-		return script.run(ctx, s.client, keys, args)
+		return script.run(ctx, s.client, keys, args), true
 	}
 	return s.batch.queueOf(ctx, keys[0]).send(ctx, s.client, p, script, keys, args)
 }
@@ -84,45 +97,68 @@ func (b *batcher) queueOf(ctx context.Context, key string) *queue {
 	return q.(*queue)
 }
 
-// send makes the call at once when no round trip to q's server is in flight, and otherwise queues
-// it for the next, until ctx's deadline.
+// send makes the call at once when no round trip to q's server is in flight, or when waiting for
+// it would not leave the call time to spare (see worth), and otherwise queues it for the next,
+// until ctx's deadline. It reports whether the call was sent.
 // client is the store's, and p the same.
-func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, script *script, keys []string, args []any) *redis.Cmd {
+func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, script *script, keys []string, args []any) (*redis.Cmd, bool) {
 	q.mu.Lock()
 	if !q.busy {
-		q.busy = true
+		q.busy, q.since = true, time.Now()
 		q.mu.Unlock()
 		cmd := script.run(ctx, client, keys, args)
-		q.next()
-		return cmd
+		q.next(time.Now())
+		return cmd, true
 	}
 	c := &shared{ctx: ctx, client: p, script: script, keys: keys, args: args, done: make(chan struct{})}
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.cmd
+		return c.cmd, true
 	case <-ctx.Done():
-		// Queued or in flight: either way its time is up (take sends no call past its deadline).
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
 	}
+	q.mu.Lock()
+	sent := c.taken
+	c.gone = !sent
+	q.mu.Unlock()
+	// Queued or in flight: either way its time is up (take sends no call past its deadline).
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(ctx.Err())
+	return cmd, sent
 }
 
-// next hands the calls queued behind the round trip that just landed to a goroutine that sends
-// them, or marks q idle when there are none.
-func (q *queue) next() {
-	if calls := q.take(); calls != nil {
+// worth reports, with q locked and a round trip in flight, whether a call of ctx may wait for it:
+// when, by the round trips' time as seen lately, that round trip lands and the next comes back
+// with one more round trip's time to spare before ctx's deadline. Before any round trip has
+// landed, it may not.
+func (q *queue) worth(ctx context.Context) bool {
+	if q.rtt == 0 {
+		return false
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return true
+	}
+	landing := max(q.rtt-time.Since(q.since), 0)
+	return landing+2*q.rtt <= time.Until(deadline)
+}
+
+// next hands the calls queued behind the round trip that just landed at now to a goroutine that
+// sends them, or marks q idle when there are none.
+func (q *queue) next(now time.Time) {
+	if calls := q.take(now); calls != nil {
 		go q.drain(calls)
 	}
 }
 
-// take returns the calls to send next, up to maxShared, leaving out those whose deadline has
-// passed, which will not be sent; none marks q idle.
-func (q *queue) take() []*shared {
+// take records that the round trip in flight landed at now, and returns the calls to send next,
+// up to maxShared, leaving out those whose deadline has passed or whose caller left, which will
+// not be sent; none marks q idle.
+func (q *queue) take(now time.Time) []*shared {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.observe(now.Sub(q.since))
 	var calls []*shared
 	n := 0
 	for _, c := range q.waiting {
@@ -130,7 +166,8 @@ func (q *queue) take() []*shared {
 			break
 		}
 		n++
-		if c.ctx.Err() == nil {
+		if !c.gone && c.ctx.Err() == nil {
+			c.taken = true
 			calls = append(calls, c)
 		}
 	}
@@ -140,12 +177,22 @@ func (q *queue) take() []*shared {
 	if calls == nil {
 		q.busy = false
 	}
+	q.since = now
 	return calls
+}
+
+// observe takes the time of a round trip into q's moving average, with q locked.
+func (q *queue) observe(d time.Duration) {
+	if q.rtt == 0 {
+		q.rtt = d
+		return
+	}
+	q.rtt += (d - q.rtt) / 4
 }
 
 // drain sends calls, and then what was queued meanwhile, until the queue is empty.
 func (q *queue) drain(calls []*shared) {
-	for ; calls != nil; calls = q.take() {
+	for ; calls != nil; calls = q.take(time.Now()) {
 		exec(calls)
 	}
 }

@@ -519,8 +519,8 @@ func (s *Store) run(ctx context.Context, rt roundTrip, script *script, keys []st
 		t.down, t.cause = true, err
 		return t, err
 	}
-	t.sent = true
-	cmd := s.send(rt.ctx, script, keys, args)
+	cmd, sent := s.send(rt.ctx, script, keys, args)
+	t.sent = sent
 	if want == 0 {
 		err = cmd.Err()
 	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != want {
@@ -528,6 +528,9 @@ func (s *Store) run(ctx context.Context, rt roundTrip, script *script, keys []st
 	}
 	if err != nil {
 		t.cause = err
+		if !sent { // its time ran out in the queue: no evidence against Redis
+			return t, unsent(rt, err)
+		}
 		err, t.down = s.failed(ctx, rt, t.health, t.at, err)
 		return t, err
 	}
@@ -594,6 +597,16 @@ func newRoundTrip(ctx context.Context, timeout time.Duration) (roundTrip, contex
 	var cancel context.CancelFunc
 	rt.ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), rt.deadline)
 	return rt, cancel
+}
+
+// unsent returns the error of a call of rt whose deadline passed before it was sent (err): the
+// caller's own deadline's, or Redis's failure to answer within the store's timeout, which is
+// no evidence that Redis is down (see batcher).
+func unsent(rt roundTrip, err error) error {
+	if rt.own {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return &unavailableError{cause: err}
 }
 
 // starved returns how long after the deadline of a round trip of the store's timeout its failure
