@@ -110,6 +110,10 @@ func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, sc
 		q.next(time.Now())
 		return cmd, true
 	}
+	if !q.worth(ctx) {
+		q.mu.Unlock()
+		return script.run(ctx, client, keys, args), true // beside the round trip in flight
+	}
 	c := &shared{ctx: ctx, client: p, script: script, keys: keys, args: args, done: make(chan struct{})}
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
@@ -166,7 +170,7 @@ func (q *queue) take(now time.Time) []*shared {
 			break
 		}
 		n++
-		if !c.gone && c.ctx.Err() == nil {
+		if c.gone = c.gone || !q.lands(c.ctx, now); !c.gone {
 			c.taken = true
 			calls = append(calls, c)
 		}
@@ -181,9 +185,19 @@ func (q *queue) take(now time.Time) []*shared {
 	return calls
 }
 
-// observe takes the time of a round trip into q's moving average, with q locked.
+// lands reports, with q locked, whether a round trip sent at now for a call of ctx comes back
+// before its deadline, by the round trips' time: one that would not is not sent, and fails at
+// its deadline as a call that ran out of time in the queue.
+func (q *queue) lands(ctx context.Context, now time.Time) bool {
+	deadline, ok := ctx.Deadline()
+	return !ok || deadline.Sub(now) > q.rtt
+}
+
+// observe takes the time of a round trip into q's moving average, with q locked: at once when it
+// is slower, so that slow round trips stop the sharing that they would make fail, and a quarter
+// of the way when it is faster.
 func (q *queue) observe(d time.Duration) {
-	if q.rtt == 0 {
+	if d > q.rtt {
 		q.rtt = d
 		return
 	}
