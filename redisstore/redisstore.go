@@ -156,6 +156,7 @@ type Store struct {
 	oneServer bool     // client runs every script on one server, whatever its keys (see Combine)
 	clock     clock    // the instants of decisions and of the memory of refusals
 	batch     *batcher // shares round trips between concurrent calls (pipeline.go); nil: none
+	dials     *dials   // the client's failed dials, for the errors they cause (dial.go); nil: none
 
 	health   nodes         // what the store knows of each node (health.go)
 	local    fallback      // decides while Redis is down, with WithLocalFallback (fallback.go)
@@ -264,6 +265,10 @@ func withStepTolerance(d time.Duration) Option {
 // a script sent again after a reset lost its reply would spend twice. A client of another kind
 // must not send a write again itself (rueidis does not).
 //
+// New adds to a go-redis client a hook that only watches its dials, so that a decision that
+// timed out while the client dialled in the background says why the dial failed (connection
+// refused, a dial timeout), wrapped, rather than only that its deadline passed.
+//
 // New panics if client is nil or ignores deadlines (see above), if limit is not positive (a key
 // that never refills would never expire from Redis), if limit is above 1e9 per second other than
 // rate.Inf, if burst is below 1, or if refilling a whole burst would take more than 2^52 ns
@@ -299,6 +304,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	s.health.health = newHealth(s.health.probe)
 	s.health.cluster, _ = client.(*redis.ClusterClient)
 	s.batch = newBatcher(s.oneServer, s.health.cluster)
+	s.dials = watchDials(client)
 	if s.own.unlimited() && s.policyOf == nil {
 		s.refusals = nil // every key is unlimited: nothing to remember, nor to decide locally
 	} else if s.local.replicas > 0 {
@@ -627,6 +633,7 @@ func isTimeout(err error) bool {
 // records in health: not when the caller's own deadline ended it, nor when the failure is a
 // key's (see [ErrKeyState]), the one place that tells them apart.
 func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
+	err = s.dials.cause(err, rt.deadline.Add(-s.timeout))
 	if isKeyState(err) {
 		health.ok() // Redis answered: the failure is the key's (see ErrKeyState)
 		return &keyStateError{cause: err}, false
