@@ -21,10 +21,10 @@ const maxShared = 128
 // trip share (BENCHMARKS.md).
 //
 // A call waits in the queue only when, by the round trips seen lately, the one in flight lands
-// and the next comes back with a round trip's time to spare before the call's deadline (see
-// queue.worth); otherwise it goes out at once, on its own, beside the one in flight, as it would
-// without sharing. So slow round trips, or a deadline tight for them, turn sharing off, and fast
-// ones turn it on again. Each call still waits at most its own deadline: one whose deadline
+// and the next comes back with time to spare before the call's deadline (see queue.worth);
+// otherwise it goes out at once, on its own, beside the one in flight, as it would without
+// sharing. So slow round trips, or a deadline tight for them, turn sharing off, and fast ones
+// turn it on again. Each call still waits at most its own deadline: one whose deadline
 // passes while queued returns then, unsent, which says nothing of Redis; one whose deadline
 // passes while in flight returns then too.
 //
@@ -134,8 +134,8 @@ func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, sc
 
 // worth reports, with q locked and a round trip in flight, whether a call of ctx may wait for it:
 // when, by the round trips' time as seen lately, that round trip lands and the next comes back
-// with one more round trip's time to spare before ctx's deadline. Before any round trip has
-// landed, it may not.
+// with two more round trips' time to spare before ctx's deadline, so that round trips twice as
+// slow as lately still leave it time. Before any round trip has landed, it may not.
 func (q *queue) worth(ctx context.Context) bool {
 	if q.rtt == 0 {
 		return false
@@ -145,7 +145,7 @@ func (q *queue) worth(ctx context.Context) bool {
 		return true
 	}
 	landing := max(q.rtt-time.Since(q.since), 0)
-	return landing+2*q.rtt <= time.Until(deadline)
+	return landing+3*q.rtt <= time.Until(deadline)
 }
 
 // next hands the calls queued behind the round trip that just landed at now to a goroutine that
