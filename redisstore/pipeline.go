@@ -135,17 +135,15 @@ func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, sc
 // worth reports, with q locked and a round trip in flight, whether a call of ctx may wait for it:
 // when, by the round trips' time as seen lately, that round trip lands and the next comes back
 // with two more round trips' time to spare before ctx's deadline, so that round trips twice as
-// slow as lately still leave it time. Before any round trip has landed, it may not.
+// slow as lately still leave it time. Before any round trip has landed, it may (take sends no
+// call that could not land in time).
 func (q *queue) worth(ctx context.Context) bool {
-	if q.rtt == 0 {
-		return false
-	}
 	deadline, ok := ctx.Deadline()
-	if !ok {
+	if !ok || q.rtt == 0 {
 		return true
 	}
 	landing := max(q.rtt-time.Since(q.since), 0)
-	return landing+3*q.rtt <= time.Until(deadline)
+	return landing+2*q.rtt <= time.Until(deadline)
 }
 
 // next hands the calls queued behind the round trip that just landed at now to a goroutine that
@@ -193,15 +191,16 @@ func (q *queue) lands(ctx context.Context, now time.Time) bool {
 	return !ok || deadline.Sub(now) > q.rtt
 }
 
-// observe takes the time of a round trip into q's moving average, with q locked: at once when it
-// is slower, so that slow round trips stop the sharing that they would make fail, and a quarter
-// of the way when it is faster.
+// observe takes the time of a round trip into q's estimate, with q locked: at once down to a
+// faster one, and a quarter up towards a slower one, so that the first round trips (a dial, a
+// script to load) and a few stalls of this process on a loaded host do not turn sharing off,
+// while round trips that stay slow do within a dozen or so.
 func (q *queue) observe(d time.Duration) {
-	if d > q.rtt {
+	if q.rtt == 0 || d < q.rtt {
 		q.rtt = d
 		return
 	}
-	q.rtt += (d - q.rtt) / 4
+	q.rtt = min(q.rtt+q.rtt/4+1, d)
 }
 
 // drain sends calls, and then what was queued meanwhile, until the queue is empty.
