@@ -16,7 +16,9 @@
 // ([WithPolicyFunc]).
 //
 // Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
-// no answer in time fails, on its own. The store takes Redis for down only from evidence: three
+// no answer in time fails, on its own. Concurrent decisions share round trips while that leaves
+// them time, and a script call is never sent twice (BENCHMARKS.md has what a lost reply or a
+// stalled round trip costs). The store takes Redis for down only from evidence: three
 // failures of Redis in a row (a key holding another program's value fails alone, with
 // [ErrKeyState]), each of a round trip sent after the one before had failed (the round trips
 // in flight together when one fails count once). From then on it fails every decision at once,
