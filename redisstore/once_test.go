@@ -108,3 +108,43 @@ func single(one func(t *testing.T) (*proxy, redis.Scripter), direct redis.Script
 		return p.resetAfter, c, direct
 	}
 }
+
+// TestScriptRunsOnceShared is TestScriptRunsOnce for a decision sent in a shared round trip: it
+// queues behind a round trip held in flight, goes out in the pipeline that follows, and the
+// proxy resets the connection after forwarding it.
+func TestScriptRunsOnceShared(t *testing.T) {
+	const burst = 20
+	ctx := context.Background()
+	limit := rate.Every(time.Hour)
+	prefix := testPrefix(t)
+	p := startProxy(t, sharedAddr(t))
+	c := newClient(t, p.Addr())
+	h := &stallKey{key: prefix + "stall", held: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(h)
+	s := New(c, limit, burst, WithPrefix(prefix), WithTimeout(2*time.Second), WithRefusalMemory(0))
+	for range 3 { // the script loaded, and a round trip's time seen
+		decide(t, s, "warm", 0, time.Time{})
+	}
+	go s.Decide(ctx, "stall", 1, time.Time{})
+	<-h.held
+	p.resetAfter(prefix + "k")
+	queued := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(ctx, "k", 5, time.Time{})
+		queued <- err
+	}()
+	for q := &s.batch.one; ; time.Sleep(time.Millisecond) { // queued behind the held round trip
+		q.mu.Lock()
+		n := len(q.waiting)
+		q.mu.Unlock()
+		if n == 1 {
+			break
+		}
+	}
+	close(h.release)
+	t.Logf("the shared decision after the reset: %v", <-queued)
+	d := decide(t, New(newClient(t, sharedAddr(t)), limit, burst, WithPrefix(prefix)), "k", 0, time.Time{})
+	if d.Remaining != burst-5 {
+		t.Fatalf("%d tokens left, want %d: the script ran more than once", d.Remaining, burst-5)
+	}
+}
