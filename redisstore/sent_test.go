@@ -2,6 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"net"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,6 +109,46 @@ func TestUnsentGiveBackHeldAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := New(s.client, rate.Every(time.Hour), 100, WithPrefix(s.prefix))
+	admitted := 0
+	for range 200 {
+		if decide(t, other, "k", 1, time.Time{}).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 99 {
+		t.Fatalf("%d admitted after the lease was given back, want 99", admitted)
+	}
+}
+
+// refuseNext is a client whose next script call fails as a refused connection would, unsent.
+type refuseNext struct {
+	redis.Scripter
+	armed atomic.Bool
+}
+
+func (r *refuseNext) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if r.armed.CompareAndSwap(true, false) {
+		return redis.NewCmdResult(nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	}
+	return r.Scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+// TestRefusedGiveBackHeldAgain is TestUnsentGiveBackHeldAgain for a give-back whose connection
+// was refused: it never reached Redis, so the lease is the replica's again.
+func TestRefusedGiveBackHeldAgain(t *testing.T) {
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	client := &refuseNext{Scripter: newClient(t, sharedAddr(t))}
+	l := New(client, rate.Every(time.Hour), 100, WithPrefix(prefix)).Leased(10)
+	if d, err := l.Decide(ctx, "k", 1, time.Time{}); err != nil || !d.Allowed {
+		t.Fatalf("the first request: %+v, %v", d, err)
+	}
+	client.armed.Store(true)
+	t.Logf("the refused give-back: %v", l.Release(ctx))
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := New(client.Scripter, rate.Every(time.Hour), 100, WithPrefix(prefix))
 	admitted := 0
 	for range 200 {
 		if decide(t, other, "k", 1, time.Time{}).Allowed {
