@@ -15,7 +15,7 @@ import (
 var chargeLua string
 
 // chargeScript charges one key after the fact.
-var chargeScript = redis.NewScript(assemble(chargeLua))
+var chargeScript = newScript(assemble(chargeLua))
 
 var _ retryafter.Charger = (*Store)(nil)
 
@@ -158,7 +158,7 @@ func (s *Store) pipeCharge(ctx context.Context, rt roundTrip, pipe redis.Pipelin
 	if ps.sent, err = ps.health.admit(); err != nil {
 		return failedCharge(held, again, i, s.local.charge(ctx, h.key, int(h.tokens), ps.now, err))
 	}
-	ps.cmd = chargeScript.EvalSha(rt.ctx, pipe, ps.call.keys[:], ps.call.args[:ps.call.nargs]...)
+	ps.cmd = chargeScript.queue(rt.ctx, pipe, false, ps.call.keys[:], ps.call.args[:ps.call.nargs])
 	return nil
 }
 
@@ -186,7 +186,7 @@ func execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sends []pipedC
 	redo := p.Pipeline()
 	for i := range sends {
 		if ps := &sends[i]; ps.cmd != nil && redis.HasErrorPrefix(ps.cmd.Err(), "NOSCRIPT") {
-			ps.cmd = chargeScript.Eval(rt.ctx, redo, ps.call.keys[:], ps.call.args[:ps.call.nargs]...)
+			ps.cmd = chargeScript.queue(rt.ctx, redo, true, ps.call.keys[:], ps.call.args[:ps.call.nargs])
 		}
 	}
 	if redo.Len() > 0 {

@@ -20,7 +20,7 @@ import (
 var allLua string
 
 // allScript decides a request in several layers, all or nothing.
-var allScript = redis.NewScript(assemble(allLua))
+var allScript = newScript(assemble(allLua))
 
 var _ retryafter.Combiner = (*Store)(nil)
 

@@ -108,6 +108,20 @@ func (p keptPipe) EvalSha(ctx context.Context, sha1 string, keys []string, args 
 	return cmd
 }
 
+// Process queues cmd, and keeps the keys of a script call (see script.queue).
+func (p keptPipe) Process(ctx context.Context, cmd redis.Cmder) error {
+	err := p.Pipeliner.Process(ctx, cmd)
+	if args := cmd.Args(); len(args) > 2 && (cmd.Name() == "eval" || cmd.Name() == "evalsha") {
+		n, _ := args[2].(int)
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i], _ = args[3+i].(string)
+		}
+		p.keep(ctx, keys)
+	}
+	return err
+}
+
 func (p keptPipe) keep(ctx context.Context, keys []string) {
 	for _, key := range keys {
 		p.PExpire(ctx, key, keepFor)

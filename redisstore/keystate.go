@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"errors"
+	"net"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,7 +38,16 @@ func isKeyState(err error) bool {
 }
 
 // resend reports whether the charges a round trip carried are to be held again after it failed
-// with err: not when they may have been made (a timeout), nor when the key cannot take them.
+// with err: when it shows the script did not run, that is Redis answered with an error of its
+// own state (OOM, READONLY, LOADING, BUSY) or the connection was never made; not when they may
+// have been made (a timeout, a connection lost after the call was written), nor when the key
+// cannot take them.
 func resend(err error) bool {
-	return !isTimeout(err) && !isKeyState(err)
+	if isKeyState(err) {
+		return false
+	}
+	var reply redis.Error
+	var op *net.OpError
+	return errors.As(err, &reply) || errors.As(err, &op) && op.Op == "dial" ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
 }

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
@@ -19,7 +18,7 @@ var leaseLua string
 
 // leaseScript gives back a replica's lease of a key, decides a request and takes a new lease,
 // or charges, in one call (see lease.lua).
-var leaseScript = redis.NewScript(assemble(leaseLua))
+var leaseScript = newScript(assemble(leaseLua))
 
 // maxLeaseKeys is the most keys a [Leased] holds a lease of, or knows the state of, at once;
 // the requests of other keys are decided by its Store.
@@ -445,7 +444,8 @@ func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now t
 }
 
 // call sends op on key to Redis within the budget b, and returns the script's answer, or an
-// error, whether it is a failure of Redis (see Store.failed), and whether the call was sent.
+// error, whether it is a failure of Redis (see Store.failed), and whether the call was sent, so
+// far as it may have been made (see trip.again).
 func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time, b budget) (res [4]int64, down, sent bool, err error) {
 	s := l.s
 	timeout := time.Until(b.deadline)
@@ -464,7 +464,7 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 		l.trips.Add(1)
 	}
 	if err != nil {
-		return res, tr.down, tr.sent, err
+		return res, tr.down, !tr.again(), err // sent: it may have been made
 	}
 	copy(res[:], tr.res)
 	return res, false, true, nil

@@ -16,7 +16,9 @@
 // ([WithPolicyFunc]).
 //
 // Each decision waits for Redis at most the store's timeout ([WithTimeout]), and one that gets
-// no answer in time fails, on its own. The store takes Redis for down only from evidence: three
+// no answer in time fails, on its own. Concurrent decisions share round trips while that leaves
+// them time, and a script call is never sent twice (BENCHMARKS.md has what a lost reply or a
+// stalled round trip costs). The store takes Redis for down only from evidence: three
 // failures of Redis in a row (a key holding another program's value fails alone, with
 // [ErrKeyState]), each of a round trip sent after the one before had failed (the round trips
 // in flight together when one fails count once). From then on it fails every decision at once,
@@ -106,7 +108,7 @@ var decideLua string
 
 // decideScript decides a request on one key. It and the other scripts run by EVALSHA, falling
 // back to EVAL when the server does not have them cached (the first call, or after a restart).
-var decideScript = redis.NewScript(assemble(decideLua))
+var decideScript = newScript(assemble(decideLua))
 
 // assemble returns the script src with state.lua's blocks in place ({{template "read"}}...):
 // Go's text/template, so that the state's code is written once and each script runs it without
@@ -156,6 +158,7 @@ type Store struct {
 	oneServer bool     // client runs every script on one server, whatever its keys (see Combine)
 	clock     clock    // the instants of decisions and of the memory of refusals
 	batch     *batcher // shares round trips between concurrent calls (pipeline.go); nil: none
+	dials     *dials   // the client's failed dials, for the errors they cause (dial.go); nil: none
 
 	health   nodes         // what the store knows of each node (health.go)
 	local    fallback      // decides while Redis is down, with WithLocalFallback (fallback.go)
@@ -259,6 +262,15 @@ func withStepTolerance(d time.Duration) Option {
 // a *redis.AutoPipeliner, which waits out its batches whatever the context; a client of another
 // kind must honour deadlines itself.
 //
+// Each of the store's script calls runs at most once: go-redis's clients send it no second time
+// after it may have reached Redis (their retries, MaxRetries, serve their other commands), since
+// a script sent again after a reset lost its reply would spend twice. A client of another kind
+// must not send a write again itself (rueidis does not).
+//
+// New adds to a go-redis client a hook that only watches its dials, so that a decision that
+// timed out while the client dialled in the background says why the dial failed (connection
+// refused, a dial timeout), wrapped, rather than only that its deadline passed.
+//
 // New panics if client is nil or ignores deadlines (see above), if limit is not positive (a key
 // that never refills would never expire from Redis), if limit is above 1e9 per second other than
 // rate.Inf, if burst is below 1, or if refilling a whole burst would take more than 2^52 ns
@@ -294,6 +306,7 @@ func New(client redis.Scripter, limit rate.Limit, burst int, opts ...Option) *St
 	s.health.health = newHealth(s.health.probe)
 	s.health.cluster, _ = client.(*redis.ClusterClient)
 	s.batch = newBatcher(s.oneServer, s.health.cluster)
+	s.dials = watchDials(client)
 	if s.own.unlimited() && s.policyOf == nil {
 		s.refusals = nil // every key is unlimited: nothing to remember, nor to decide locally
 	} else if s.local.replicas > 0 {
@@ -507,15 +520,15 @@ func (t *trip) again() bool {
 // that the answer holds want integers (0: any answer), and learns from the outcome: the node is
 // up, or the failure is evidence against it, or the key's own (see failed). Every script call of
 // the store but a flush's pipeline goes through it, and it sends through send.
-func (s *Store) run(ctx context.Context, rt roundTrip, script *redis.Script, keys []string, args []any, want int) (trip, error) {
+func (s *Store) run(ctx context.Context, rt roundTrip, script *script, keys []string, args []any, want int) (trip, error) {
 	t := trip{health: s.health.of(rt.ctx, keys[0])}
 	var err error
 	if t.at, err = t.health.admit(); err != nil {
 		t.down, t.cause = true, err
 		return t, err
 	}
-	t.sent = true
-	cmd := s.send(rt.ctx, script, keys, args)
+	cmd, sent := s.send(rt.ctx, script, keys, args)
+	t.sent = sent
 	if want == 0 {
 		err = cmd.Err()
 	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != want {
@@ -523,6 +536,9 @@ func (s *Store) run(ctx context.Context, rt roundTrip, script *redis.Script, key
 	}
 	if err != nil {
 		t.cause = err
+		if !sent { // its time ran out in the queue: no evidence against Redis
+			return t, unsent(rt, err)
+		}
 		err, t.down = s.failed(ctx, rt, t.health, t.at, err)
 		return t, err
 	}
@@ -591,6 +607,16 @@ func newRoundTrip(ctx context.Context, timeout time.Duration) (roundTrip, contex
 	return rt, cancel
 }
 
+// unsent returns the error of a call of rt whose deadline passed before it was sent (err): the
+// caller's own deadline's, or Redis's failure to answer within the store's timeout, which is
+// no evidence that Redis is down (see batcher).
+func unsent(rt roundTrip, err error) error {
+	if rt.own {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return &unavailableError{cause: err}
+}
+
 // starved returns how long after the deadline of a round trip of the store's timeout its failure
 // may be seen before it is taken to show a process starved of CPU rather than a Redis down.
 func starved(timeout time.Duration) time.Duration {
@@ -609,6 +635,7 @@ func isTimeout(err error) bool {
 // records in health: not when the caller's own deadline ended it, nor when the failure is a
 // key's (see [ErrKeyState]), the one place that tells them apart.
 func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
+	err = s.dials.cause(err, rt.deadline.Add(-s.timeout))
 	if isKeyState(err) {
 		health.ok() // Redis answered: the failure is the key's (see ErrKeyState)
 		return &keyStateError{cause: err}, false
