@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -32,6 +33,12 @@ func contract(t *testing.T, client redis.Scripter) {
 				},
 				Burst:      c.burst,
 				Resolution: time.Microsecond,
+				// Bursts near the largest the store takes, whose refill fits 2^52 ns: at 10^9 a
+				// second, 2^52 itself.
+				NewBurst: func(t *testing.T, burst int) retryafter.Limiter {
+					return New(client, 1e9, burst, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withInjectedClock())
+				},
+				MaxBurst: min(maxHorizon, math.MaxInt),
 			})
 		})
 	}
