@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"encoding/binary"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -89,9 +88,9 @@ func appendWait(b []byte, ms int64) []byte {
 		b = append(strconv.AppendInt(b, h, 10), 'h')
 	}
 	if sec >= 60 {
-		b = append(strconv.AppendInt(b, sec/60%60, 10), 'm')
+		b = append(appendSixty(b, sec/60%60), 'm')
 	}
-	b = strconv.AppendInt(b, sec%60, 10)
+	b = appendSixty(b, sec%60)
 	if frac := ms % 1000; frac > 0 {
 		digits := [4]byte{'.', byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
 		n := len(digits)
@@ -101,6 +100,14 @@ func appendWait(b []byte, ms int64) []byte {
 		b = append(b, digits[:n]...)
 	}
 	return append(b, 's')
+}
+
+// appendSixty appends n, from 0 to 59, in decimal.
+func appendSixty(b []byte, n int64) []byte {
+	if n >= 10 {
+		b = append(b, byte('0'+n/10))
+	}
+	return append(b, byte('0'+n%10))
 }
 
 // pushbackTrailer returns the trailer of a pushback of ms, as metadata.Pairs(PushbackKey, ms)
@@ -149,6 +156,14 @@ const (
 	quotaFailureURL = "type.googleapis.com/google.rpc.QuotaFailure"
 )
 
+// Tags of the fields of a RetryInfo's wire form: its retry_delay, a Duration, and the Duration's
+// seconds and nanos.
+const (
+	delayTag = 1<<3 | byte(protowire.BytesType)
+	secTag   = 1<<3 | byte(protowire.VarintType)
+	nanosTag = 2<<3 | byte(protowire.VarintType)
+)
+
 // retryInfoSize is the most bytes a RetryInfo's wire form takes: a field of a Duration of two
 // varint fields.
 const retryInfoSize = 2 + 2*(1+binary.MaxVarintLen64)
@@ -159,14 +174,13 @@ const retryInfoSize = 2 + 2*(1+binary.MaxVarintLen64)
 func appendRetryInfo(b []byte, wait time.Duration) []byte {
 	var buf [retryInfoSize - 2]byte
 	delay := buf[:0]
-	if sec := int64(wait / time.Second); sec != 0 {
-		delay = binary.AppendUvarint(protowire.AppendTag(delay, 1, protowire.VarintType), uint64(sec))
+	if sec := uint64(wait / time.Second); sec != 0 {
+		delay = binary.AppendUvarint(append(delay, secTag), sec)
 	}
-	if nanos := int64(wait % time.Second); nanos != 0 {
-		delay = binary.AppendUvarint(protowire.AppendTag(delay, 2, protowire.VarintType), uint64(nanos))
+	if nanos := uint64(wait % time.Second); nanos != 0 {
+		delay = binary.AppendUvarint(append(delay, nanosTag), nanos)
 	}
-	b = binary.AppendUvarint(protowire.AppendTag(b, 1, protowire.BytesType), uint64(len(delay)))
-	return append(b, delay...)
+	return append(append(b, delayTag, byte(len(delay))), delay...) // a length below 128: one byte
 }
 
 // maxQuotaPolicies bounds the policies whose QuotaFailure a server keeps.
@@ -174,11 +188,30 @@ const maxQuotaPolicies = 64
 
 // quotaCache keeps the QuotaFailure of a refusal by each policy alone, built at the policy's
 // first refusal, for up to maxQuotaPolicies policies; those of the rest are built at each
-// refusal. It is safe for concurrent use: readers load the map without a lock, and a new
-// policy replaces it with a copy.
+// refusal. It is safe for concurrent use: readers load the list without a lock, and a new
+// policy replaces it with a longer copy.
 type quotaCache struct {
-	mu sync.Mutex // held to replace m
-	m  atomic.Pointer[map[retryafter.Policy]*anypb.Any]
+	mu   sync.Mutex // held to replace kept
+	kept atomic.Pointer[[]keptQuota]
+}
+
+// A keptQuota is the QuotaFailure of a refusal by policy alone.
+type keptQuota struct {
+	policy retryafter.Policy
+	quota  *anypb.Any
+}
+
+// find returns the QuotaFailure kept for p, nil when there is none. A server has a policy or a
+// few: a look along a short list costs less than hashing one.
+func (c *quotaCache) find(p retryafter.Policy) *anypb.Any {
+	if kept := c.kept.Load(); kept != nil {
+		for i := range *kept {
+			if (*kept)[i].policy == p {
+				return (*kept)[i].quota
+			}
+		}
+	}
+	return nil
 }
 
 // quotaFailure returns the QuotaFailure, as an Any, that names the policies d violated: the
@@ -209,10 +242,8 @@ func (c *quotaCache) quotaFailure(d retryafter.Decision) *anypb.Any {
 // of returns the QuotaFailure of a refusal by p alone, nil when it does not marshal (a name
 // that is not UTF-8).
 func (c *quotaCache) of(p retryafter.Policy) *anypb.Any {
-	if m := c.m.Load(); m != nil {
-		if q, ok := (*m)[p]; ok {
-			return q
-		}
+	if q := c.find(p); q != nil {
+		return q
 	}
 	q, err := anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{violation(p)}})
 	if err != nil {
@@ -220,17 +251,16 @@ func (c *quotaCache) of(p retryafter.Policy) *anypb.Any {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := c.m.Load()
-	if old == nil {
-		old = new(map[retryafter.Policy]*anypb.Any)
+	if q := c.find(p); q != nil { // kept by another refusal meanwhile
+		return q
 	}
-	if len(*old) < maxQuotaPolicies {
-		m := maps.Clone(*old)
-		if m == nil {
-			m = make(map[retryafter.Policy]*anypb.Any, 1)
-		}
-		m[p] = q
-		c.m.Store(&m)
+	var kept []keptQuota
+	if old := c.kept.Load(); old != nil {
+		kept = *old
+	}
+	if len(kept) < maxQuotaPolicies {
+		kept = append(slices.Clip(kept), keptQuota{p, q})
+		c.kept.Store(&kept)
 	}
 	return q
 }

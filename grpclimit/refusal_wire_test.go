@@ -193,7 +193,7 @@ func TestRefusalWire(t *testing.T) {
 			})
 		}
 	})
-	if n := len(*s.quotas.m.Load()); n > maxQuotaPolicies {
+	if n := len(*s.quotas.kept.Load()); n > maxQuotaPolicies {
 		t.Fatalf("%d policies kept, want at most %d", n, maxQuotaPolicies)
 	}
 }
