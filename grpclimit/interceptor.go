@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -75,15 +76,17 @@ func StreamServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.StreamSe
 
 // server is what both interceptors share: the limiter and the configuration.
 type server struct {
-	l retryafter.Limiter
-	c config
+	l      retryafter.Limiter
+	c      config
+	quotas quotaCache
+	drafts sync.Pool // of *draft
 }
 
 func newServer(l retryafter.Limiter, opts []Option) *server {
 	if l == nil {
 		panic("grpclimit: nil Limiter")
 	}
-	return &server{l: l, c: newConfig(opts)}
+	return &server{l: l, c: newConfig(opts), drafts: sync.Pool{New: newDraft}}
 }
 
 // An admission is what admit found of a call: its key, when the call is counted, the header
@@ -126,7 +129,7 @@ func (s *server) decide(ctx context.Context, fullMethod, key string) (admission,
 			s.decided(ctx, fullMethod, retryafter.FailedClosed, retryafter.Decision{})
 			return admission{}, status.FromContextError(ctx.Err()).Err()
 		}
-		st, trailer := unavailable()
+		st, trailer := s.unavailable()
 		trailer, err = s.fail(ctx, fullMethod, err, st, trailer)
 		return admission{trailer: trailer}, err
 	}
@@ -143,7 +146,7 @@ func (s *server) decide(ctx context.Context, fullMethod, key string) (admission,
 		return admission{header: fields}, nil
 	}
 	s.decided(ctx, fullMethod, retryafter.Refused, d)
-	st, trailer := refusal(d)
+	st, trailer := s.refusal(d)
 	if fields != nil {
 		trailer = metadata.Join(trailer, fields)
 	}

@@ -1,17 +1,22 @@
 package grpclimit
 
 import (
+	"encoding/binary"
 	"math"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
-	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/retryafter/retryafter"
 )
@@ -49,43 +54,213 @@ func millis(wait time.Duration) (ms int64, ok bool) {
 // refusal returns the status that ends a call d refused, RESOURCE_EXHAUSTED, and its trailer:
 // a RetryInfo and a pushback of the same milliseconds, or, for a call that can never be
 // admitted, no RetryInfo and a pushback of -1; a QuotaFailure names the violated policies.
-func refusal(d retryafter.Decision) (*status.Status, metadata.MD) {
+func (s *server) refusal(d retryafter.Decision) (*status.Status, metadata.MD) {
+	q := s.quotas.quotaFailure(d)
 	ms, ok := millis(d.RetryAfter)
 	if !ok {
-		st := withDetails(status.New(codes.ResourceExhausted, "rate limited: this call exceeds what its limit ever admits"),
-			quotaFailure(d))
-		return st, metadata.Pairs(PushbackKey, neverPushback)
+		st := s.status(codes.ResourceExhausted, "rate limited: this call exceeds what its limit ever admits", 0, q)
+		return st, pushbackTrailer(neverPushback)
 	}
+	var buf [64]byte
+	b := appendWait(append(buf[:0], "rate limited: retry in "...), ms)
+	// One string holds the message and the pushback's digits, so that both cost one allocation.
+	text := string(strconv.AppendInt(b, ms, 10))
+	msg, back := text[:len(b)], text[len(b):]
 	wait := time.Duration(ms) * time.Millisecond
-	st := withDetails(status.New(codes.ResourceExhausted, "rate limited: retry in "+wait.String()),
-		retryInfo(wait), quotaFailure(d))
-	return st, metadata.Pairs(PushbackKey, strconv.FormatInt(ms, 10))
+	return s.status(codes.ResourceExhausted, msg, wait, q), pushbackTrailer(back)
 }
 
 // unavailable returns the status that ends a call the limiter could not decide, UNAVAILABLE,
 // and its trailer: a short wait, as RetryInfo and pushback. It never names the error.
-func unavailable() (*status.Status, metadata.MD) {
-	st := withDetails(status.New(codes.Unavailable, "rate limiter unavailable"), retryInfo(failWait))
-	return st, metadata.Pairs(PushbackKey, strconv.FormatInt(failWait.Milliseconds(), 10))
+func (s *server) unavailable() (*status.Status, metadata.MD) {
+	st := s.status(codes.Unavailable, "rate limiter unavailable", failWait, nil)
+	return st, pushbackTrailer(strconv.FormatInt(failWait.Milliseconds(), 10))
 }
 
-// retryInfo returns the RetryInfo of wait.
-func retryInfo(wait time.Duration) *errdetails.RetryInfo {
-	return &errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}
+// appendWait appends a wait of ms milliseconds, at least 1, as time.Duration's String writes it
+// ("1.5s", "1h0m0.001s", "999ms") without its work on the digits below a millisecond.
+func appendWait(b []byte, ms int64) []byte {
+	if ms < 1000 {
+		return append(strconv.AppendInt(b, ms, 10), "ms"...)
+	}
+	sec := ms / 1000
+	if h := sec / 3600; h > 0 {
+		b = append(strconv.AppendInt(b, h, 10), 'h')
+	}
+	if sec >= 60 {
+		b = append(appendSixty(b, sec/60%60), 'm')
+	}
+	b = appendSixty(b, sec%60)
+	if frac := ms % 1000; frac > 0 {
+		digits := [4]byte{'.', byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+		n := len(digits)
+		for digits[n-1] == '0' {
+			n--
+		}
+		b = append(b, digits[:n]...)
+	}
+	return append(b, 's')
 }
 
-// quotaFailure returns the QuotaFailure that names the policies d violated: the layers that
-// refused, or d's own policy when it was decided in one.
-func quotaFailure(d retryafter.Decision) *errdetails.QuotaFailure {
-	q := &errdetails.QuotaFailure{}
+// appendSixty appends n, from 0 to 59, in decimal.
+func appendSixty(b []byte, n int64) []byte {
+	if n >= 10 {
+		b = append(b, byte('0'+n/10))
+	}
+	return append(b, byte('0'+n%10))
+}
+
+// pushbackTrailer returns the trailer of a pushback of ms, as metadata.Pairs(PushbackKey, ms)
+// would.
+func pushbackTrailer(ms string) metadata.MD {
+	return metadata.MD{PushbackKey: {ms}}
+}
+
+// A draft is what a status is built from, kept in a pool: status.FromProto copies it.
+type draft struct {
+	st      spb.Status
+	retry   anypb.Any
+	details [2]*anypb.Any
+	wire    [retryInfoSize]byte
+}
+
+func newDraft() any {
+	d := new(draft)
+	d.retry.TypeUrl = retryInfoURL
+	return d
+}
+
+// status returns the status of code and msg with a RetryInfo of wait, unless wait is 0, and
+// quota, a QuotaFailure already in its Any form, unless nil: what status.New(code,
+// msg).WithDetails of the messages returns, without marshalling the QuotaFailure again.
+func (s *server) status(code codes.Code, msg string, wait time.Duration, quota *anypb.Any) *status.Status {
+	d := s.drafts.Get().(*draft)
+	details := d.details[:0]
+	if wait > 0 {
+		d.retry.Value = appendRetryInfo(d.wire[:0], wait)
+		details = append(details, &d.retry)
+	}
+	if quota != nil {
+		details = append(details, quota)
+	}
+	d.st.Code, d.st.Message, d.st.Details = int32(code), msg, details
+	st := status.FromProto(&d.st) // a deep copy, but for the strings
+	d.st.Message, d.st.Details, d.details = "", nil, [2]*anypb.Any{}
+	s.drafts.Put(d)
+	return st
+}
+
+// Type URLs of the details, as anypb.New writes them.
+const (
+	retryInfoURL    = "type.googleapis.com/google.rpc.RetryInfo"
+	quotaFailureURL = "type.googleapis.com/google.rpc.QuotaFailure"
+)
+
+// Tags of the fields of a RetryInfo's wire form: its retry_delay, a Duration, and the Duration's
+// seconds and nanos.
+const (
+	delayTag = 1<<3 | byte(protowire.BytesType)
+	secTag   = 1<<3 | byte(protowire.VarintType)
+	nanosTag = 2<<3 | byte(protowire.VarintType)
+)
+
+// retryInfoSize is the most bytes a RetryInfo's wire form takes: a field of a Duration of two
+// varint fields.
+const retryInfoSize = 2 + 2*(1+binary.MaxVarintLen64)
+
+// appendRetryInfo appends to b the wire form of a RetryInfo of wait, a positive whole number of
+// milliseconds: the bytes proto.Marshal writes of RetryInfo{RetryDelay: durationpb.New(wait)},
+// a Duration of seconds and nanoseconds, each left out when 0.
+func appendRetryInfo(b []byte, wait time.Duration) []byte {
+	var buf [retryInfoSize - 2]byte
+	delay := buf[:0]
+	if sec := uint64(wait / time.Second); sec != 0 {
+		delay = binary.AppendUvarint(append(delay, secTag), sec)
+	}
+	if nanos := uint64(wait % time.Second); nanos != 0 {
+		delay = binary.AppendUvarint(append(delay, nanosTag), nanos)
+	}
+	return append(append(b, delayTag, byte(len(delay))), delay...) // a length below 128: one byte
+}
+
+// maxQuotaPolicies bounds the policies whose QuotaFailure a server keeps.
+const maxQuotaPolicies = 64
+
+// quotaCache keeps the QuotaFailure of a refusal by each policy alone, built at the policy's
+// first refusal, for up to maxQuotaPolicies policies; those of the rest are built at each
+// refusal. It is safe for concurrent use: readers load the list without a lock, and a new
+// policy replaces it with a longer copy.
+type quotaCache struct {
+	mu   sync.Mutex // held to replace kept
+	kept atomic.Pointer[[]keptQuota]
+}
+
+// A keptQuota is the QuotaFailure of a refusal by policy alone.
+type keptQuota struct {
+	policy retryafter.Policy
+	quota  *anypb.Any
+}
+
+// find returns the QuotaFailure kept for p, nil when there is none. A server has a policy or a
+// few: a look along a short list costs less than hashing one.
+func (c *quotaCache) find(p retryafter.Policy) *anypb.Any {
+	if kept := c.kept.Load(); kept != nil {
+		for i := range *kept {
+			if (*kept)[i].policy == p {
+				return (*kept)[i].quota
+			}
+		}
+	}
+	return nil
+}
+
+// quotaFailure returns the QuotaFailure, as an Any, that names the policies d violated: the
+// layers that refused, or d's own policy when it was decided in one. It is nil when there is
+// none to name.
+func (c *quotaCache) quotaFailure(d retryafter.Decision) *anypb.Any {
 	layers := d.Layers()
 	if layers == nil {
-		layers = []retryafter.Decision{d}
+		return c.of(d.Policy)
 	}
+	var q *anypb.Any
 	for _, l := range layers {
-		if !l.Allowed {
-			q.Violations = append(q.Violations, violation(l.Policy))
+		if l.Allowed {
+			continue
 		}
+		switch v := c.of(l.Policy); {
+		case v == nil:
+		case q == nil:
+			q = v
+		default:
+			// A QuotaFailure's wire form is its violations' one after another.
+			q = &anypb.Any{TypeUrl: quotaFailureURL, Value: slices.Concat(q.Value, v.Value)}
+		}
+	}
+	return q
+}
+
+// of returns the QuotaFailure of a refusal by p alone, nil when it does not marshal (a name
+// that is not UTF-8).
+func (c *quotaCache) of(p retryafter.Policy) *anypb.Any {
+	if q := c.find(p); q != nil {
+		return q
+	}
+	q, err := anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{violation(p)}})
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.find(p); q != nil { // kept by another refusal meanwhile
+		return q
+	}
+	var kept []keptQuota
+	if old := c.kept.Load(); old != nil {
+		kept = *old
+	}
+	if len(kept) < maxQuotaPolicies {
+		kept = append(slices.Clip(kept), keptQuota{p, q})
+		c.kept.Store(&kept)
 	}
 	return q
 }
@@ -152,14 +327,4 @@ func restoredPer(limit float64) string {
 func roundTo(n float64, places int) float64 {
 	f, _ := strconv.ParseFloat(strconv.FormatFloat(n, 'f', places, 64), 64)
 	return f
-}
-
-// withDetails returns st with details: messages of this package, which always marshal, on a
-// status that is not OK, so that WithDetails cannot fail.
-func withDetails(st *status.Status, details ...protoadapt.MessageV1) *status.Status {
-	with, err := st.WithDetails(details...)
-	if err != nil {
-		return st
-	}
-	return with
 }
