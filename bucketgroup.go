@@ -57,7 +57,31 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
 	var few [4]layerState // more layers grow it
-	st := few[:0]
+	st := g.states(few[:0], key)
+	var order [maxLayers]*table
+	locked := lockInOrder(order[:0], st)
+	lag := alignLines(locked, now)
+	admitted := g.reserve(st, cost)
+	d := answer(st)
+	for _, t := range locked {
+		t.mu.Unlock()
+	}
+	d.Allowed = admitted
+	d.late(lag)
+	if len(st) > 1 {
+		ds := newLayers(len(st))
+		for i := range st {
+			st[i].d.late(lag)
+			(*ds)[i] = st[i].d
+		}
+		d.layers = ds
+	}
+	return d, nil
+}
+
+// states appends to st the state of each layer for key: its key, its policy (asked of the
+// policy function, under no lock) and, unless its limit is rate.Inf, its part.
+func (g *bucketGroup) states(st []layerState, key string) []layerState {
 	for i := range g.layers {
 		l, b := &g.layers[i], g.buckets[i]
 		s := layerState{key: l.key(key)}
@@ -67,11 +91,13 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		}
 		st = append(st, s)
 	}
-	var order [maxLayers]*table
-	locked := lockInOrder(order[:0], st)
-	// Every layer is decided at one instant, the latest any has seen: as far after now in each
-	// table as in the one furthest ahead. (Tables of different TokenBuckets may have shifted the
-	// readings of their clock by different steps back.)
+	return st
+}
+
+// alignLines readies the locked parts to decide at one instant, the latest any has seen: as far
+// after now in each as in the one furthest ahead (tables of different TokenBuckets may have
+// shifted the readings of their clock by different steps back), and returns how far that is.
+func alignLines(locked []*table, now time.Time) time.Duration {
 	var lags [maxLayers]time.Duration
 	var lag time.Duration
 	for i, t := range locked {
@@ -81,7 +107,12 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	for i, t := range locked {
 		t.latest = t.latest.Add(lag - lags[i])
 	}
+	return lag
+}
 
+// reserve reserves each layer's cost in its bucket at its part's latest instant, and reports
+// whether every reservation is due then; if not, it cancels them all at that instant.
+func (g *bucketGroup) reserve(st []layerState, cost int) bool {
 	admitted := true
 	var keep [maxLayers]*rate.Limiter // each layer's bucket: a later layer's new key keeps them
 	held := keep[:0]
@@ -109,6 +140,12 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 			st[i].r.CancelAt(st[i].at) // a zero Reservation cancels nothing
 		}
 	}
+	return admitted
+}
+
+// answer fills each layer's Decision, with its quota read under the locks, and returns the
+// binding one.
+func answer(st []layerState) Decision {
 	var d Decision
 	for i := range st {
 		s := &st[i]
@@ -121,20 +158,7 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 		}
 		d = tighter(d, s.d, i == 0)
 	}
-	for _, t := range locked {
-		t.mu.Unlock()
-	}
-	d.Allowed = admitted
-	d.late(lag)
-	if len(st) > 1 {
-		ds := newLayers(len(st))
-		for i := range st {
-			st[i].d.late(lag)
-			(*ds)[i] = st[i].d
-		}
-		d.layers = ds
-	}
-	return d, nil
+	return d
 }
 
 // lockInOrder locks the distinct parts of st, in the order of their rank, appends them to locked
