@@ -203,39 +203,52 @@ func (t *table) makeRoom(n int, now time.Time, keep []*rate.Limiter) time.Durati
 		}
 	}()
 	for t.counted()+t.need(n) > t.budget {
-		if len(t.keys) < t.peak/2 || len(t.due) < cap(t.due)/2 || t.drops > len(t.keys)/2+16 {
-			t.shrink()
-			continue
+		if wait, stop := t.dropTop(now, keep, &kept); stop {
+			return wait
 		}
-		if len(t.due) == 0 {
-			return rate.InfDuration // every key left is one keep holds
+	}
+	return 0
+}
+
+// dropTop takes one step towards room, with the heap made: it remakes the map and the heap
+// when they have shrunk, sets aside the top key when keep holds its bucket (appending it to
+// kept), puts a top key spent since it was pushed back down, or drops the top key when its
+// bucket is full at now. It reports true, with how long until the first key may have refilled,
+// when no step can make room at now.
+func (t *table) dropTop(now time.Time, keep []*rate.Limiter, kept *[]due) (time.Duration, bool) {
+	ns := now.UnixNano()
+	if len(t.keys) < t.peak/2 || len(t.due) < cap(t.due)/2 || t.drops > len(t.keys)/2+16 {
+		t.shrink()
+		return 0, false
+	}
+	if len(t.due) == 0 {
+		return rate.InfDuration, true // every key left is one keep holds
+	}
+	top := &t.due[0]
+	lim := t.keys[top.key]
+	switch {
+	case holds(keep, lim):
+		*kept = append(*kept, *top)
+		t.pop()
+	case top.at > ns:
+		full := time.Unix(0, top.at)
+		if len(*kept) == 0 {
+			t.full = full // else a key of keep may have refilled already, for others
 		}
-		top := &t.due[0]
-		lim := t.keys[top.key]
-		if holds(keep, lim) {
-			kept = append(kept, *top)
-			t.pop()
-			continue
-		}
-		if top.at > ns {
-			full := time.Unix(0, top.at)
-			if len(kept) == 0 {
-				t.full = full // else a key of keep may have refilled already, for others
-			}
-			return full.Sub(now)
-		}
+		return full.Sub(now), true
+	default:
 		if at := fullAt(lim, now); at > ns {
 			// Spent since it was pushed: down again, with the instant it will be full.
 			top.at = at
 			t.down(0)
-			continue
+			return 0, false
 		}
 		delete(t.keys, top.key)
 		t.drops++
 		t.used -= entryBytes(len(top.key))
 		t.pop()
 	}
-	return 0
+	return 0, false
 }
 
 // holds reports whether keep holds lim.
