@@ -190,26 +190,54 @@ func (h *Limit) Provision(ctx caddy.Context) (err error) {
 // check returns h's rate per second, or an error that says, in one short sentence, the first
 // value h cannot use or what it is missing. The rate is 0 for maintenance alone.
 func (h *Limit) check() (rate.Limit, error) {
-	if h.Maintenance != nil && h.MaintenanceSwitch != "" {
-		return 0, fmt.Errorf("retry_after_limit: maintenance and maintenance_switch: use one")
+	if err := h.checkMaintenance(); err != nil {
+		return 0, err
 	}
-	if m := h.Maintenance; m != nil {
-		if _, err := parseUntil(m.Until); err != nil {
-			return 0, err
-		}
-		if m.Wait < 0 {
-			return 0, fmt.Errorf("retry_after_limit: maintenance wait %v: want a duration above 0", time.Duration(m.Wait))
-		}
-		if h.Rate == "" && h.Burst == 0 {
-			if h.Key != "" || h.RateLimitFields != nil || h.LegacyRateLimitFields {
-				return 0, fmt.Errorf("retry_after_limit: key and the rate-limit fields need a rate and a burst")
-			}
-			return 0, nil
-		}
-	}
-	if h.MaintenanceSwitch != "" && h.Rate == "" && h.Burst == 0 && h.Key == "" && h.RateLimitFields == nil && !h.LegacyRateLimitFields {
+	if h.maintenanceAlone() {
 		return 0, nil
 	}
+	return h.checkLimiter()
+}
+
+// checkMaintenance returns an error for a maintenance window h cannot use: given with
+// maintenance_switch, with an until or wait out of range, or with a key or rate-limit fields but
+// no rate and burst. It returns nil without Maintenance.
+func (h *Limit) checkMaintenance() error {
+	m := h.Maintenance
+	if m == nil {
+		return nil
+	}
+	if h.MaintenanceSwitch != "" {
+		return fmt.Errorf("retry_after_limit: maintenance and maintenance_switch: use one")
+	}
+	if _, err := parseUntil(m.Until); err != nil {
+		return err
+	}
+	if m.Wait < 0 {
+		return fmt.Errorf("retry_after_limit: maintenance wait %v: want a duration above 0", time.Duration(m.Wait))
+	}
+	if h.Rate == "" && h.Burst == 0 && h.needsLimiter() {
+		return fmt.Errorf("retry_after_limit: key and the rate-limit fields need a rate and a burst")
+	}
+	return nil
+}
+
+// needsLimiter reports whether h sets an option that only a limiter uses: a key or a
+// rate-limit field.
+func (h *Limit) needsLimiter() bool {
+	return h.Key != "" || h.RateLimitFields != nil || h.LegacyRateLimitFields
+}
+
+// maintenanceAlone reports whether h is a maintenance window or switch with no limiter: no
+// rate, no burst, and no option that only a limiter uses.
+func (h *Limit) maintenanceAlone() bool {
+	hasMaintenance := h.Maintenance != nil || h.MaintenanceSwitch != ""
+	return hasMaintenance && h.Rate == "" && h.Burst == 0 && !h.needsLimiter()
+}
+
+// checkLimiter returns the rate per second of h's limiter, or an error for the first of its
+// rate, burst, key and policy name that it cannot use.
+func (h *Limit) checkLimiter() (rate.Limit, error) {
 	limit, err := parseRate(h.Rate)
 	if err != nil {
 		return 0, err
