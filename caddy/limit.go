@@ -416,65 +416,99 @@ func (h *Limit) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // unmarshalOption reads the option name of the retry_after_limit directive, and checks its
 // value, so that a mistake is reported at its line.
 func (h *Limit) unmarshalOption(d *caddyfile.Dispenser, name string) error {
-	switch name {
-	case "name", "rate", "key", "maintenance_switch":
-		var v string
-		if !d.AllArgs(&v) {
-			return d.Errf("retry_after_limit: %s takes one value", name)
-		}
-		switch name {
-		case "name":
-			h.Name = v
-		case "maintenance_switch":
-			h.MaintenanceSwitch = v
-		case "rate":
-			if _, err := parseRate(v); err != nil {
-				return d.WrapErr(err)
-			}
-			h.Rate = v
-		default:
-			if err := checkKey(v); err != nil {
-				return d.WrapErr(err)
-			}
-			h.Key = v
-		}
-	case "burst":
-		var v string
-		if !d.AllArgs(&v) {
-			return d.Errf("retry_after_limit: burst takes one value")
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return d.Errf("retry_after_limit: burst %q: want a whole number of at least 1", v)
-		}
-		h.Burst = n
-	case "rate_limit_fields":
-		f := new(RateLimitFields)
-		args := d.RemainingArgs()
-		if len(args) > 1 {
-			return d.Errf("retry_after_limit: rate_limit_fields takes at most one policy name")
-		}
-		if len(args) == 1 {
-			f.Policy = args[0]
-		}
-		if err := checkPolicyName(f.Policy); err != nil {
-			return d.WrapErr(err)
-		}
-		h.RateLimitFields = f
-	case "legacy_rate_limit_fields":
-		if d.NextArg() {
-			return d.Errf("retry_after_limit: legacy_rate_limit_fields takes no value")
-		}
-		h.LegacyRateLimitFields = true
-	case "maintenance":
-		m, err := unmarshalMaintenance(d)
-		if err != nil {
-			return err
-		}
-		h.Maintenance = m
-	default:
+	read, ok := limitOptions[name]
+	if !ok {
 		return d.Errf("retry_after_limit: unknown option %q (want name, rate, burst, key, rate_limit_fields, legacy_rate_limit_fields, maintenance or maintenance_switch)", name)
 	}
+	return read(h, d)
+}
+
+// limitOptions holds, for each option of the retry_after_limit directive, the function that
+// reads its line into a Limit. It is never written to.
+var limitOptions = map[string]func(*Limit, *caddyfile.Dispenser) error{
+	"name": func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "name", nil, &h.Name) },
+	"rate": func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "rate", checkRate, &h.Rate) },
+	"key":  func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "key", checkKey, &h.Key) },
+	"maintenance_switch": func(h *Limit, d *caddyfile.Dispenser) error {
+		return readOneValue(d, "maintenance_switch", nil, &h.MaintenanceSwitch)
+	},
+	"burst":                    (*Limit).unmarshalBurst,
+	"rate_limit_fields":        (*Limit).unmarshalRateLimitFields,
+	"legacy_rate_limit_fields": (*Limit).unmarshalLegacyRateLimitFields,
+	"maintenance":              (*Limit).unmarshalMaintenanceOption,
+}
+
+// readOneValue reads the one value of the option name into dst, if check, when not nil, accepts
+// it.
+func readOneValue(d *caddyfile.Dispenser, name string, check func(string) error, dst *string) error {
+	var v string
+	if !d.AllArgs(&v) {
+		return d.Errf("retry_after_limit: %s takes one value", name)
+	}
+	if check != nil {
+		if err := check(v); err != nil {
+			return d.WrapErr(err)
+		}
+	}
+	*dst = v
+	return nil
+}
+
+// checkRate returns an error if s is not a rate that parseRate reads.
+func checkRate(s string) error {
+	_, err := parseRate(s)
+	return err
+}
+
+// unmarshalBurst reads the burst option: one whole number of at least 1.
+func (h *Limit) unmarshalBurst(d *caddyfile.Dispenser) error {
+	var v string
+	if err := readOneValue(d, "burst", nil, &v); err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return d.Errf("retry_after_limit: burst %q: want a whole number of at least 1", v)
+	}
+	h.Burst = n
+	return nil
+}
+
+// unmarshalRateLimitFields reads the rate_limit_fields option: at most one policy name, in
+// printable ASCII.
+func (h *Limit) unmarshalRateLimitFields(d *caddyfile.Dispenser) error {
+	f := new(RateLimitFields)
+	args := d.RemainingArgs()
+	if len(args) > 1 {
+		return d.Errf("retry_after_limit: rate_limit_fields takes at most one policy name")
+	}
+	if len(args) == 1 {
+		f.Policy = args[0]
+	}
+	if err := checkPolicyName(f.Policy); err != nil {
+		return d.WrapErr(err)
+	}
+	h.RateLimitFields = f
+	return nil
+}
+
+// unmarshalLegacyRateLimitFields reads the legacy_rate_limit_fields option, which takes no
+// value.
+func (h *Limit) unmarshalLegacyRateLimitFields(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.Errf("retry_after_limit: legacy_rate_limit_fields takes no value")
+	}
+	h.LegacyRateLimitFields = true
+	return nil
+}
+
+// unmarshalMaintenanceOption reads the maintenance option and its block.
+func (h *Limit) unmarshalMaintenanceOption(d *caddyfile.Dispenser) error {
+	m, err := unmarshalMaintenance(d)
+	if err != nil {
+		return err
+	}
+	h.Maintenance = m
 	return nil
 }
 
