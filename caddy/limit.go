@@ -190,26 +190,54 @@ func (h *Limit) Provision(ctx caddy.Context) (err error) {
 // check returns h's rate per second, or an error that says, in one short sentence, the first
 // value h cannot use or what it is missing. The rate is 0 for maintenance alone.
 func (h *Limit) check() (rate.Limit, error) {
-	if h.Maintenance != nil && h.MaintenanceSwitch != "" {
-		return 0, fmt.Errorf("retry_after_limit: maintenance and maintenance_switch: use one")
+	if err := h.checkMaintenance(); err != nil {
+		return 0, err
 	}
-	if m := h.Maintenance; m != nil {
-		if _, err := parseUntil(m.Until); err != nil {
-			return 0, err
-		}
-		if m.Wait < 0 {
-			return 0, fmt.Errorf("retry_after_limit: maintenance wait %v: want a duration above 0", time.Duration(m.Wait))
-		}
-		if h.Rate == "" && h.Burst == 0 {
-			if h.Key != "" || h.RateLimitFields != nil || h.LegacyRateLimitFields {
-				return 0, fmt.Errorf("retry_after_limit: key and the rate-limit fields need a rate and a burst")
-			}
-			return 0, nil
-		}
-	}
-	if h.MaintenanceSwitch != "" && h.Rate == "" && h.Burst == 0 && h.Key == "" && h.RateLimitFields == nil && !h.LegacyRateLimitFields {
+	if h.maintenanceAlone() {
 		return 0, nil
 	}
+	return h.checkLimiter()
+}
+
+// checkMaintenance returns an error for a maintenance window h cannot use: given with
+// maintenance_switch, with an until or wait out of range, or with a key or rate-limit fields but
+// no rate and burst. It returns nil without Maintenance.
+func (h *Limit) checkMaintenance() error {
+	m := h.Maintenance
+	if m == nil {
+		return nil
+	}
+	if h.MaintenanceSwitch != "" {
+		return fmt.Errorf("retry_after_limit: maintenance and maintenance_switch: use one")
+	}
+	if _, err := parseUntil(m.Until); err != nil {
+		return err
+	}
+	if m.Wait < 0 {
+		return fmt.Errorf("retry_after_limit: maintenance wait %v: want a duration above 0", time.Duration(m.Wait))
+	}
+	if h.Rate == "" && h.Burst == 0 && h.needsLimiter() {
+		return fmt.Errorf("retry_after_limit: key and the rate-limit fields need a rate and a burst")
+	}
+	return nil
+}
+
+// needsLimiter reports whether h sets an option that only a limiter uses: a key or a
+// rate-limit field.
+func (h *Limit) needsLimiter() bool {
+	return h.Key != "" || h.RateLimitFields != nil || h.LegacyRateLimitFields
+}
+
+// maintenanceAlone reports whether h is a maintenance window or switch with no limiter: no
+// rate, no burst, and no option that only a limiter uses.
+func (h *Limit) maintenanceAlone() bool {
+	hasMaintenance := h.Maintenance != nil || h.MaintenanceSwitch != ""
+	return hasMaintenance && h.Rate == "" && h.Burst == 0 && !h.needsLimiter()
+}
+
+// checkLimiter returns the rate per second of h's limiter, or an error for the first of its
+// rate, burst, key and policy name that it cannot use.
+func (h *Limit) checkLimiter() (rate.Limit, error) {
 	limit, err := parseRate(h.Rate)
 	if err != nil {
 		return 0, err
@@ -388,65 +416,99 @@ func (h *Limit) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // unmarshalOption reads the option name of the retry_after_limit directive, and checks its
 // value, so that a mistake is reported at its line.
 func (h *Limit) unmarshalOption(d *caddyfile.Dispenser, name string) error {
-	switch name {
-	case "name", "rate", "key", "maintenance_switch":
-		var v string
-		if !d.AllArgs(&v) {
-			return d.Errf("retry_after_limit: %s takes one value", name)
-		}
-		switch name {
-		case "name":
-			h.Name = v
-		case "maintenance_switch":
-			h.MaintenanceSwitch = v
-		case "rate":
-			if _, err := parseRate(v); err != nil {
-				return d.WrapErr(err)
-			}
-			h.Rate = v
-		default:
-			if err := checkKey(v); err != nil {
-				return d.WrapErr(err)
-			}
-			h.Key = v
-		}
-	case "burst":
-		var v string
-		if !d.AllArgs(&v) {
-			return d.Errf("retry_after_limit: burst takes one value")
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return d.Errf("retry_after_limit: burst %q: want a whole number of at least 1", v)
-		}
-		h.Burst = n
-	case "rate_limit_fields":
-		f := new(RateLimitFields)
-		args := d.RemainingArgs()
-		if len(args) > 1 {
-			return d.Errf("retry_after_limit: rate_limit_fields takes at most one policy name")
-		}
-		if len(args) == 1 {
-			f.Policy = args[0]
-		}
-		if err := checkPolicyName(f.Policy); err != nil {
-			return d.WrapErr(err)
-		}
-		h.RateLimitFields = f
-	case "legacy_rate_limit_fields":
-		if d.NextArg() {
-			return d.Errf("retry_after_limit: legacy_rate_limit_fields takes no value")
-		}
-		h.LegacyRateLimitFields = true
-	case "maintenance":
-		m, err := unmarshalMaintenance(d)
-		if err != nil {
-			return err
-		}
-		h.Maintenance = m
-	default:
+	read, ok := limitOptions[name]
+	if !ok {
 		return d.Errf("retry_after_limit: unknown option %q (want name, rate, burst, key, rate_limit_fields, legacy_rate_limit_fields, maintenance or maintenance_switch)", name)
 	}
+	return read(h, d)
+}
+
+// limitOptions holds, for each option of the retry_after_limit directive, the function that
+// reads its line into a Limit. It is never written to.
+var limitOptions = map[string]func(*Limit, *caddyfile.Dispenser) error{
+	"name": func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "name", nil, &h.Name) },
+	"rate": func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "rate", checkRate, &h.Rate) },
+	"key":  func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "key", checkKey, &h.Key) },
+	"maintenance_switch": func(h *Limit, d *caddyfile.Dispenser) error {
+		return readOneValue(d, "maintenance_switch", nil, &h.MaintenanceSwitch)
+	},
+	"burst":                    (*Limit).unmarshalBurst,
+	"rate_limit_fields":        (*Limit).unmarshalRateLimitFields,
+	"legacy_rate_limit_fields": (*Limit).unmarshalLegacyRateLimitFields,
+	"maintenance":              (*Limit).unmarshalMaintenanceOption,
+}
+
+// readOneValue reads the one value of the option name into dst, if check, when not nil, accepts
+// it.
+func readOneValue(d *caddyfile.Dispenser, name string, check func(string) error, dst *string) error {
+	var v string
+	if !d.AllArgs(&v) {
+		return d.Errf("retry_after_limit: %s takes one value", name)
+	}
+	if check != nil {
+		if err := check(v); err != nil {
+			return d.WrapErr(err)
+		}
+	}
+	*dst = v
+	return nil
+}
+
+// checkRate returns an error if s is not a rate that parseRate reads.
+func checkRate(s string) error {
+	_, err := parseRate(s)
+	return err
+}
+
+// unmarshalBurst reads the burst option: one whole number of at least 1.
+func (h *Limit) unmarshalBurst(d *caddyfile.Dispenser) error {
+	var v string
+	if err := readOneValue(d, "burst", nil, &v); err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return d.Errf("retry_after_limit: burst %q: want a whole number of at least 1", v)
+	}
+	h.Burst = n
+	return nil
+}
+
+// unmarshalRateLimitFields reads the rate_limit_fields option: at most one policy name, in
+// printable ASCII.
+func (h *Limit) unmarshalRateLimitFields(d *caddyfile.Dispenser) error {
+	f := new(RateLimitFields)
+	args := d.RemainingArgs()
+	if len(args) > 1 {
+		return d.Errf("retry_after_limit: rate_limit_fields takes at most one policy name")
+	}
+	if len(args) == 1 {
+		f.Policy = args[0]
+	}
+	if err := checkPolicyName(f.Policy); err != nil {
+		return d.WrapErr(err)
+	}
+	h.RateLimitFields = f
+	return nil
+}
+
+// unmarshalLegacyRateLimitFields reads the legacy_rate_limit_fields option, which takes no
+// value.
+func (h *Limit) unmarshalLegacyRateLimitFields(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.Errf("retry_after_limit: legacy_rate_limit_fields takes no value")
+	}
+	h.LegacyRateLimitFields = true
+	return nil
+}
+
+// unmarshalMaintenanceOption reads the maintenance option and its block.
+func (h *Limit) unmarshalMaintenanceOption(d *caddyfile.Dispenser) error {
+	m, err := unmarshalMaintenance(d)
+	if err != nil {
+		return err
+	}
+	h.Maintenance = m
 	return nil
 }
 

@@ -191,8 +191,18 @@ func delaySeconds(resp *http.Response, lo, hi int) error {
 func repaired(upstreamURL, plainURL, normURL string) error {
 	client := &http.Client{Timeout: 10 * time.Second}
 	up, plain, norm := strings.TrimSuffix(upstreamURL, "/"), strings.TrimSuffix(plainURL, "/"), strings.TrimSuffix(normURL, "/")
+	if err := repairsZero(client, up, plain, norm); err != nil {
+		return err
+	}
+	if err := repairsUTCDate(client, plain, norm); err != nil {
+		return err
+	}
+	return fillsMissing(client, plain, norm)
+}
 
-	// go-chi/httprate's Retry-After: 0.
+// repairsZero checks go-chi/httprate's Retry-After: 0, passed on as it is by the upstream and
+// the plain router, and made 1 second by the normalizing one.
+func repairsZero(client *http.Client, up, plain, norm string) error {
 	for _, base := range []string{up, plain} {
 		resp, err := firstRefusal(client, base+"/httprate/zero")
 		if err != nil {
@@ -211,9 +221,14 @@ func repaired(upstreamURL, plainURL, normURL string) error {
 	if err := delaySeconds(resp, 1, 1); err != nil {
 		return fmt.Errorf("httprate through retryAfterNormalize: %v", err)
 	}
+	return nil
+}
 
-	// A date in zone UTC, 30 s after the upstream's Date: read as the end of its second.
-	if resp, err = get(client, plain+"/utc"); err != nil {
+// repairsUTCDate checks a date in zone UTC, 30 s after the upstream's Date: passed on as it is
+// by the plain router, and read as the end of its second by the normalizing one.
+func repairsUTCDate(client *http.Client, plain, norm string) error {
+	resp, err := get(client, plain+"/utc")
+	if err != nil {
 		return err
 	}
 	show("UTC date, as it is", plain, resp)
@@ -227,9 +242,14 @@ func repaired(upstreamURL, plainURL, normURL string) error {
 	if err := delaySeconds(resp, 31, 31); err != nil {
 		return fmt.Errorf("a UTC date through retryAfterNormalize: %v", err)
 	}
+	return nil
+}
 
-	// A 503 without Retry-After: the fallback, with fillMissing.
-	if resp, err = get(client, plain+"/down/missing"); err != nil {
+// fillsMissing checks a 503 without Retry-After: passed on bare by the plain router, and given
+// the fallback by the normalizing one, with fillMissing.
+func fillsMissing(client *http.Client, plain, norm string) error {
+	resp, err := get(client, plain+"/down/missing")
+	if err != nil {
 		return err
 	}
 	show("503 bare, as it is", plain, resp)
