@@ -416,26 +416,37 @@ func (h *Limit) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // unmarshalOption reads the option name of the retry_after_limit directive, and checks its
 // value, so that a mistake is reported at its line.
 func (h *Limit) unmarshalOption(d *caddyfile.Dispenser, name string) error {
-	read, ok := limitOptions[name]
-	if !ok {
+	read := limitOption(name)
+	if read == nil {
 		return d.Errf("retry_after_limit: unknown option %q (want name, rate, burst, key, rate_limit_fields, legacy_rate_limit_fields, maintenance or maintenance_switch)", name)
 	}
 	return read(h, d)
 }
 
-// limitOptions holds, for each option of the retry_after_limit directive, the function that
-// reads its line into a Limit. It is never written to.
-var limitOptions = map[string]func(*Limit, *caddyfile.Dispenser) error{
-	"name": func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "name", nil, &h.Name) },
-	"rate": func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "rate", checkRate, &h.Rate) },
-	"key":  func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "key", checkKey, &h.Key) },
-	"maintenance_switch": func(h *Limit, d *caddyfile.Dispenser) error {
-		return readOneValue(d, "maintenance_switch", nil, &h.MaintenanceSwitch)
-	},
-	"burst":                    (*Limit).unmarshalBurst,
-	"rate_limit_fields":        (*Limit).unmarshalRateLimitFields,
-	"legacy_rate_limit_fields": (*Limit).unmarshalLegacyRateLimitFields,
-	"maintenance":              (*Limit).unmarshalMaintenanceOption,
+// limitOption returns the function that reads the line of the retry_after_limit directive's
+// option name into a Limit, or nil for an unknown option.
+func limitOption(name string) func(*Limit, *caddyfile.Dispenser) error {
+	switch name {
+	case "name":
+		return func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "name", nil, &h.Name) }
+	case "rate":
+		return func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "rate", checkRate, &h.Rate) }
+	case "key":
+		return func(h *Limit, d *caddyfile.Dispenser) error { return readOneValue(d, "key", checkKey, &h.Key) }
+	case "maintenance_switch":
+		return func(h *Limit, d *caddyfile.Dispenser) error {
+			return readOneValue(d, "maintenance_switch", nil, &h.MaintenanceSwitch)
+		}
+	case "burst":
+		return (*Limit).unmarshalBurst
+	case "rate_limit_fields":
+		return (*Limit).unmarshalRateLimitFields
+	case "legacy_rate_limit_fields":
+		return (*Limit).unmarshalLegacyRateLimitFields
+	case "maintenance":
+		return (*Limit).unmarshalMaintenanceOption
+	}
+	return nil
 }
 
 // readOneValue reads the one value of the option name into dst, if check, when not nil, accepts
