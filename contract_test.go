@@ -107,7 +107,7 @@ func TestAllContract(t *testing.T) {
 const maxExactBurst = min(1<<53, math.MaxInt)
 
 // TestTokenBucketBurstAboveExact checks that a burst above 2^53, which x/time/rate's float64
-// tokens cannot count exactly, is taken as 2^53: at one instant no more is admitted than that,
+// tokens cannot count exactly, the bucket's own or a plan's, is taken as 2^53: at one instant no more is admitted than that,
 // where a burst of the largest int admitted one more request than it holds.
 func TestTokenBucketBurstAboveExact(t *testing.T) {
 	if math.MaxInt <= maxExactBurst {
@@ -116,8 +116,13 @@ func TestTokenBucketBurstAboveExact(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	exact := maxExactBurst // a variable: 2^53 + 1 does not compile where ints are 32 bits
 	for _, burst := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt/2 + 1, exact + 1} {
-		for _, first := range []int{1, 2, 1000} {
+		for i, first := range []int{1, 2, 1000} {
 			b := retryafter.NewTokenBucket(1, burst)
+			if i == 1 { // a plan's burst, as WithPolicyFunc gives it, the same
+				b = retryafter.NewTokenBucket(1, 1, retryafter.WithPolicyFunc(func(string) retryafter.Policy {
+					return retryafter.Policy{Limit: 1, Burst: burst}
+				}))
+			}
 			d, _ := b.Decide(context.Background(), "k", first, t0)
 			if !d.Allowed || d.Limit != maxExactBurst {
 				t.Fatalf("burst %d, cost %d: %+v, want admitted with a Limit of 2^53", burst, first, d)
