@@ -53,7 +53,14 @@ type layerState struct {
 // at that instant, so that the refusal spends nothing in any layer. Layers on the same bucket
 // and key count together, as if reserved one after the other. The Decision is the binding
 // layer's (see [Binding]).
-func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+func (g *bucketGroup) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	return g.Reserve(ctx, key, cost, now, 0)
+}
+
+// Reserve implements [edge.Reserver] as Decide decides, but a request whose every layer has a
+// place within maxWait is admitted at the latest of them, each layer's cost spent as of its own
+// place, with RetryAfter the wait until the latest. A layer charged afterwards does not wait.
+func (g *bucketGroup) Reserve(_ context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
@@ -62,20 +69,30 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	var order [maxLayers]*table
 	locked := lockInOrder(order[:0], st)
 	lag := alignLines(locked, now)
-	admitted := g.reserve(st, cost)
-	answer(st)
+	admitted := g.reserve(st, cost, maxWait-lag)
+	answer(st, admitted)
 	for _, t := range locked {
 		t.mu.Unlock()
 	}
 	var decided [4]Decision
 	ds := decided[:0]
+	var wait time.Duration
 	for i := range st {
 		lateBy(&st[i].d, lag)
 		ds = append(ds, st[i].d)
+		wait = max(wait, st[i].d.RetryAfter)
 	}
 	d := edge.Binding(ds...)
 	d.Allowed = admitted
+	if admitted {
+		d.RetryAfter = wait // the latest place, 0 when every layer admitted at once
+	}
 	return d, nil
+}
+
+// Release implements [edge.Reserver]: it gives each layer's cost back at now.
+func (g *bucketGroup) Release(ctx context.Context, key string, cost int, now time.Time) error {
+	return group{Limiter: g, layers: g.layers}.refund(ctx, key, cost, now)
 }
 
 // states appends to st the state of each layer for key: its key, its policy (asked of the
@@ -110,8 +127,9 @@ func alignLines(locked []*table, now time.Time) time.Duration {
 }
 
 // reserve reserves each layer's cost in its bucket at its part's latest instant, and reports
-// whether every reservation is due then; if not, it cancels them all at that instant.
-func (g *bucketGroup) reserve(st []layerState, cost int) bool {
+// whether every reservation is due then, or within maxWait (but for a layer charged
+// afterwards); if not, it cancels them all at that instant.
+func (g *bucketGroup) reserve(st []layerState, cost int, maxWait time.Duration) bool {
 	admitted := true
 	var keep [maxLayers]*rate.Limiter // each layer's bucket: a later layer's new key keeps them
 	held := keep[:0]
@@ -130,8 +148,8 @@ func (g *bucketGroup) reserve(st []layerState, cost int) bool {
 		held = append(held, lim)
 		s.lim, s.r = lim, *lim.ReserveN(s.at, g.layers[i].cost(cost))
 		if ok, wait := settle(s.r.DelayFrom(s.at)); !ok {
-			admitted = false
 			s.d.RetryAfter = wait
+			admitted = admitted && wait <= maxWait && !g.layers[i].Deferred
 		}
 	}
 	if !admitted {
@@ -142,15 +160,16 @@ func (g *bucketGroup) reserve(st []layerState, cost int) bool {
 	return admitted
 }
 
-// answer fills each layer's Decision, with its quota read under the locks.
-func answer(st []layerState) {
+// answer fills each layer's Decision, with its quota read under the locks: allowed when the
+// request is admitted (at once or at a later place), or when it did not have to wait for it.
+func answer(st []layerState, admitted bool) {
 	for i := range st {
 		s := &st[i]
 		switch {
 		case s.t == nil:
 			s.d = Decision{Allowed: true, Limit: s.pol.Burst, Remaining: s.pol.Burst, Policy: s.pol}
 		case s.lim != nil:
-			s.d.Allowed = s.d.RetryAfter == 0
+			s.d.Allowed = admitted || s.d.RetryAfter == 0
 			quota(&s.d, s.pol, s.lim.TokensAt(s.at))
 		}
 	}

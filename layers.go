@@ -231,34 +231,58 @@ func (g group) refundable() bool {
 	return true
 }
 
-// decide decides the request in the group's layers.
-func (g group) decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+// decide decides the request in the group's layers, with a place within maxWait when its
+// Limiter can give one (see [edge.Reserver]).
+func (g group) decide(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
 	if g.Limiter != nil {
-		return g.Limiter.Decide(ctx, key, cost, now)
+		return reserve(g.Limiter, ctx, key, cost, now, maxWait)
 	}
 	l := &g.layers[0]
-	return l.Limiter.Decide(ctx, l.key(key), l.cost(cost), now)
+	return l.reserve(ctx, key, cost, now, maxWait)
+}
+
+// reserve decides the request of key and cost in the layer, with a place within maxWait when its
+// Limiter can give one and it is not charged afterwards.
+func (l *Layer) reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
+	if l.Deferred {
+		maxWait = 0 // admitted while not in debt, without a wait
+	}
+	return reserve(l.Limiter, ctx, l.key(key), l.cost(cost), now, maxWait)
+}
+
+// reserve asks l for a place within maxWait when it is an [edge.Reserver] and maxWait is above
+// 0, and otherwise decides as l does.
+func reserve(l Limiter, ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
+	if r, ok := l.(edge.Reserver); ok && maxWait > 0 {
+		return r.Reserve(ctx, key, cost, now, maxWait)
+	}
+	return l.Decide(ctx, key, cost, now)
 }
 
 // refund gives back what the group spent on admitting the request at now.
 func (g group) refund(ctx context.Context, key string, cost int, now time.Time) error {
 	var errs []error
 	for i := range g.layers {
-		l := &g.layers[i]
-		if c := l.cost(cost); c > 0 {
-			errs = append(errs, l.Limiter.(Charger).Charge(ctx, l.key(key), -c, now))
-		}
+		errs = append(errs, g.layers[i].release(ctx, key, cost, now))
 	}
 	return errors.Join(errs...)
 }
 
 // Decide implements [Limiter] as [All] describes.
 func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	return a.Reserve(ctx, key, cost, now, 0)
+}
+
+// Reserve implements [edge.Reserver]: as Decide decides, but a request that every layer admits
+// at once or, in those that can promise one, at a place within maxWait, is admitted at the
+// latest of them, with RetryAfter the wait until it. Layers that cannot (a [Spread], a
+// [ChargedAfter]) must admit at once.
+func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
 	if a.one != nil {
-		return a.one.Decide(ctx, key, cost, now)
+		return reserve(a.one, ctx, key, cost, now, maxWait)
 	}
 	refused := false
 	var admitted uint32 // bit i: group i admitted, and spent
@@ -270,7 +294,7 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 			break // it could not give back what it would spend just to tell its wait
 		}
 		var gd Decision
-		if gd, err = g.decide(ctx, key, cost, now); err != nil {
+		if gd, err = g.decide(ctx, key, cost, now, maxWait); err != nil {
 			break
 		}
 		if gd.Allowed {
@@ -281,7 +305,7 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 		ds = append(ds, gd)
 	}
 	if err == nil && !refused {
-		return edge.Binding(ds...), nil
+		return atLatest(ds), nil
 	}
 	// A refusal or an error: give back what the groups that admitted spent.
 	var refunds []error
@@ -299,6 +323,39 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 	return edge.Binding(ds...), nil
 }
 
+// atLatest returns the binding Decision of a request that every group admitted, with RetryAfter
+// the wait until the latest place any group gave it.
+func atLatest(ds []Decision) Decision {
+	var wait time.Duration
+	for _, d := range ds {
+		wait = max(wait, d.RetryAfter)
+	}
+	d := edge.Binding(ds...)
+	d.RetryAfter = wait
+	return d
+}
+
+// Release implements [edge.Reserver]: it gives back at now what every group that can give back
+// spent on the request.
+func (a *all) Release(ctx context.Context, key string, cost int, now time.Time) error {
+	var errs []error
+	for _, g := range a.groups {
+		if g.refundable() {
+			errs = append(errs, g.release(ctx, key, cost, now))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// release gives back what the group spent on a request it gave a place: by its Limiter's
+// Release when it has one, otherwise layer by layer.
+func (g group) release(ctx context.Context, key string, cost int, now time.Time) error {
+	if r, ok := g.Limiter.(edge.Reserver); ok {
+		return r.Release(ctx, key, cost, now)
+	}
+	return g.layers[0].release(ctx, key, cost, now)
+}
+
 // Binding returns the Decision of a request decided in several layers: [edge.Binding], for the
 // Limiters that decide several layers at once ([Combiner]).
 func Binding(ds ...Decision) Decision { return edge.Binding(ds...) }
@@ -312,6 +369,36 @@ func (l *layered) Decide(ctx context.Context, key string, cost int, now time.Tim
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
 	return l.Limiter.Decide(ctx, l.key(key), l.cost(cost), now)
+}
+
+// Reserve implements [edge.Reserver]: the layer's Limiter gives a place within maxWait when it
+// can and the layer is not charged afterwards; otherwise it decides.
+func (l *layered) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	return l.Layer.reserve(ctx, key, cost, now, maxWait)
+}
+
+// Release implements [edge.Reserver]: it gives the layer's cost back, when its Limiter can.
+func (l *layered) Release(ctx context.Context, key string, cost int, now time.Time) error {
+	return l.release(ctx, key, cost, now)
+}
+
+// release gives back at now what the layer spent on a request of key and cost, when its
+// Limiter can give back: by its Release, or as a Charger.
+func (l *Layer) release(ctx context.Context, key string, cost int, now time.Time) error {
+	c := l.cost(cost)
+	if c <= 0 {
+		return nil
+	}
+	switch r := l.Limiter.(type) {
+	case edge.Reserver:
+		return r.Release(ctx, l.key(key), c, now)
+	case Charger:
+		return r.Charge(ctx, l.key(key), -c, now)
+	}
+	return nil
 }
 
 // Unwrap implements [Composite]: the layer's Limiter.

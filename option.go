@@ -228,4 +228,37 @@ const (
 	Exempt        = edge.Exempt
 	FailedOpen    = edge.FailedOpen
 	FailedClosed  = edge.FailedClosed
+	Waited        = edge.Waited
+	DryRunWaited  = edge.DryRunWaited
 )
+
+// WithWait makes the middleware serve a request that is only a little early, as nginx's
+// limit_req delays one within its burst: a request whose wait is at most max, and whose context
+// would still be alive when the wait ends, waits in the server for its place, promised when it
+// began to wait, and is then passed to next; the hooks of [WithDecisionHook] are told of it as
+// [Waited], its Decision's RetryAfter the time it waited, and the rate-limit fields are those of
+// when it is served. A longer wait is refused at once, as without it. The default, and a max of
+// 0, is not to wait.
+//
+// A client that hangs up while it waits gives its place back to the requests that come after
+// it. In a dry run a request that would wait is passed on at once, as [DryRunWaited]. Only a
+// limiter that can promise a place waits ([edge.Reserver]: a [TokenBucket], and [All] and
+// [Shared] of them); with others the option has no effect. At most [edge.DefaultMaxWaiting]
+// requests wait at once unless [WithMaxWaiting] says otherwise; beyond, they are refused as
+// without WithWait. It panics if max is negative.
+func WithWait(max time.Duration) Option {
+	if max < 0 {
+		panic("retryafter: WithWait: negative wait")
+	}
+	return func(c *config) { c.MaxWait = max }
+}
+
+// WithMaxWaiting sets the most requests that wait at once for their place (see [WithWait]),
+// across clients; beyond it, a request is refused as without WithWait. The default is
+// [edge.DefaultMaxWaiting]. It panics if n is below 1.
+func WithMaxWaiting(n int) Option {
+	if n < 1 {
+		panic("retryafter: WithMaxWaiting below 1")
+	}
+	return func(c *config) { c.MaxWaiting = n }
+}

@@ -218,8 +218,25 @@ func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.T
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	b.decide(key, cost, now, true, &d)
+	b.decide(key, cost, now, 0, &d)
 	return d, nil
+}
+
+// Reserve implements [edge.Reserver]: it decides as Decide does, but a request whose wait is at
+// most maxWait is admitted at its place, as x/time/rate's ReserveN reserves it, with RetryAfter
+// the wait until that place.
+func (b *TokenBucket) Reserve(_ context.Context, key string, cost int, now time.Time, maxWait time.Duration) (d Decision, err error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	b.decide(key, cost, now, max(maxWait, 0), &d)
+	return d, nil
+}
+
+// Release implements [edge.Reserver]: it gives cost back to key's bucket at now, as Charge of
+// -cost does.
+func (b *TokenBucket) Release(ctx context.Context, key string, cost int, now time.Time) error {
+	return b.Charge(ctx, key, -cost, now)
 }
 
 // Allow implements [edge.Allower]: it decides as Decide does, leaving Remaining and Reset zero,
@@ -228,13 +245,18 @@ func (b *TokenBucket) Allow(_ context.Context, key string, cost int, now time.Ti
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	b.decide(key, cost, now, false, &d)
+	b.decide(key, cost, now, noQuota, &d)
 	return d, nil
 }
 
+// noQuota is decide's maxWait for Allow: no later place, and no quota.
+const noQuota time.Duration = -1
+
 // decide is Decide for a cost of 0 or more: the one decision of a single bucket, under one
-// lock, with the quota when withQuota is true.
-func (b *TokenBucket) decide(key string, cost int, now time.Time, withQuota bool, d *Decision) {
+// lock, giving a request whose wait is at most maxWait its later place, with the quota unless
+// maxWait is noQuota (one argument for both, so that Allow's path carries no more).
+func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.Duration, d *Decision) {
+	withQuota := maxWait != noQuota
 	t, pol, at, lag, full, lim := b.lock(key, now)
 	d.Policy, d.Limit = pol, pol.Burst
 	if t == nil {
@@ -257,7 +279,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, withQuota bool
 			lim.SetLimitAt(at, pol.Limit)
 		}
 		var tokens float64
-		d.Allowed, d.RetryAfter, tokens = notAtOnce(lim, pol, cost, at)
+		d.Allowed, d.RetryAfter, tokens = notAtOnce(lim, pol, cost, at, maxWait-lag)
 		if withQuota {
 			quota(d, pol, tokens)
 		}
@@ -267,14 +289,15 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, withQuota bool
 }
 
 // notAtOnce decides a request of cost that lim, a bucket of pol, did not admit at once at at:
-// by the wait a reservation would have, which within the slack admits and spends it. A
-// refusal reserves nothing, so there is nothing to cancel, and leaves lim as a refused AllowN
-// does. It returns the tokens left.
-func notAtOnce(lim *rate.Limiter, pol Policy, cost int, at time.Time) (admitted bool, wait time.Duration, tokens float64) {
+// by the wait a reservation would have, which within the slack, or within maxWait, admits and
+// spends it (wait is then 0, or the wait until its place). A refusal reserves nothing, so there
+// is nothing to cancel, and leaves lim as a refused AllowN does. It returns the tokens left.
+func notAtOnce(lim *rate.Limiter, pol Policy, cost int, at time.Time, maxWait time.Duration) (admitted bool, wait time.Duration, tokens float64) {
 	tokens = lim.TokensAt(at)
-	if admitted, wait = settle(reserveWait(pol, cost, tokens)); admitted {
+	if admitted, wait = settle(reserveWait(pol, cost, tokens)); admitted || wait <= maxWait {
 		lim.ReserveN(at, cost)
 		tokens = lim.TokensAt(at)
+		admitted = true
 	}
 	return admitted, wait, tokens
 }

@@ -74,7 +74,7 @@ func TestTokenBucketKeepsReturningClients(t *testing.T) {
 	now := t0.Add(time.Hour) // every bucket refilled
 	i := 0
 	if n := testing.AllocsPerRun(10_000, func() {
-		b.decide(keys[i%len(keys)], 1, now, false, new(Decision))
+		b.decide(keys[i%len(keys)], 1, now, noQuota, new(Decision))
 		i++
 	}); n > 0.01 {
 		t.Fatalf("a returning client costs %v allocations", n)

@@ -2,7 +2,10 @@ package edge
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // A Config is how an edge reads its requests, of type R, and what it is told of them: one per
@@ -37,6 +40,17 @@ type Config[R any] struct {
 	// would have been refused is passed on as DryRunRefused, having spent nothing.
 	DryRun bool
 
+	// MaxWait, when above 0 and the Limiter is a [Reserver], makes a request that would be
+	// refused with a wait of at most MaxWait, and whose context would outlive that wait, wait
+	// for its place and then pass, as Waited; a longer wait is refused as without it. A dry run
+	// passes such a request at once, as DryRunWaited, having spent nothing. Its client leaving
+	// while it waits gives the place back (the request fails closed, as Canceled).
+	MaxWait time.Duration
+
+	// MaxWaiting is the most requests that wait at once, across keys; beyond it a request is
+	// decided as without MaxWait. 0 means DefaultMaxWaiting.
+	MaxWaiting int
+
 	// OnError is told of every error of the key function or the Limiter; OnLimited of every
 	// request the Limiter refused (in a dry run too), with its key; OnDecided of every
 	// request, with what became of it and the Limiter's Decision (zero when it was not asked).
@@ -49,12 +63,16 @@ type Config[R any] struct {
 // A Core decides the requests of one edge: by one Limiter and one [Config]. It is safe for
 // concurrent use.
 type Core[R any] struct {
-	l     Limiter
-	quick Allower // l, when nothing reads the quota and it can leave it out
-	c     Config[R]
+	l          Limiter
+	quick      Allower  // l, when nothing reads the quota and it can leave it out
+	reserver   Reserver // l, when requests may wait for their place (Config.MaxWait)
+	waiting    atomic.Int64
+	maxWaiting int64
+	c          Config[R]
 }
 
-// New returns the Core of an edge that asks l, as c says. It panics if l or c.Key is nil.
+// New returns the Core of an edge that asks l, as c says. It panics if l or c.Key is nil, or
+// c.MaxWait or c.MaxWaiting is negative.
 func New[R any](l Limiter, c Config[R]) *Core[R] {
 	if l == nil {
 		panic("retryafter: edge.New: nil Limiter")
@@ -62,11 +80,20 @@ func New[R any](l Limiter, c Config[R]) *Core[R] {
 	if c.Key == nil {
 		panic("retryafter: edge.New: Config without a Key function")
 	}
+	if c.MaxWait < 0 || c.MaxWaiting < 0 {
+		panic("retryafter: edge.New: negative MaxWait or MaxWaiting")
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	core := &Core[R]{l: l, c: c}
-	if a, ok := l.(Allower); ok && !c.Quota && c.OnLimited == nil && c.OnDecided == nil {
+	c.MaxWait = min(c.MaxWait, rate.InfDuration-1)
+	core := &Core[R]{l: l, c: c, maxWaiting: int64(c.MaxWaiting)}
+	if core.maxWaiting == 0 {
+		core.maxWaiting = DefaultMaxWaiting
+	}
+	if r, ok := l.(Reserver); ok && c.MaxWait > 0 {
+		core.reserver = r
+	} else if a, ok := l.(Allower); ok && !c.Quota && c.OnLimited == nil && c.OnDecided == nil {
 		core.quick = a
 	}
 	return core
@@ -144,8 +171,10 @@ func (c *Core[R]) decideKey(ctx context.Context, req R, key string, v *Verdict) 
 	var err error
 	if c.quick != nil {
 		v.Decision, err = c.quick.Allow(ctx, key, cost, v.Now)
-	} else {
+	} else if c.reserver == nil {
 		v.Decision, err = c.l.Decide(ctx, key, cost, v.Now)
+	} else if c.waitKey(ctx, req, key, cost, v, &err) {
+		return
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:

@@ -27,6 +27,10 @@ import (
 //
 // Any other error means the limiter could not decide (a store that is down); the edge then fails
 // open or closed as configured.
+//
+// A Limiter that can promise a request a place later on implements [Reserver] too, so that an
+// edge configured to wait (Config.MaxWait) makes a request that is only a little early wait for
+// its place rather than refuse it; the edge refuses as before with any other.
 type Limiter interface {
 	Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error)
 }
@@ -49,8 +53,8 @@ type Decision struct {
 	Allowed bool
 
 	// RetryAfter is, for a refused request, the wait after which the same request would be
-	// admitted, not rounded; rate.InfDuration when it never will be. It is zero for an
-	// allowed request.
+	// admitted, not rounded; rate.InfDuration when it never will be. It is zero for a request
+	// allowed at once; for one that [Reserver.Reserve] gave a later place, the wait until it.
 	RetryAfter time.Duration
 
 	// Limit, Remaining and Reset describe the key's quota after this request, for the

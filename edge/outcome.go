@@ -10,10 +10,12 @@ const (
 	Exempt                           // the edge's exemption passed it on, uncounted
 	FailedOpen                       // the key function or the limiter failed: admitted uncounted
 	FailedClosed                     // the key function or the limiter failed: refused
+	Waited                           // it waited for the place the limiter promised, then passed
+	DryRunWaited                     // it would have waited, and a dry run passed it on at once
 )
 
 // String returns the outcome's name in snake case, as metrics name it: "admitted", "refused",
-// "dry_run_refused", "exempt", "failed_open", "failed_closed".
+// "dry_run_refused", "exempt", "failed_open", "failed_closed", "waited", "dry_run_waited".
 func (o Outcome) String() string {
 	switch o {
 	case Admitted:
@@ -28,6 +30,10 @@ func (o Outcome) String() string {
 		return "failed_open"
 	case FailedClosed:
 		return "failed_closed"
+	case Waited:
+		return "waited"
+	case DryRunWaited:
+		return "dry_run_waited"
 	}
 	return "unknown"
 }

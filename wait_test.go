@@ -1,0 +1,225 @@
+package retryafter
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// waitResult is what became of one request of waitFlood: when it was served (or refused), its
+// status and its Retry-After.
+type waitResult struct {
+	at         time.Duration
+	status     int
+	retryAfter string
+}
+
+// waitFlood sends n requests at once through h, from remote(i), and returns what became of each,
+// timed from their start, inside a synctest bubble.
+func waitFlood(h http.Handler, n int, remote func(i int) string) []waitResult {
+	start := time.Now()
+	res := make([]waitResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			w := serve(h, "GET", remote(i))
+			res[i] = waitResult{time.Since(start), w.Code, w.Header().Get("Retry-After")}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// checkQueue checks that 11 of res were served, one at each 100 ms from 0 to 1000 ms, within a
+// millisecond of its place, and the 12th refused with Retry-After: 2, at once.
+func checkQueue(t *testing.T, res []waitResult) {
+	t.Helper()
+	places := make(map[time.Duration]bool)
+	refused := 0
+	for _, r := range res {
+		switch r.status {
+		case http.StatusOK:
+			place := r.at.Round(100 * time.Millisecond)
+			if d := r.at - place; d < -time.Millisecond || d > time.Millisecond || places[place] {
+				t.Errorf("served at %v: not within 1 ms of a free place", r.at)
+			}
+			places[place] = true
+		case http.StatusTooManyRequests:
+			refused++
+			if r.at != 0 || r.retryAfter != "2" {
+				t.Errorf("refused at %v with Retry-After %q, want at once with 2", r.at, r.retryAfter)
+			}
+		default:
+			t.Errorf("status %d", r.status)
+		}
+	}
+	if len(places) != 11 || refused != 1 {
+		t.Errorf("%d served, %d refused; want 11 and 1", len(places), refused)
+	}
+}
+
+// TestWaitQueue: 12 requests of one client at once at 10/s, bursts of 1, WithWait(1 s): 11
+// are served at 0, 100, …, 1000 ms, the 12th refused with the Retry-After that admits it.
+func TestWaitQueue(t *testing.T) {
+	for name, l := range map[string]func() Limiter{
+		"TokenBucket": func() Limiter { return NewTokenBucket(10, 1) },
+		"All": func() Limiter {
+			return All(NewTokenBucket(10, 1), Shared(NewTokenBucket(1000, 100), "all"))
+		},
+		"All of two": func() Limiter {
+			return All(NewTokenBucket(1000, 100), Shared(NewTokenBucket(10, 1), "all"))
+		},
+		"Shared": func() Limiter { return Shared(NewTokenBucket(10, 1), "all") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := LimitWith(l(), WithWait(time.Second))(ok)
+				checkQueue(t, waitFlood(h, 12, func(int) string { return "192.0.2.1:1" }))
+				// The Retry-After of the refusal admits at once.
+				time.Sleep(2 * time.Second)
+				start := time.Now()
+				if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK || time.Since(start) != 0 {
+					t.Errorf("after Retry-After: %d after %v, want 200 at once", w.Code, time.Since(start))
+				}
+			})
+		})
+	}
+}
+
+// TestWaitOffByDefault: without WithWait, the same 12 requests get one 200 and 11 refusals, at
+// once.
+func TestWaitOffByDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := Limit(10, 1)(ok)
+		served := 0
+		for _, r := range waitFlood(h, 12, func(int) string { return "192.0.2.1:1" }) {
+			if r.at != 0 {
+				t.Errorf("answered after %v", r.at)
+			}
+			if r.status == http.StatusOK {
+				served++
+			}
+		}
+		if served != 1 {
+			t.Errorf("%d served, want 1", served)
+		}
+	})
+}
+
+// TestWaitDeadline: a request whose context ends in 50 ms while its wait is 100 ms is refused at
+// once, and spends nothing.
+func TestWaitDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := Limit(10, 1, WithWait(time.Second))(ok)
+		serve(h, "GET", "192.0.2.1:1")
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		r := newRequest("GET", "192.0.2.1:1").WithContext(ctx)
+		if w := serveRequest(h, r); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
+			t.Errorf("a request that would outlive its deadline: %d, Retry-After %q; want 429, 1", w.Code, w.Header().Get("Retry-After"))
+		}
+		if ctx.Err() != nil {
+			t.Error("not refused at once")
+		}
+		// Nothing was spent: the next request waits its 100 ms only.
+		start := time.Now()
+		if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK || time.Since(start) != 100*time.Millisecond-slack {
+			t.Errorf("then: %d after %v, want 200 after 100 ms", w.Code, time.Since(start))
+		}
+	})
+}
+
+// TestWaitHangUp: a waiting request whose client hangs up lets the next request to arrive be
+// served 100 ms sooner; the one that hung up is reported as canceled.
+func TestWaitHangUp(t *testing.T) {
+	for name, l := range map[string]func() Limiter{
+		"TokenBucket": func() Limiter { return NewTokenBucket(10, 1) },
+		"All":         func() Limiter { return All(NewTokenBucket(10, 1), Shared(NewTokenBucket(10, 1), "all")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var outcomes []Outcome
+				var mu sync.Mutex
+				hook := WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) {
+					mu.Lock()
+					outcomes = append(outcomes, o)
+					mu.Unlock()
+				})
+				h := LimitWith(l(), WithWait(time.Second), hook)(ok)
+				start := time.Now()
+				serve(h, "GET", "192.0.2.1:1") // at 0
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan int)
+				go func() { done <- serveRequest(h, newRequest("GET", "192.0.2.1:1").WithContext(ctx)).Code }()
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+				if code := <-done; code != http.StatusServiceUnavailable {
+					t.Errorf("the request that hung up: %d", code)
+				}
+				time.Sleep(10 * time.Millisecond)
+				serve(h, "GET", "192.0.2.1:1")
+				if got := time.Since(start); got != 100*time.Millisecond-slack {
+					t.Errorf("the next request was served at %v, want at 100 ms (its place given back)", got)
+				}
+				want := []Outcome{Admitted, FailedClosed, Waited}
+				if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+					t.Errorf("outcomes %v, want %v", outcomes, want)
+				}
+			})
+		})
+	}
+}
+
+// TestWaitCapAcrossKeys: under a flood of distinct clients that all wait for a shared limit, no
+// more wait at once than WithMaxWaiting allows; the others are refused at once.
+func TestWaitCapAcrossKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var waitedHook atomic.Int64
+		hook := WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) {
+			if o == Waited {
+				waitedHook.Add(1)
+			}
+		})
+		l := All(NewTokenBucket(1, 1), Shared(NewTokenBucket(100, 1), "all"))
+		h := LimitWith(l, WithWait(time.Hour), WithMaxWaiting(5), hook)(ok)
+		res := waitFlood(h, 200, func(i int) string { return fmt.Sprintf("198.51.%d.%d:1", i/250, i%250) })
+		served, waited := 0, 0
+		for _, r := range res {
+			if r.status == http.StatusOK {
+				served++
+				if r.at > 0 {
+					waited++
+				}
+			} else if r.at != 0 {
+				t.Errorf("refused after %v", r.at)
+			}
+		}
+		if waited > 5 || waited < 1 || served > 6 || int64(waited) != waitedHook.Load() {
+			t.Errorf("%d served, %d of them after a wait (%d told as Waited); want at most 5 waiting", served, waited, waitedHook.Load())
+		}
+	})
+}
+
+// TestWaitDryRun: in a dry run a request that would wait is served at once, reported as
+// DryRunWaited, and spends nothing.
+func TestWaitDryRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []Outcome
+		hook := WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) { got = append(got, o) })
+		h := Limit(10, 1, WithWait(150*time.Millisecond), WithDryRun(true), hook)(ok)
+		for range 3 {
+			if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+				t.Errorf("dry run: %d", w.Code)
+			}
+		}
+		want := []Outcome{Admitted, DryRunWaited, DryRunWaited}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("outcomes %v, want %v", got, want)
+		}
+	})
+}
