@@ -114,7 +114,7 @@ func (s *server) admit(ctx context.Context, fullMethod string) (admission, error
 	switch v.Outcome {
 	case retryafter.Exempt, retryafter.FailedOpen:
 		return a, nil
-	case retryafter.Admitted, retryafter.DryRunRefused:
+	case retryafter.Admitted, retryafter.DryRunRefused, retryafter.Waited, retryafter.DryRunWaited:
 		a.header = md
 		return a, nil
 	case retryafter.Refused:

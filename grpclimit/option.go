@@ -115,6 +115,33 @@ func WithDryRun(on bool) Option {
 	return func(c *config) { c.DryRun = on }
 }
 
+// WithWait makes the interceptor let a call that is only a little early wait for its place, as
+// [retryafter.WithWait] does a request: a call whose wait is at most max, and whose deadline
+// (grpc-timeout) would not pass before the wait ends, waits for its place, promised when it
+// began to wait, and then proceeds; the hooks of [WithDecisionHook] are told of it as
+// [retryafter.Waited], its Decision's RetryAfter the time it waited. A longer wait is refused at
+// once, as without it, and a call cancelled while it waits gives its place back and ends with
+// its context's status. In a dry run a call that would wait proceeds at once, as
+// [retryafter.DryRunWaited]. Only a Limiter that can promise a place waits ([edge.Reserver]). At
+// most [edge.DefaultMaxWaiting] calls wait at once unless [WithMaxWaiting] says otherwise. The
+// default, and a max of 0, is not to wait. It panics if max is negative.
+func WithWait(max time.Duration) Option {
+	if max < 0 {
+		panic("grpclimit: WithWait: negative wait")
+	}
+	return func(c *config) { c.MaxWait = max }
+}
+
+// WithMaxWaiting sets the most calls that wait at once for their place (see [WithWait]), across
+// clients; beyond it, a call is refused as without WithWait. The default is
+// [edge.DefaultMaxWaiting]. It panics if n is below 1.
+func WithMaxWaiting(n int) Option {
+	if n < 1 {
+		panic("grpclimit: WithMaxWaiting below 1")
+	}
+	return func(c *config) { c.MaxWaiting = n }
+}
+
 // WithErrorHook adds a function that is told of every error of the key function or the
 // limiter, for logs or metrics. It runs on the call's goroutine before the call is answered
 // and must be safe for concurrent use.
