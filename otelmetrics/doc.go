@@ -22,11 +22,12 @@
 //	retryafter.decisions              counter    {decision}  retryafter.outcome, retryafter.policy.name, http.route or rpc.method
 //	retryafter.retry_after            histogram  s           retryafter.policy.name, http.route or rpc.method
 //	retryafter.near_limit.decisions   counter    {decision}  retryafter.policy.name, http.route or rpc.method
+//	retryafter.waited                 histogram  s           retryafter.policy.name, http.route or rpc.method
 //	retryafter.limiter.duration       histogram  s           retryafter.limiter.name, error.type
 //	retryafter.limiter.down           gauge      {limiter}   retryafter.limiter.name
 //	retryafter.limiter.local_answers  counter    {decision}  retryafter.limiter.name
 //	retryafter.limiter.local_fallback gauge      {limiter}   retryafter.limiter.name
 //
-// The first three come from the hooks of [Metrics.Option] and [Metrics.CallDecided], the rest
+// The first four come from the hooks of [Metrics.Option] and [Metrics.CallDecided], the rest
 // from the Limiters wrapped by [Metrics.Limiter].
 package otelmetrics

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // A DownReporter is a Limiter that knows when its store is down: Down returns the error that
@@ -39,7 +40,8 @@ type FallbackReporter interface {
 // "_OTHER" when it fails), and, at each collection, the state of l that it reports through
 // [DownReporter], [LocalAnswerCounter] and [FallbackReporter], whichever l implements.
 //
-// The Limiter it returns is a [retryafter.Charger] when l is one, and combines in an
+// The Limiter it returns is a [retryafter.Charger] when l is one, promises places as l does
+// ([edge.Reserver], for [retryafter.WithWait]), and combines in an
 // [retryafter.All] as l does with the other wrapped Limiters next to it (timed then as one
 // decision, under the first one's name): wrap every Limiter of an All or none, and list those
 // of one store together. Wrap the stores, not what All, Shared, ChargedAfter or Peek make of
@@ -136,6 +138,33 @@ func newTimed(m *Metrics, l retryafter.Limiter, set attribute.Set) *timed {
 func (t *timed) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
 	start := time.Now()
 	d, err := t.l.Decide(ctx, key, cost, now)
+	t.record(ctx, start, err)
+	return d, err
+}
+
+// Reserve implements [edge.Reserver]: l's Reserve, timed, when l is a Reserver; otherwise its
+// Decide, so that a request waits only where l can promise a place.
+func (t *timed) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (retryafter.Decision, error) {
+	r, ok := t.l.(edge.Reserver)
+	if !ok {
+		return t.Decide(ctx, key, cost, now)
+	}
+	start := time.Now()
+	d, err := r.Reserve(ctx, key, cost, now, maxWait)
+	t.record(ctx, start, err)
+	return d, err
+}
+
+// Release implements [edge.Reserver]: l's own Release, when l is a Reserver.
+func (t *timed) Release(ctx context.Context, key string, cost int, now time.Time) error {
+	if r, ok := t.l.(edge.Reserver); ok {
+		return r.Release(ctx, key, cost, now)
+	}
+	return nil
+}
+
+// record records how long a decision that began at start took, by its error.
+func (t *timed) record(ctx context.Context, start time.Time, err error) {
 	elapsed := t.m.since(start)
 	opts := t.ok
 	switch {
@@ -148,7 +177,6 @@ func (t *timed) Decide(ctx context.Context, key string, cost int, now time.Time)
 		opts = t.other
 	}
 	t.m.duration.Record(ctx, elapsed.Seconds(), opts...)
-	return d, err
 }
 
 // Combine implements [retryafter.Combiner]: the Limiters wrapped in layers, combined as l

@@ -29,6 +29,7 @@ type Metrics struct {
 	decisions  metric.Int64Counter
 	retryAfter metric.Int64Histogram
 	nearLimit  metric.Int64Counter
+	waited     metric.Float64Histogram
 
 	duration      metric.Float64Histogram
 	down          metric.Int64ObservableGauge
@@ -87,6 +88,7 @@ func WithMaxRoutes(n int) Option {
 // from 50 µs (memory, a local Redis) to a store's timeout and beyond.
 var (
 	retryAfterBounds = []float64{1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 86400}
+	waitedBounds     = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 	durationBounds   = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
 )
 
@@ -106,7 +108,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	meter := mp.Meter(ScopeName)
 	m := &Metrics{near: c.near, since: time.Since, names: map[string]bool{}}
 	m.attrs.init(c.maxPolicies, c.maxRoutes)
-	var errs [8]error
+	var errs [9]error
 	m.decisions, errs[0] = meter.Int64Counter("retryafter.decisions",
 		metric.WithUnit("{decision}"),
 		metric.WithDescription("Requests and gRPC calls the rate limit handled, by what it did with them."))
@@ -131,6 +133,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		metric.WithUnit("{limiter}"),
 		metric.WithDescription("1 while a wrapped Limiter decides locally in place of its store, else 0."))
 	_, errs[7] = meter.RegisterCallback(m.observe, m.down, m.localAnswers, m.localFallback)
+	m.waited, errs[8] = meter.Float64Histogram("retryafter.waited",
+		metric.WithUnit("s"),
+		metric.WithDescription("How long each request or call that waited for its place (retryafter.WithWait) waited before it was served."),
+		metric.WithExplicitBucketBoundaries(waitedBounds...))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -139,7 +145,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 
 // Option returns the [retryafter.Option] that instruments a middleware: a
 // [retryafter.WithDecisionHook] that records every request's outcome, the Retry-After of each
-// 429, and the admitted requests near their limit. Hooks add up, so the middleware's other
+// 429, the admitted requests near their limit, and how long each request that waited for its
+// place ([retryafter.Waited]) waited. Hooks add up, so the middleware's other
 // hooks ([retryafter.WithLimitedHook], [retryafter.WithErrorHook], another decision hook) are
 // called as well, each in the order given, whichever comes first.
 func (m *Metrics) Option() retryafter.Option {
@@ -169,7 +176,7 @@ func (m *Metrics) CallDecided(ctx context.Context, fullMethod string, o retryaft
 
 // record records a decision d with outcome k.outcome, under the route or method of k.
 func (m *Metrics) record(ctx context.Context, k attrKey, d retryafter.Decision) {
-	if o := k.outcome; o == retryafter.Admitted || o == retryafter.Refused || o == retryafter.DryRunRefused {
+	if decidedByPolicy(k.outcome) {
 		if k.policy = d.Policy.Name; k.policy == "" {
 			k.policy = "default"
 		}
@@ -187,5 +194,17 @@ func (m *Metrics) record(ctx context.Context, k attrKey, d retryafter.Decision) 
 		if d.Limit > 0 && float64(d.Remaining) < m.near*float64(d.Limit) {
 			m.nearLimit.Add(ctx, 1, a.quota...)
 		}
+	case retryafter.Waited:
+		m.waited.Record(ctx, d.RetryAfter.Seconds(), a.retryAfter...)
 	}
+}
+
+// decidedByPolicy reports whether a request of outcome o was decided by the limiter, whose
+// Decision names the policy.
+func decidedByPolicy(o retryafter.Outcome) bool {
+	switch o {
+	case retryafter.Admitted, retryafter.Refused, retryafter.DryRunRefused, retryafter.Waited, retryafter.DryRunWaited:
+		return true
+	}
+	return false
 }
