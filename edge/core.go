@@ -93,6 +93,7 @@ func New[R any](l Limiter, c Config[R]) *Core[R] {
 	}
 	if r, ok := l.(Reserver); ok && c.MaxWait > 0 {
 		core.reserver = r
+		core.l = &waiter[R]{core}
 	} else if a, ok := l.(Allower); ok && !c.Quota && c.OnLimited == nil && c.OnDecided == nil {
 		core.quick = a
 	}
@@ -171,19 +172,12 @@ func (c *Core[R]) decideKey(ctx context.Context, req R, key string, v *Verdict) 
 	var err error
 	if c.quick != nil {
 		v.Decision, err = c.quick.Allow(ctx, key, cost, v.Now)
-	} else if c.reserver == nil {
+	} else {
 		v.Decision, err = c.l.Decide(ctx, key, cost, v.Now)
-	} else if c.waitKey(ctx, req, key, cost, v, &err) {
-		return
 	}
 	switch {
-	case err != nil && ctx.Err() != nil:
-		// The request itself ended (the client hung up, a deadline passed): the Limiter did
-		// not fail, and a request that was not counted is not admitted for it.
-		v.Decision, v.Outcome, v.Failure = Decision{}, FailedClosed, Canceled
 	case err != nil:
-		v.Decision, v.Failure = Decision{}, LimiterFailed
-		c.fail(req, v, err)
+		c.failed(ctx, req, v, err)
 		return
 	case v.Decision.Allowed:
 		v.Outcome = Admitted
@@ -195,6 +189,29 @@ func (c *Core[R]) decideKey(ctx context.Context, req R, key string, v *Verdict) 
 		if c.c.DryRun {
 			v.Outcome = DryRunRefused
 		}
+	}
+	c.decided(req, v.Outcome, v.Decision)
+}
+
+// failed answers v, whose Limiter returned err: a request that waited for its place, or would
+// have in a dry run (see waiter); one whose own context ended (the client hung up, a deadline
+// passed), which the Limiter did not fail, and which, not counted, is not admitted for it; or
+// the Limiter's failure.
+func (c *Core[R]) failed(ctx context.Context, req R, v *Verdict, err error) {
+	switch {
+	case err == errWaited:
+		c.served(ctx, v)
+	case err == errWouldWait:
+		v.Outcome = DryRunWaited
+	case ctx.Err() != nil:
+		if r, ok := err.(releaseError); ok {
+			c.Errored(req, r.err)
+		}
+		v.Decision, v.Outcome, v.Failure = Decision{}, FailedClosed, Canceled
+	default:
+		v.Decision, v.Failure = Decision{}, LimiterFailed
+		c.fail(req, v, err)
+		return
 	}
 	c.decided(req, v.Outcome, v.Decision)
 }

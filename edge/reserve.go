@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -28,60 +29,71 @@ type Reserver interface {
 // its Config's MaxWaiting is 0.
 const DefaultMaxWaiting = 1024
 
-// waitKey decides req under key when c may make it wait (its Limiter is a Reserver and MaxWait
-// is on), and reports true when it has decided it wholly: it waited and passes, its client
-// left while it waited, or a dry run found it would wait. Otherwise v holds the Limiter's
-// Decision, or *err its error, for decideKey to go on with.
-func (c *Core[R]) waitKey(ctx context.Context, req R, key string, cost int, v *Verdict, err *error) (done bool) {
+// A waiter is the Limiter a Core asks when requests may wait for their place: its Reserver's
+// Reserve, within MaxWait, the request's deadline and the cap on waiting requests, then the wait.
+// What it returns for a request that waited, or would have in a dry run, is one of the errors
+// below, which Core.failed answers: so that the path of a request decided at once is the same
+// with waiting on or off.
+type waiter[R any] struct{ c *Core[R] }
+
+var (
+	errWaited    = errors.New("edge: waited for its place")
+	errWouldWait = errors.New("edge: would have waited for its place")
+)
+
+// A releaseError is the error of a Reserver's Release, for a request whose client left while it
+// waited.
+type releaseError struct{ err error }
+
+func (e releaseError) Error() string { return e.err.Error() }
+
+// Decide implements [Limiter]: it decides as the Reserver does, making a request whose place is
+// within reach wait for it on ctx; a client that leaves meanwhile gives it back.
+func (w *waiter[R]) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	c := w.c
 	most := c.c.MaxWait
 	if dl, ok := ctx.Deadline(); ok {
 		most = min(most, time.Until(dl)-1) // the context must outlive the wait
 	}
 	if c.c.DryRun {
-		v.Decision, *err = c.l.Decide(ctx, key, cost, v.Now)
-		if *err != nil || v.Decision.Allowed || v.Decision.RetryAfter > most {
-			return false
+		d, err := c.reserver.Decide(ctx, key, cost, now)
+		if err == nil && !d.Allowed && d.RetryAfter <= most {
+			err = errWouldWait
 		}
-		v.Outcome = DryRunWaited
-		c.decided(req, v.Outcome, v.Decision)
-		return true
+		return d, err
 	}
 	if c.waiting.Add(1) > c.maxWaiting {
 		most = 0 // as many wait as may: refused as without MaxWait
 	}
 	defer c.waiting.Add(-1)
-	v.Decision, *err = c.reserver.Reserve(ctx, key, cost, v.Now, most)
-	if *err != nil || !v.Decision.Allowed || v.Decision.RetryAfter <= 0 {
-		return false
+	d, err := c.reserver.Reserve(ctx, key, cost, now, most)
+	if err != nil || !d.Allowed || d.RetryAfter <= 0 {
+		return d, err
 	}
-	c.sleep(ctx, req, key, cost, v)
-	return true
-}
-
-// sleep waits for the place that v's Decision promised, then passes req as Waited; when req's
-// context ends first, it gives the place back and fails req closed as Canceled.
-func (c *Core[R]) sleep(ctx context.Context, req R, key string, cost int, v *Verdict) {
-	wait := v.Decision.RetryAfter
-	t := time.NewTimer(wait)
+	t := time.NewTimer(d.RetryAfter)
 	select {
 	case <-t.C:
+		return d, errWaited
 	case <-ctx.Done():
 		t.Stop()
 		// The client left: its place goes to the requests that come after it.
 		if err := c.reserver.Release(context.WithoutCancel(ctx), key, cost, c.c.Now()); err != nil {
-			c.Errored(req, err)
+			return Decision{}, releaseError{err}
 		}
-		v.Decision, v.Outcome, v.Failure = Decision{}, FailedClosed, Canceled
-		c.decided(req, v.Outcome, v.Decision)
-		return
+		return Decision{}, ctx.Err()
 	}
+}
+
+// served passes v, which waited for its place, as Waited, with the quota as of now when the
+// edge reads it, and the time it waited as its RetryAfter.
+func (c *Core[R]) served(ctx context.Context, v *Verdict) {
+	wait := v.Decision.RetryAfter
 	v.Now, v.Outcome = c.c.Now(), Waited
 	if c.c.Quota || c.c.OnDecided != nil {
-		// The quota as of when it is served: a peek, which spends nothing.
-		if d, err := c.l.Decide(ctx, key, 0, v.Now); err == nil {
+		// A peek, which spends nothing.
+		if d, err := c.reserver.Decide(ctx, v.Key, 0, v.Now); err == nil {
 			v.Decision = d
 		}
 	}
 	v.Decision.Allowed, v.Decision.RetryAfter = true, wait
-	c.decided(req, v.Outcome, v.Decision)
 }

@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"testing/synctest"
@@ -66,4 +67,31 @@ func TestCoreWaitingRefusesAsBefore(t *testing.T) {
 			t.Errorf("%T in debt: %v, want Refused", l, v.Outcome)
 		}
 	}
+}
+
+// releaseFails is a TokenBucket whose Release fails.
+type releaseFails struct{ *retryafter.TokenBucket }
+
+func (releaseFails) Release(context.Context, string, int, time.Time) error {
+	return errors.New("store down")
+}
+
+// TestCoreHangUpReleaseFails: a client that leaves while it waits is answered as canceled, and
+// a Release that fails goes to the error hooks.
+func TestCoreHangUpReleaseFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := t0
+		c := config(&now)
+		c.MaxWait = time.Second
+		var errs []error
+		c.OnError = append(c.OnError, func(_ request, err error) { errs = append(errs, err) })
+		core := edge.New(releaseFails{retryafter.NewTokenBucket(10, 1)}, c)
+		core.Decide(context.Background(), request{client: "a"})
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		v := core.Decide(ctx, request{client: "a"})
+		if v.Outcome != edge.FailedClosed || v.Failure != edge.Canceled || len(errs) != 1 || errs[0].Error() != "store down" {
+			t.Fatalf("%v %v, errors %v; want FailedClosed, Canceled, the Release's error", v.Outcome, v.Failure, errs)
+		}
+	})
 }
