@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -220,6 +221,44 @@ func TestWaitDryRun(t *testing.T) {
 		want := []Outcome{Admitted, DryRunWaited, DryRunWaited}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("outcomes %v, want %v", got, want)
+		}
+	})
+}
+
+// TestWaitFields: the RateLimit fields of a request served after a wait are those of when it is
+// served: at 1/s, bursts of 1, three requests at once; the one served at 2 s is told a token is
+// back in a second or so (t=2, rounded up from 1 s and the microsecond it is served early), not
+// the 3 s its bucket owed when it began to wait. The hook is told the time each waited.
+func TestWaitFields(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var waited []time.Duration
+		hook := WithDecisionHook(func(_ *http.Request, o Outcome, d Decision) {
+			if o == Waited {
+				mu.Lock()
+				waited = append(waited, d.RetryAfter)
+				mu.Unlock()
+			}
+		})
+		h := Limit(1, 1, WithWait(3*time.Second), WithRateLimitFields(""), hook)(ok)
+		start := time.Now()
+		fields := make(map[time.Duration]string)
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				w := serve(h, "GET", "192.0.2.1:1")
+				mu.Lock()
+				fields[time.Since(start).Round(time.Second)] = w.Header().Get("RateLimit")
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if got, want := fields[2*time.Second], `"default";r=0;t=2`; got != want {
+			t.Errorf("served at 2 s: RateLimit %q, want %q (all: %q)", got, want, fields)
+		}
+		slices.Sort(waited)
+		if want := []time.Duration{time.Second - slack, 2*time.Second - slack}; !slices.Equal(waited, want) {
+			t.Errorf("hook told of waits %v, want %v", waited, want)
 		}
 	})
 }
