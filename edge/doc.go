@@ -15,4 +15,8 @@
 // implement it. Its [Decision] is exact: a client that waits the Decision's RetryAfter, rounded
 // up, and comes back is admitted, unless something else spent its quota meanwhile. The edge
 // must never tell a shorter wait.
+//
+// A Limiter that can promise a later place (a [Reserver]) lets a Core with a Config.MaxWait make
+// a request that is only a little early wait for its place, then pass it as [Waited], rather
+// than refuse it: the same on every edge.
 package edge
