@@ -335,25 +335,23 @@ func atLatest(ds []Decision) Decision {
 	return d
 }
 
-// Release implements [edge.Reserver]: it gives back at now what every group that can give back
-// spent on the request.
+// Release implements [edge.Reserver]: it gives back at now what the request spent, in every
+// layer that can give back.
 func (a *all) Release(ctx context.Context, key string, cost int, now time.Time) error {
 	var errs []error
 	for _, g := range a.groups {
-		if g.refundable() {
-			errs = append(errs, g.release(ctx, key, cost, now))
-		}
+		errs = append(errs, g.release(ctx, key, cost, now))
 	}
 	return errors.Join(errs...)
 }
 
-// release gives back what the group spent on a request it gave a place: by its Limiter's
-// Release when it has one, otherwise layer by layer.
+// release gives back what the group spent on a request it gave a place: by its combined
+// Limiter's Release when it has one, otherwise layer by layer, in those that can.
 func (g group) release(ctx context.Context, key string, cost int, now time.Time) error {
 	if r, ok := g.Limiter.(edge.Reserver); ok {
 		return r.Release(ctx, key, cost, now)
 	}
-	return g.layers[0].release(ctx, key, cost, now)
+	return g.refund(ctx, key, cost, now)
 }
 
 // Binding returns the Decision of a request decided in several layers: [edge.Binding], for the
@@ -386,17 +384,18 @@ func (l *layered) Release(ctx context.Context, key string, cost int, now time.Ti
 }
 
 // release gives back at now what the layer spent on a request of key and cost, when its
-// Limiter can give back: by its Release, or as a Charger.
+// Limiter can give back: as a Charger (a wrapped Limiter may promise places only through the
+// one it wraps), or by its Release.
 func (l *Layer) release(ctx context.Context, key string, cost int, now time.Time) error {
 	c := l.cost(cost)
 	if c <= 0 {
 		return nil
 	}
 	switch r := l.Limiter.(type) {
-	case edge.Reserver:
-		return r.Release(ctx, l.key(key), c, now)
 	case Charger:
 		return r.Charge(ctx, l.key(key), -c, now)
+	case edge.Reserver:
+		return r.Release(ctx, l.key(key), c, now)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package otelmetrics
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -38,4 +39,34 @@ func TestWaited(t *testing.T) {
 			t.Fatalf("waited sum %v s, want the 0.1 + 0.2 s waited", p.sum)
 		}
 	})
+}
+
+// chargerOnly is a Charger that cannot promise places.
+type chargerOnly struct{ tb *retryafter.TokenBucket }
+
+func (c chargerOnly) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
+	return c.tb.Decide(ctx, key, cost, now)
+}
+
+func (c chargerOnly) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	return c.tb.Charge(ctx, key, cost, now)
+}
+
+// TestWrappedChargerRefunded: a wrapped Charger that cannot promise places is still given back
+// what it spent when another layer of an All refuses.
+func TestWrappedChargerRefunded(t *testing.T) {
+	m := newReader(t).m
+	inner := retryafter.NewTokenBucket(1, 1)
+	other := retryafter.NewTokenBucket(1, 1)
+	ctx := context.Background()
+	if d, _ := other.Decide(ctx, "k", 1, t0); !d.Allowed {
+		t.Fatal("setup")
+	}
+	all := retryafter.All(m.Limiter("c", chargerOnly{inner}), other)
+	if d, err := all.Decide(ctx, "k", 1, t0); err != nil || d.Allowed {
+		t.Fatalf("All: %+v, %v; want a refusal", d, err)
+	}
+	if d, _ := inner.Decide(ctx, "k", 1, t0); !d.Allowed {
+		t.Fatal("the wrapped Charger was not given back what the refused request spent")
+	}
 }
