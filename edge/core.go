@@ -64,9 +64,9 @@ type Config[R any] struct {
 // concurrent use.
 type Core[R any] struct {
 	l          Limiter
-	quick      Allower  // l, when nothing reads the quota and it can leave it out
-	reserver   Reserver // l, when requests may wait for their place (Config.MaxWait)
-	waiting    atomic.Int64
+	quick      Allower      // l, when nothing reads the quota and it can leave it out
+	reserver   Reserver     // the Limiter, when requests may wait for their place: l is a waiter over it
+	waiting    atomic.Int64 // the requests that wait, or are being decided by the waiter
 	maxWaiting int64
 	c          Config[R]
 }
