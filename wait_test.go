@@ -262,3 +262,9 @@ func TestWaitFields(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkWaitOnAllowed: an admitted request with WithWait on, which goes through the core's
+// waiter; it allocates nothing.
+func BenchmarkWaitOnAllowed(b *testing.B) {
+	run(b, Limit(plentyRate, plentyBurst, WithKeyFunc(hostKey), WithWait(time.Second))(okBench), requests(1), http.StatusOK)
+}
