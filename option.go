@@ -240,8 +240,10 @@ const (
 // when it is served. A longer wait is refused at once, as without it. The default, and a max of
 // 0, is not to wait.
 //
-// A client that hangs up while it waits gives its place back to the requests that come after
-// it. In a dry run a request that would wait is passed on at once, as [DryRunWaited]. Only a
+// The requests of one client that wait at once are at most what its limit admits in max. A
+// client that hangs up while it waits gives its place back to the requests that come after it.
+// The wait counts against http.Server's WriteTimeout; mount the middleware outside
+// [Concurrency], so that a waiting request holds no slot. In a dry run a request that would wait is passed on at once, as [DryRunWaited]. Only a
 // limiter that can promise a place waits ([edge.Reserver]: a [TokenBucket], and [All] and
 // [Shared] of them); with others the option has no effect. At most [edge.DefaultMaxWaiting]
 // requests wait at once unless [WithMaxWaiting] says otherwise; beyond, they are refused as
