@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // waitResult is what became of one request of waitFlood: when it was served (or refused), its
@@ -267,4 +270,50 @@ func TestWaitFields(t *testing.T) {
 // waiter; it allocates nothing.
 func BenchmarkWaitOnAllowed(b *testing.B) {
 	run(b, Limit(plentyRate, plentyBurst, WithKeyFunc(hostKey), WithWait(time.Second))(okBench), requests(1), http.StatusOK)
+}
+
+// TestReserveProperty: over random policies, costs, waits and instants, through a TokenBucket
+// and an All of two: Reserve admits at once, or at a place at most maxWait away, or refuses with
+// a wait beyond maxWait and spends nothing; Release of a place gives back what it spent.
+func TestReserveProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(59, 1))
+	ctx := context.Background()
+	for trial := range 2000 {
+		limit := rate.Limit(0.05 + rng.Float64()*50)
+		burst := 1 + rng.IntN(10)
+		var l interface {
+			Limiter
+			Reserve(context.Context, string, int, time.Time, time.Duration) (Decision, error)
+			Release(context.Context, string, int, time.Time) error
+		}
+		if trial%2 == 0 {
+			l = NewTokenBucket(limit, burst)
+		} else {
+			l = All(NewTokenBucket(limit, burst), Shared(NewTokenBucket(limit*3, burst), "all")).(*all)
+		}
+		now := t0
+		for step := range 20 {
+			now = now.Add(time.Duration(rng.Int64N(int64(time.Second))))
+			cost, most := 1+rng.IntN(burst), time.Duration(rng.Int64N(int64(2*time.Second)))
+			before, _ := l.Decide(ctx, "k", 0, now)
+			d, err := l.Reserve(ctx, "k", cost, now, most)
+			after, _ := l.Decide(ctx, "k", 0, now)
+			switch {
+			case err != nil:
+				t.Fatalf("trial %d step %d: %v", trial, step, err)
+			case !d.Allowed && (d.RetryAfter <= most || after.Remaining != before.Remaining || after.Reset != before.Reset):
+				t.Fatalf("trial %d step %d: refused with %v (max %v), quota %+v then %+v", trial, step, d.RetryAfter, most, before, after)
+			case d.Allowed && d.RetryAfter > most:
+				t.Fatalf("trial %d step %d: a place %v away, max %v", trial, step, d.RetryAfter, most)
+			case d.Allowed && d.RetryAfter > 0 && rng.IntN(2) == 0:
+				if err := l.Release(ctx, "k", cost, now); err != nil {
+					t.Fatal(err)
+				}
+				back, _ := l.Decide(ctx, "k", 0, now)
+				if back.Remaining != before.Remaining || (back.Reset-before.Reset).Abs() > time.Microsecond {
+					t.Fatalf("trial %d step %d: released to %+v, want %+v", trial, step, back, before)
+				}
+			}
+		}
+	}
 }
