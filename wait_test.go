@@ -272,8 +272,13 @@ func BenchmarkWaitOnAllowed(b *testing.B) {
 	run(b, Limit(plentyRate, plentyBurst, WithKeyFunc(hostKey), WithWait(time.Second))(okBench), requests(1), http.StatusOK)
 }
 
+// apart is a TokenBucket that combines with none.
+type apart struct{ *TokenBucket }
+
+func (apart) Combine([]Layer) (Limiter, bool) { return nil, false }
+
 // TestReserveProperty: over random policies, costs, waits and instants, through a TokenBucket
-// and an All of two: Reserve admits at once, or at a place at most maxWait away, or refuses with
+// and an All of two, combined or not: Reserve admits at once, or at a place at most maxWait away, or refuses with
 // a wait beyond maxWait and spends nothing; Release of a place gives back what it spent.
 func TestReserveProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(59, 1))
@@ -286,10 +291,17 @@ func TestReserveProperty(t *testing.T) {
 			Reserve(context.Context, string, int, time.Time, time.Duration) (Decision, error)
 			Release(context.Context, string, int, time.Time) error
 		}
-		if trial%2 == 0 {
+		switch trial % 3 {
+		case 0:
 			l = NewTokenBucket(limit, burst)
-		} else {
+		case 1:
 			l = All(NewTokenBucket(limit, burst), Shared(NewTokenBucket(limit*3, burst), "all")).(*all)
+		default: // decided one store after the other
+			a := All(NewTokenBucket(limit*3, burst), Shared(apart{NewTokenBucket(limit, burst)}, "all")).(*all)
+			if len(a.groups) != 2 {
+				t.Fatalf("%d groups", len(a.groups))
+			}
+			l = a
 		}
 		now := t0
 		for step := range 20 {
