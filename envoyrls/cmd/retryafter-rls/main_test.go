@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/retryafter/retryafter/internal/testkit/redistest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
+const oneAnHour = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"
+
+// started is a running command.
+type started struct {
+	client rlsv3.RateLimitServiceClient
+	health healthpb.HealthClient
+	http   string
+	stop   func() error
+	hup    chan os.Signal
+}
+
+// start runs the command with args (and -grpc, -http on loopback) until the test ends.
+func start(t *testing.T, env map[string]string, args ...string) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	hup := make(chan os.Signal, 1)
+	args = append([]string{"-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0"}, args...)
+	go func() {
+		done <- run(ctx, args, func(k string) string { return env[k] }, hup, io.Discard, func(g, h string) { addrs <- [2]string{g, h} })
+	}()
+	var a [2]string
+	select {
+	case a = <-addrs:
+	case err := <-done:
+		cancel()
+		t.Fatalf("the command ended: %v", err)
+	}
+	conn, err := grpc.NewClient(a[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := func() error { cancel(); return <-done }
+	t.Cleanup(func() { conn.Close(); cancel() })
+	return &started{rlsv3.NewRateLimitServiceClient(conn), healthpb.NewHealthClient(conn), "http://" + a[1], stop, hup}
+}
+
+// ask asks for one request of k=v.
+func (s *started) ask(t *testing.T) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := s.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// code is the overall code of a request of k=v.
+func (s *started) code(t *testing.T) rlsv3.RateLimitResponse_Code { return s.ask(t).GetOverallCode() }
+
+// wait is the duration_until_reset of a request of k=v, which must be refused.
+func (s *started) wait(t *testing.T) time.Duration {
+	t.Helper()
+	resp := s.ask(t)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("admitted: %v", resp)
+	}
+	return resp.GetStatuses()[0].GetDurationUntilReset().AsDuration()
+}
+
+// writeConfig writes yaml as dir/config.yaml.
+func writeConfig(t *testing.T, dir, yaml string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCommand: envoyproxy/ratelimit's environment variables, the limits, /healthcheck, the gRPC
+// health, a reload on SIGHUP that keeps the clients' state, and a drain.
+func TestCommand(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "rl", "config")
+	os.MkdirAll(dir, 0o700)
+	writeConfig(t, dir, oneAnHour)
+	s := start(t, map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl"}, "-watch", "0")
+	testCommand(t, s, dir)
+}
+
+// TestCommandRedis: the same, with the limits in a real redis-server.
+func TestCommandRedis(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, oneAnHour)
+	s := start(t, nil, "-config", dir, "-watch", "0", "-redis", "redis://"+redistest.Addr(t)+"/0")
+	redistest.Do(redistest.Addr(t), "FLUSHALL")
+	testCommand(t, s, dir)
+}
+
+func testCommand(t *testing.T, s *started, dir string) {
+	resp, err := http.Get(s.http + "/healthcheck")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthcheck: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	h, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", h, err)
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := s.code(t); got != want {
+			t.Fatalf("request %d: %v, want %v", i+1, got, want)
+		}
+	}
+	// A limit of 3 an hour: the client keeps its state (no tokens), and now waits 20 minutes
+	// for the next, not 30.
+	if d := s.wait(t); d <= 29*time.Minute || d > 30*time.Minute {
+		t.Fatalf("at 2 an hour, a wait of %v", d)
+	}
+	writeConfig(t, dir, strings.Replace(oneAnHour, "requests_per_unit: 2", "requests_per_unit: 3", 1))
+	s.hup <- syscall.SIGHUP
+	deadline := time.Now().Add(10 * time.Second)
+	for s.wait(t) > 20*time.Minute {
+		if time.Now().After(deadline) {
+			t.Fatal("the reload did not take, or the client's state was lost")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+}
+
+// TestFlags: what is refused before serving.
+func TestFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"-config", "x", "-redis", "redis://a", "-redis-cluster", "a,b"},
+		{"-bogus"},
+	} {
+		if _, err := parse(args, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	o, err := parse(nil, func(k string) string {
+		return map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_SUBDIRECTORY": "s", "GRPC_PORT": "9", "PORT": "8", "REDIS_URL": "redis://h"}[k]
+	}, io.Discard)
+	if err != nil || o.config != "/r/s/config" || o.grpc != ":9" || o.http != ":8" || o.redisURL != "redis://h" {
+		t.Errorf("from the environment: %+v %v", o, err)
+	}
+}
