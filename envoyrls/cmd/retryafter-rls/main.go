@@ -6,7 +6,8 @@
 // PATH is a YAML file or a directory of them; it is read again on SIGHUP and when a file of
 // it changes, every client keeping its state. -grpc (default :8081) serves
 // envoy.service.ratelimit.v3.RateLimitService and the gRPC health service; -http (default
-// :8080) serves GET /healthcheck. Without -redis or -redis-cluster the limits are kept in
+// :8080) serves GET /healthcheck and GET /metrics (Prometheus text, from package otelmetrics's
+// instruments: the domain is rpc.method "ratelimit/DOMAIN", a rule's name its policy name). Without -redis or -redis-cluster the limits are kept in
 // memory. When a flag is absent, envoyproxy/ratelimit's environment variable is read:
 // RUNTIME_ROOT and RUNTIME_SUBDIRECTORY (PATH is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config),
 // GRPC_PORT, PORT, REDIS_URL and LIMIT_RESPONSE_HEADERS_ENABLED. On SIGTERM or SIGINT the
@@ -116,12 +117,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 	if err != nil {
 		return err
 	}
-	limiter, closeStore, err := store(o)
+	limiter, storeName, closeStore, err := store(o)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	svc := envoyrls.New(cfg, limiter, envoyrls.WithRateLimitFields(o.fields), envoyrls.WithXRateLimitHeaders(o.legacy))
+	mx, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	defer mx.provider.Shutdown(context.Background())
+	svc := envoyrls.New(cfg, mx.limiter(storeName, limiter), envoyrls.WithRateLimitFields(o.fields),
+		envoyrls.WithXRateLimitHeaders(o.legacy), envoyrls.WithDecisionHook(mx.decided))
 
 	gl, err := net.Listen("tcp", o.grpc)
 	if err != nil {
@@ -137,6 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", mx.handler)
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
 		if ctx.Err() != nil {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
@@ -224,24 +232,24 @@ func stamp(path string) string {
 	return b.String()
 }
 
-// store returns the LimiterFunc of o's store: memory, a Redis or a Redis Cluster.
-func store(o options) (envoyrls.LimiterFunc, func(), error) {
+// store returns the LimiterFunc of o's store (memory, a Redis or a Redis Cluster) and its name.
+func store(o options) (envoyrls.LimiterFunc, string, func(), error) {
 	var client redis.UniversalClient
 	switch {
 	case o.redisURL != "":
 		opt, err := redis.ParseURL(o.redisURL)
 		if err != nil {
-			return nil, nil, fmt.Errorf("-redis: %w", err)
+			return nil, "", nil, fmt.Errorf("-redis: %w", err)
 		}
 		opt.ContextTimeoutEnabled = true
 		client = redis.NewClient(opt)
 	case o.cluster != "":
 		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(o.cluster, ","), ContextTimeoutEnabled: true})
 	default:
-		return envoyrls.Memory, func() {}, nil
+		return envoyrls.Memory, "memory", func() {}, nil
 	}
 	f := func(policy func(string) retryafter.Policy) retryafter.Limiter {
 		return redisstore.New(client, rate.Inf, 1, redisstore.WithPolicyFunc(policy))
 	}
-	return f, func() { client.Close() }, nil
+	return f, "redis", func() { client.Close() }, nil
 }

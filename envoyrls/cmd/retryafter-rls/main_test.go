@@ -22,6 +22,9 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
+// clientValue is the descriptor's value of the tests' client, which no metric may carry.
+const clientValue = "client-7f3a9"
+
 const oneAnHour = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"
 
 // started is a running command.
@@ -64,7 +67,7 @@ func start(t *testing.T, env map[string]string, args ...string) *started {
 func (s *started) ask(t *testing.T) *rlsv3.RateLimitResponse {
 	t.Helper()
 	resp, err := s.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: clientValue}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +85,21 @@ func (s *started) wait(t *testing.T) time.Duration {
 		t.Fatalf("admitted: %v", resp)
 	}
 	return resp.GetStatuses()[0].GetDurationUntilReset().AsDuration()
+}
+
+// get returns the body of a GET of url, which must answer 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	return string(b)
 }
 
 // writeConfig writes yaml as dir/config.yaml.
@@ -113,11 +131,7 @@ func TestCommandRedis(t *testing.T) {
 }
 
 func testCommand(t *testing.T, s *started, dir string) {
-	resp, err := http.Get(s.http + "/healthcheck")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("/healthcheck: %v %v", resp, err)
-	}
-	resp.Body.Close()
+	get(t, s.http+"/healthcheck")
 	h, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", h, err)
@@ -140,6 +154,15 @@ func testCommand(t *testing.T, s *started, dir string) {
 			t.Fatal("the reload did not take, or the client's state was lost")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	body := get(t, s.http+"/metrics")
+	for _, want := range []string{"retryafter_decisions", `rpc_method="ratelimit/d"`, `retryafter_outcome="refused"`, "retryafter_limiter_duration"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, clientValue) {
+		t.Errorf("/metrics carries a descriptor's value")
 	}
 	if err := s.stop(); err != nil {
 		t.Fatalf("drain: %v", err)
