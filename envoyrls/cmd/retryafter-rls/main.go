@@ -9,7 +9,8 @@
 // :8080) serves GET /healthcheck and GET /metrics (Prometheus text, from package otelmetrics's
 // instruments: the domain is rpc.method "ratelimit/DOMAIN", a rule's name its policy name). Without -redis or -redis-cluster the limits are kept in
 // memory. When a flag is absent, envoyproxy/ratelimit's environment variable is read:
-// RUNTIME_ROOT and RUNTIME_SUBDIRECTORY (PATH is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config),
+// RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (PATH is
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, the last "config" by default),
 // GRPC_PORT, PORT, REDIS_URL and LIMIT_RESPONSE_HEADERS_ENABLED. On SIGTERM or SIGINT the
 // health turns NOT_SERVING, the requests under way finish, and the command exits.
 package main
@@ -67,7 +68,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.config, "config", "", "a YAML file or a directory of them (default $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config)")
 	fs.StringVar(&o.grpc, "grpc", "", "the gRPC address (default :$GRPC_PORT, else :8081)")
-	fs.StringVar(&o.http, "http", "", "the HTTP address of /healthcheck (default :$PORT, else :8080)")
+	fs.StringVar(&o.http, "http", "", "the HTTP address of /healthcheck and /metrics (default :$PORT, else :8080)")
 	fs.StringVar(&o.redisURL, "redis", "", "a redis:// or rediss:// URL to keep the limits in (default $REDIS_URL)")
 	fs.StringVar(&o.cluster, "redis-cluster", "", "the addresses of a Redis Cluster, comma-separated")
 	fs.BoolVar(&o.fields, "ratelimit-fields", false, "add the RateLimit and RateLimit-Policy fields")
@@ -78,7 +79,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		return o, err
 	}
 	if o.config == "" && getenv("RUNTIME_ROOT") != "" {
-		o.config = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), "config")
+		app := getenv("RUNTIME_APPDIRECTORY")
+		if app == "" {
+			app = "config"
+		}
+		o.config = filepath.Join(getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), app)
 	}
 	o.grpc = orEnv(o.grpc, getenv("GRPC_PORT"), ":8081")
 	o.http = orEnv(o.http, getenv("PORT"), ":8080")

@@ -118,19 +118,21 @@ func TestCommand(t *testing.T) {
 	os.MkdirAll(dir, 0o700)
 	writeConfig(t, dir, oneAnHour)
 	s := start(t, map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl"}, "-watch", "0")
-	testCommand(t, s, dir)
+	testCommand(t, s, dir, func() { s.hup <- syscall.SIGHUP })
 }
 
-// TestCommandRedis: the same, with the limits in a real redis-server.
+// TestCommandRedis: the same, with the limits in a real redis-server, and the directory
+// watched instead of SIGHUP.
 func TestCommandRedis(t *testing.T) {
 	dir := t.TempDir()
 	writeConfig(t, dir, oneAnHour)
-	s := start(t, nil, "-config", dir, "-watch", "0", "-redis", "redis://"+redistest.Addr(t)+"/0")
+	s := start(t, nil, "-config", dir, "-watch", "20ms", "-redis", "redis://"+redistest.Addr(t)+"/0")
 	redistest.Do(redistest.Addr(t), "FLUSHALL")
-	testCommand(t, s, dir)
+	testCommand(t, s, dir, func() {}) // the change of the file is seen
 }
 
-func testCommand(t *testing.T, s *started, dir string) {
+// testCommand checks s, serving the configuration in dir, which reload makes it read again.
+func testCommand(t *testing.T, s *started, dir string, reload func()) {
 	get(t, s.http+"/healthcheck")
 	h, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -147,7 +149,7 @@ func testCommand(t *testing.T, s *started, dir string) {
 		t.Fatalf("at 2 an hour, a wait of %v", d)
 	}
 	writeConfig(t, dir, strings.Replace(oneAnHour, "requests_per_unit: 2", "requests_per_unit: 3", 1))
-	s.hup <- syscall.SIGHUP
+	reload()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.wait(t) > 20*time.Minute {
 		if time.Now().After(deadline) {
