@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/retryafter/retryafter/internal/clock"
 )
 
 // Defaults of a [Concurrency].
@@ -94,7 +96,7 @@ type Concurrency struct {
 	key   KeyFunc
 	mu    sync.Mutex
 	state concurrencyState
-	ret   returns
+	ret   clock.Returns
 	emit  emitter
 }
 
@@ -480,7 +482,7 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 		// the returns of that pace, the held slots' share in it, and no cap of its own.
 		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
-		wait = c.ret.spreadWait(now, wait, perSecond, 0, 1)
+		wait = c.ret.SpreadWait(now, wait, perSecond, 0, 1)
 	}
 	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 	if k != nil {

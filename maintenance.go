@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/retryafter/retryafter/internal/clock"
 	"github.com/retryafter/retryafter/internal/downtime"
 )
 
@@ -80,7 +81,7 @@ type Maintenance struct {
 
 	state   atomic.Pointer[window] // nil while off
 	emit    emitter
-	returns returns // the seconds booked for clients after the end, with ReturnRate
+	returns clock.Returns // the seconds booked for clients after the end, with ReturnRate
 }
 
 // window is the state of a Maintenance that is on.
@@ -191,13 +192,13 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 	spread := counting && m.ReturnRate > 0
 	if m.HTTPDate {
 		if spread {
-			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, 1, true), 0)
+			end = time.Unix(m.returns.Book(at, end, float64(m.ReturnRate), 0, 1, true), 0)
 		}
 		m.emit.refuseUntil(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable}, at, end)
 		return
 	}
 	if spread {
-		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0, 1)
+		wait = m.returns.SpreadWait(at, wait, float64(m.ReturnRate), 0, 1)
 	}
 	m.emit.refuse(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: wait}, at, nil)
 }
