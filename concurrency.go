@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter/internal/clock"
+	"github.com/retryafter/retryafter/internal/door"
 )
 
 // Defaults of a [Concurrency].
@@ -226,7 +227,7 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 		c.state.base = c.now()
 	})
 	h := &concurrencyHandler{c: c, next: next}
-	h.preflights.seed = maphash.MakeSeed()
+	h.preflights.Seed = maphash.MakeSeed()
 	return h
 }
 
@@ -234,13 +235,13 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 type concurrencyHandler struct {
 	c          *Concurrency
 	next       http.Handler
-	preflights preflightMemory // what next does with requests shaped as preflights
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Free when it is one, which only the answer tells: see preflight.go.
-	preflight := isPreflight(r)
-	if preflight && h.preflights.pass(h, w, r) {
+	// Free when it is one, which only the answer tells: see package internal/door.
+	preflight := door.IsPreflight(r)
+	if preflight && h.preflights.Pass(h, w, r) {
 		return
 	}
 	k, slot, ok := h.c.admit(w, r)
@@ -250,15 +251,15 @@ func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.c.release(k, slot)
 	h.next.ServeHTTP(w, r)
 	if preflight {
-		h.preflights.learn(r, answersPreflight(w.Header()))
+		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 
-// serve implements frontDoor.
-func (h *concurrencyHandler) serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
+// Serve implements door.Door.
+func (h *concurrencyHandler) Serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
 
-// enter implements frontDoor: r takes a slot, which it frees once next has returned.
-func (h *concurrencyHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+// Enter implements door.Door: r takes a slot, which it frees once next has returned.
+func (h *concurrencyHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	k, slot, ok := h.c.admit(w, r)
 	if !ok {
 		return nil, false

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter/internal/clock"
+	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/downtime"
 )
 
@@ -131,7 +132,7 @@ func (m *Maintenance) Handler(next http.Handler) http.Handler {
 		panic("retryafter: Maintenance.Handler(nil)")
 	}
 	h := &maintenanceHandler{m: m, next: next}
-	h.preflights.seed = maphash.MakeSeed()
+	h.preflights.Seed = maphash.MakeSeed()
 	return h
 }
 
@@ -139,7 +140,7 @@ func (m *Maintenance) Handler(next http.Handler) http.Handler {
 type maintenanceHandler struct {
 	m          *Maintenance
 	next       http.Handler
-	preflights preflightMemory // what next does with requests shaped as preflights
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -147,25 +148,25 @@ func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case win == nil:
 		h.next.ServeHTTP(w, r)
-		if isPreflight(r) {
+		if door.IsPreflight(r) {
 			// What next does with a request shaped as a preflight is learned while off, so
 			// that next need not run to show it while maintenance is on.
-			h.preflights.learn(r, answersPreflight(w.Header()))
+			h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 		}
 	case h.m.Exempt != nil && h.m.Exempt(r):
 		h.next.ServeHTTP(w, r)
-	case isPreflight(r) && h.preflights.pass(h, w, r):
-		// Free when it is one, which only the answer tells: see preflight.go.
+	case door.IsPreflight(r) && h.preflights.Pass(h, w, r):
+		// Free when it is one, which only the answer tells: see package internal/door.
 	default:
 		h.m.refuse(w, r, win.until)
 	}
 }
 
-// serve implements frontDoor.
-func (h *maintenanceHandler) serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
+// Serve implements door.Door.
+func (h *maintenanceHandler) Serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
 
-// enter implements frontDoor: r is refused while maintenance is on, unless it is exempt.
-func (h *maintenanceHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+// Enter implements door.Door: r is refused while maintenance is on, unless it is exempt.
+func (h *maintenanceHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	win := h.m.state.Load()
 	if win == nil || (h.m.Exempt != nil && h.m.Exempt(r)) {
 		return nil, true
