@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"golang.org/x/time/rate"
 )
 
@@ -62,20 +63,18 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	locked := lockInOrder(order[:0], st)
 	lag := alignLines(locked, now)
 	admitted := g.reserve(st, cost)
-	d := answer(st)
+	answer(st)
 	for _, t := range locked {
 		t.mu.Unlock()
 	}
-	d.Allowed = admitted
-	d.late(lag)
-	if len(st) > 1 {
-		ds := newLayers(len(st))
-		for i := range st {
-			st[i].d.late(lag)
-			(*ds)[i] = st[i].d
-		}
-		d.layers = ds
+	var decided [4]Decision
+	ds := decided[:0]
+	for i := range st {
+		lateBy(&st[i].d, lag)
+		ds = append(ds, st[i].d)
 	}
+	d := edge.Binding(ds...)
+	d.Allowed = admitted
 	return d, nil
 }
 
@@ -101,11 +100,11 @@ func alignLines(locked []*table, now time.Time) time.Duration {
 	var lags [maxLayers]time.Duration
 	var lag time.Duration
 	for i, t := range locked {
-		_, lags[i] = t.at(now)
+		_, lags[i] = t.At(now)
 		lag = max(lag, lags[i])
 	}
 	for i, t := range locked {
-		t.latest = t.latest.Add(lag - lags[i])
+		t.Latest = t.Latest.Add(lag - lags[i])
 	}
 	return lag
 }
@@ -121,7 +120,7 @@ func (g *bucketGroup) reserve(st []layerState, cost int) bool {
 		if s.t == nil {
 			continue
 		}
-		s.at = s.t.latest
+		s.at = s.t.Latest
 		lim, full := g.buckets[i].bucket(s.t, s.key, s.pol, s.at, held)
 		if lim == nil {
 			admitted = false
@@ -143,10 +142,8 @@ func (g *bucketGroup) reserve(st []layerState, cost int) bool {
 	return admitted
 }
 
-// answer fills each layer's Decision, with its quota read under the locks, and returns the
-// binding one.
-func answer(st []layerState) Decision {
-	var d Decision
+// answer fills each layer's Decision, with its quota read under the locks.
+func answer(st []layerState) {
 	for i := range st {
 		s := &st[i]
 		switch {
@@ -156,9 +153,7 @@ func answer(st []layerState) Decision {
 			s.d.Allowed = s.d.RetryAfter == 0
 			quota(&s.d, s.pol, s.lim.TokensAt(s.at))
 		}
-		d = tighter(d, s.d, i == 0)
 	}
-	return d
 }
 
 // lockInOrder locks the distinct parts of st, in the order of their rank, appends them to locked

@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/retryafter/retryafter/internal/clock"
+	"github.com/retryafter/retryafter/internal/door"
 )
 
 // Defaults of a [Concurrency].
@@ -33,8 +36,9 @@ const serviceWeight = 1.0 / 16
 // has run longer, once per that request's age, so that one slot held for any length of time
 // changes the pace by its share at most. A refused request is told the whole number of seconds,
 // never 0, after which a slot should have freed for it; clients refused together are told
-// different seconds, so that they come back at most as fast as requests complete and no more at
-// one instant than the slots and the queue can take (see [Spread]).
+// different seconds, each second as many as the slots free in one, so that they come back as fast
+// as requests complete (see [Spread]). Each comes back at the fraction of a second it was refused
+// at: of a flood refused at one instant, those beyond the slots and the queue are refused again.
 //
 // A request that finds every slot taken waits in the queue, first come first served, until a
 // slot frees, QueueWait passes (it is then refused), or the client hangs up (it leaves the
@@ -93,7 +97,7 @@ type Concurrency struct {
 	key   KeyFunc
 	mu    sync.Mutex
 	state concurrencyState
-	ret   returns
+	ret   clock.Returns
 	emit  emitter
 }
 
@@ -223,7 +227,7 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 		c.state.base = c.now()
 	})
 	h := &concurrencyHandler{c: c, next: next}
-	h.preflights.seed = maphash.MakeSeed()
+	h.preflights.Seed = maphash.MakeSeed()
 	return h
 }
 
@@ -231,13 +235,13 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 type concurrencyHandler struct {
 	c          *Concurrency
 	next       http.Handler
-	preflights preflightMemory // what next does with requests shaped as preflights
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Free when it is one, which only the answer tells: see preflight.go.
-	preflight := isPreflight(r)
-	if preflight && h.preflights.pass(h, w, r) {
+	// Free when it is one, which only the answer tells: see package internal/door.
+	preflight := door.IsPreflight(r)
+	if preflight && h.preflights.Pass(h, w, r) {
 		return
 	}
 	k, slot, ok := h.c.admit(w, r)
@@ -247,15 +251,15 @@ func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.c.release(k, slot)
 	h.next.ServeHTTP(w, r)
 	if preflight {
-		h.preflights.learn(r, answersPreflight(w.Header()))
+		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 
-// serve implements frontDoor.
-func (h *concurrencyHandler) serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
+// Serve implements door.Door.
+func (h *concurrencyHandler) Serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
 
-// enter implements frontDoor: r takes a slot, which it frees once next has returned.
-func (h *concurrencyHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+// Enter implements door.Door: r takes a slot, which it frees once next has returned.
+func (h *concurrencyHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	k, slot, ok := h.c.admit(w, r)
 	if !ok {
 		return nil, false
@@ -475,13 +479,11 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 		// The client's own slots: one of them frees for each waiting request, and one more.
 		wait = fromSeconds(float64(k.queued+1) / c.pace(now, k))
 	} else {
-		// The slots free perSecond a second; those waiting go first. The returns are spread
-		// at that rate, and at most as many at one instant as the slots and what of the
-		// queue drains within QueueWait can take.
+		// The slots free perSecond a second; those waiting go first. Each second is told
+		// the returns of that pace, the held slots' share in it, and no cap of its own.
 		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
-		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
-		wait = c.ret.spreadWait(now, wait, perSecond, absorb, 1)
+		wait = c.ret.SpreadWait(now, wait, perSecond, 0, 1)
 	}
 	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 	if k != nil {

@@ -29,7 +29,7 @@
 // never runs for their refusals, and the page sees a network error rather than 429 and its
 // Retry-After ([ErrCORSMountOrder] reports that order). A CORS preflight that CORS middleware
 // answers, on either side, is never counted or refused; a request only shaped as one is counted,
-// takes a slot or is refused during maintenance as any other (preflight.go says how).
+// takes a slot or is refused during maintenance as any other (package internal/door says how).
 //
 // # The other side
 //

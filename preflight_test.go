@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/door"
 	"golang.org/x/time/rate"
 )
 
@@ -31,7 +32,7 @@ func corsMiddleware(passthrough bool) func(http.Handler) http.Handler {
 			}
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
-			if isPreflight(r) {
+			if door.IsPreflight(r) {
 				h.Set("Access-Control-Allow-Methods", r.Header.Get("Access-Control-Request-Method"))
 				if passthrough {
 					next.ServeHTTP(w, r)
@@ -436,7 +437,7 @@ func TestPreflightShapedConcurrentAtStart(t *testing.T) {
 // does not allow). The browser's preflights are answered and free; a client over its limit that
 // sends requests shaped as preflights from another origin to the same route, each right after
 // one of the browser's, reaches the handler once, the first such request the middleware is ever
-// sent (see preflight.go), and never again: what the chain answered for one origin says nothing
+// sent (see package internal/door), and never again: what the chain answered for one origin says nothing
 // of another.
 func TestPreflightOriginRemembered(t *testing.T) {
 	var other atomic.Int64
@@ -481,7 +482,7 @@ func preflightShaped(remote string) *http.Request {
 // TestPreflightShapedConcurrency sends waves of 20 requests shaped as CORS preflights at once
 // through a Concurrency of 2 slots to a handler that serves every method, with no CORS
 // middleware: the first request of the first wave is passed on to learn what the chain does
-// (see preflight.go), and from then on the handler never runs more than 2 at once, the others
+// (see package internal/door), and from then on the handler never runs more than 2 at once, the others
 // refused 503. Until this was so, all 20 ran at once. A real preflight, answered by CORS
 // middleware on either side, is still answered while every slot is taken.
 func TestPreflightShapedConcurrency(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -65,7 +66,7 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, f Refusa
 	status := f.Status
 	if !p.Always {
 		h := w.Header()
-		if !listHas(h["Vary"], varyAccept) {
+		if !door.ListHas(h["Vary"], varyAccept) {
 			h.Add("Vary", varyAccept)
 		}
 		if !acceptsProblem(r.Header["Accept"], p.AcceptAny) {
