@@ -3,12 +3,10 @@ package envoyrls
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/time/rate"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // The limits on one request; beyond them it is refused with INVALID_ARGUMENT.
@@ -399,7 +398,7 @@ func (s *Service) respond(items []*item, admitted bool) *rlsv3.RateLimitResponse
 		return resp
 	}
 	if !admitted {
-		if secs, ok := delaySeconds(binding.d.RetryAfter); ok {
+		if secs, ok := edge.DelaySeconds(binding.d.RetryAfter); ok {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("Retry-After", secs))
 		}
 	}
@@ -436,7 +435,7 @@ func descriptorStatus(it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
 	if !it.d.Allowed && !r.ShadowMode {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.LimitRemaining = 0
-		if secs, ok := delaySeconds(it.d.RetryAfter); ok {
+		if secs, ok := edge.DelaySeconds(it.d.RetryAfter); ok {
 			st.DurationUntilReset = durationpb.New(time.Duration(secs) * time.Second)
 		}
 		return st
@@ -447,15 +446,6 @@ func descriptorStatus(it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
 	return st
 }
 
-// delaySeconds returns wait rounded up to whole seconds, at least 1, and false when it is
-// rate.InfDuration: the request will never be admitted.
-func delaySeconds(wait time.Duration) (int64, bool) {
-	if wait >= rate.InfDuration {
-		return 0, false
-	}
-	return max(ceilSeconds(wait), 1), true
-}
-
 // ceilSeconds returns d rounded up to whole seconds.
 func ceilSeconds(d time.Duration) int64 {
 	s := int64(d / time.Second)
@@ -463,9 +453,4 @@ func ceilSeconds(d time.Duration) int64 {
 		s++
 	}
 	return s
-}
-
-// header returns a header of an integer value.
-func header(name string, v int64) *corev3.HeaderValue {
-	return &corev3.HeaderValue{Key: name, Value: fmt.Sprint(v)}
 }
