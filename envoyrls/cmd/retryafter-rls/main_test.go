@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,8 +23,9 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 
-// clientValue is the descriptor's value of the tests' client, which no metric may carry.
-const clientValue = "client-7f3a9"
+// clientValue is the descriptor's value of the tests' client, which no metric may carry: new
+// each run, so that a Redis shared with earlier runs (REDIS_ADDR) holds no state of it.
+var clientValue = "client-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 
 const oneAnHour = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"
 
@@ -127,8 +129,15 @@ func TestCommandRedis(t *testing.T) {
 	dir := t.TempDir()
 	writeConfig(t, dir, oneAnHour)
 	s := start(t, nil, "-config", dir, "-watch", "20ms", "-redis", "redis://"+redistest.Addr(t)+"/0")
-	redistest.Do(redistest.Addr(t), "FLUSHALL")
 	testCommand(t, s, dir, func() {}) // the change of the file is seen
+}
+
+// TestCommandRedisCluster: the same, on a real Redis Cluster.
+func TestCommandRedisCluster(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, oneAnHour)
+	s := start(t, nil, "-config", dir, "-watch", "20ms", "-redis-cluster", strings.Join(redistest.ClusterAddrs(t), ","))
+	testCommand(t, s, dir, func() {})
 }
 
 // testCommand checks s, serving the configuration in dir, which reload makes it read again.
