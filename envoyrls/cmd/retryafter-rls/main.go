@@ -58,7 +58,7 @@ func main() {
 type options struct {
 	config, grpc, http, redisURL, cluster string
 	fields, legacy                        bool
-	watch, drain                          time.Duration
+	watch, drain, redisTimeout            time.Duration
 }
 
 // parse reads args, then getenv for what they leave out.
@@ -73,6 +73,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.StringVar(&o.cluster, "redis-cluster", "", "the addresses of a Redis Cluster, comma-separated")
 	fs.BoolVar(&o.fields, "ratelimit-fields", false, "add the RateLimit and RateLimit-Policy fields")
 	fs.BoolVar(&o.legacy, "x-ratelimit-headers", getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true", "add X-RateLimit-Limit, -Remaining and -Reset")
+	fs.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "how long a decision may wait for Redis before it fails (UNAVAILABLE)")
 	fs.DurationVar(&o.watch, "watch", time.Second, "how often to look for a changed configuration; 0: only on SIGHUP")
 	fs.DurationVar(&o.drain, "drain", 10*time.Second, "how long to let requests under way finish on SIGTERM")
 	if err := fs.Parse(args); err != nil {
@@ -254,7 +255,7 @@ func store(o options) (envoyrls.LimiterFunc, string, func(), error) {
 		return envoyrls.Memory, "memory", func() {}, nil
 	}
 	f := func(policy func(string) retryafter.Policy) retryafter.Limiter {
-		return redisstore.New(client, rate.Inf, 1, redisstore.WithPolicyFunc(policy))
+		return redisstore.New(client, rate.Inf, 1, redisstore.WithPolicyFunc(policy), redisstore.WithTimeout(o.redisTimeout))
 	}
 	return f, "redis", func() { client.Close() }, nil
 }
