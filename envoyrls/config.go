@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -355,6 +356,9 @@ func rule(y yamlDescriptor, id, file string, fail func(int, string, ...any) erro
 		ID: id, Name: rl.Name, RequestsPerUnit: rl.RequestsPerUnit,
 		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(unit), Per: unitLength[rlsv3.RateLimitResponse_RateLimit_Unit(unit)],
 		Unlimited: rl.Unlimited, ShadowMode: y.ShadowMode, File: file, Line: y.line,
+	}
+	if uint64(rl.RequestsPerUnit) > math.MaxInt {
+		return nil, fail(y.line, "requests_per_unit %d is more than this platform's int holds", rl.RequestsPerUnit)
 	}
 	for _, rep := range rl.Replaces {
 		if rep.Name == "" {

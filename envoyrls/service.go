@@ -431,7 +431,7 @@ func descriptorStatus(it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
 		return st
 	}
 	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
-	st.LimitRemaining = uint32(min(max(it.d.Remaining, 0), math.MaxUint32))
+	st.LimitRemaining = uint32(min(int64(max(it.d.Remaining, 0)), math.MaxUint32))
 	if !it.d.Allowed && !r.ShadowMode {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.LimitRemaining = 0
