@@ -365,3 +365,26 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("64 descriptors of a limit of 3: %v", resp.GetOverallCode())
 	}
 }
+
+// TestReloadKeepsState: SetConfig keeps each client's tokens, capped at the new burst: a client
+// with 4 of 5 left has 2 of a new burst of 2, and one with none left still has none.
+func TestReloadKeepsState(t *testing.T) {
+	c := &clock{now: t0}
+	s, cl := newService(t, shapes, c)
+	ask(t, cl, request("shapes", 0, descriptor("hour", "a")))
+	for range 5 {
+		ask(t, cl, request("shapes", 0, descriptor("hour", "b")))
+	}
+	cfg, err := Parse(File{Name: "test.yaml", Data: []byte(strings.Replace(shapes, "{unit: hour, requests_per_unit: 5}", "{unit: hour, requests_per_unit: 2}", 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetConfig(cfg)
+	a := ask(t, cl, request("shapes", 0, descriptor("hour", "a")))
+	if a.GetOverallCode() != rlsv3.RateLimitResponse_OK || a.GetStatuses()[0].GetLimitRemaining() != 1 {
+		t.Errorf("a: %v, want OK with 1 of 2 left", a.GetStatuses()[0])
+	}
+	if b := ask(t, cl, request("shapes", 0, descriptor("hour", "b"))); b.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("b, with no tokens, admitted after the reload: its state was lost")
+	}
+}
