@@ -198,3 +198,36 @@ func TestFlags(t *testing.T) {
 		t.Errorf("from the environment: %+v %v", o, err)
 	}
 }
+
+// TestRefusedFloodRedis: a flood of refused requests costs Redis at most 0.015 commands a
+// request while the wait is known (redisstore's refusal memory), on a redis-server of the
+// test's own so that nothing else counts.
+func TestRefusedFloodRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	writeConfig(t, dir, oneAnHour)
+	s := start(t, nil, "-config", dir, "-watch", "0", "-redis", "redis://"+srv.Addr()+"/0")
+	for range 2 {
+		s.code(t)
+	}
+	s.wait(t)
+	commands := func() int {
+		out, err := redistest.Do(srv.Addr(), "INFO", "stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v, _ := strings.Cut(out, "total_commands_processed:")
+		n, _ := strconv.Atoi(strings.Fields(v)[0])
+		return n
+	}
+	const flood = 1000
+	before := commands()
+	for range flood {
+		if s.code(t) != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatal("admitted in the flood")
+		}
+	}
+	if n := commands() - before - 1; n > flood*15/1000 {
+		t.Errorf("%d refused requests cost Redis %d commands, more than 0.015 a request", flood, n)
+	}
+}
