@@ -231,3 +231,26 @@ func TestRefusedFloodRedis(t *testing.T) {
 		t.Errorf("%d refused requests cost Redis %d commands, more than 0.015 a request", flood, n)
 	}
 }
+
+// TestDrain: on SIGTERM (the context's end) the health turns NOT_SERVING, seen by a watcher,
+// before the command stops, and it then exits cleanly.
+func TestDrain(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, dir, oneAnHour)
+	s := start(t, nil, "-config", dir, "-watch", "0", "-drain", "200ms")
+	w, err := s.health.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := w.Recv(); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("before: %v %v", h, err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.stop() }()
+	if h, err := w.Recv(); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("draining: %v %v, want NOT_SERVING", h, err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
