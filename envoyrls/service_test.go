@@ -388,3 +388,23 @@ func TestReloadKeepsState(t *testing.T) {
 		t.Errorf("b, with no tokens, admitted after the reload: its state was lost")
 	}
 }
+
+// TestManyLimitedDescriptors: more than 16 descriptors with a limit are decided in several
+// Alls, and a refusal in the last gives back what the first spent.
+func TestManyLimitedDescriptors(t *testing.T) {
+	c := &clock{now: t0}
+	_, cl := newService(t, shapes, c)
+	for range 7 {
+		ask(t, cl, request("shapes", 0, descriptor("minute", "v19")))
+	}
+	var ds []*ratelimitv3.RateLimitDescriptor
+	for i := range 20 {
+		ds = append(ds, descriptor("minute", "v"+strconv.Itoa(i)))
+	}
+	if ask(t, cl, request("shapes", 0, ds...)).GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("admitted with v19 spent")
+	}
+	if st := ask(t, cl, request("shapes", 0, descriptor("minute", "v0"))).GetStatuses()[0]; st.GetLimitRemaining() != 6 {
+		t.Errorf("v0 after one request: %d left, want 6: the refusal spent", st.GetLimitRemaining())
+	}
+}
