@@ -14,8 +14,8 @@
 // a dry run to roll a limit out ([WithDryRun]), exemptions and hooks.
 //
 // [Maintenance] answers every request with 503 and a Retry-After counting down to the announced
-// end of the work; [Concurrency] sheds overload with 503 and a wait measured from how fast
-// requests complete. When many clients are refused for one reason at once, each is told a
+// end of the work; package overload's Concurrency sheds overload with 503 and a wait measured
+// from how fast requests complete. When many clients are refused for one reason at once, each is told a
 // different, still honest wait ([Spread]), so that they come back at the rate the service takes.
 //
 // A client is its connection's address ([ClientIP]): forwarding headers count only from the

@@ -12,9 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -387,34 +385,9 @@ func TestReturnsFollowTheClock(t *testing.T) {
 	}
 }
 
-// TestConcurrencyAfterAStepBack and TestMaintenanceAfterAStepBack set the clock of a Concurrency
-// and of a Maintenance with a ReturnRate back a day: the Concurrency's refusals, a slot freeing about every second, are told
-// a second apart from the one before the step, not the day; the Maintenance's, its end 10 minutes
-// away on the clock as it now reads, 600 s.
-func TestConcurrencyAfterAStepBack(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		clk := newClock(t0)
-		c := &Concurrency{Max: 1, Now: clk.Now}
-		g := newGate()
-		h := c.Handler(g)
-		var wg sync.WaitGroup
-		concurrent(&wg, h, "192.0.2.1:1")
-		synctest.Wait()
-		serve(h, "GET", "192.0.2.2:1")
-		clk.Set(t0.Add(-24 * time.Hour))
-		for i := range 3 {
-			w := serve(h, "GET", "192.0.2.3:1")
-			// The refusals of one instant come back a second apart, the first refused before.
-			if got := wantRefusal(t, w, http.StatusServiceUnavailable, clk.Now()); got > time.Duration(i+2)*time.Second {
-				t.Errorf("refusal %d after the clock stepped back a day: Retry-After %v, want at most %ds", i+1, got, i+2)
-			}
-		}
-		close(g.open)
-		wg.Wait()
-	})
-}
-
-// TestMaintenanceAfterAStepBack: see TestConcurrencyAfterAStepBack.
+// TestMaintenanceAfterAStepBack sets the clock of a Maintenance with a ReturnRate back a day:
+// its refusals, its end 10 minutes away on the clock as it now reads, are told 600 s, not the
+// day (package overload's TestConcurrencyAfterAStepBack does as much for a Concurrency).
 func TestMaintenanceAfterAStepBack(t *testing.T) {
 	clk := newClock(t0)
 	m := &Maintenance{ReturnRate: 10, Now: clk.Now}
