@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"golang.org/x/time/rate"
 )
 
@@ -62,20 +63,18 @@ func (g *bucketGroup) Decide(_ context.Context, key string, cost int, now time.T
 	locked := lockInOrder(order[:0], st)
 	lag := alignLines(locked, now)
 	admitted := g.reserve(st, cost)
-	d := answer(st)
+	answer(st)
 	for _, t := range locked {
 		t.mu.Unlock()
 	}
-	d.Allowed = admitted
-	d.late(lag)
-	if len(st) > 1 {
-		ds := newLayers(len(st))
-		for i := range st {
-			st[i].d.late(lag)
-			(*ds)[i] = st[i].d
-		}
-		d.layers = ds
+	var decided [4]Decision
+	ds := decided[:0]
+	for i := range st {
+		lateBy(&st[i].d, lag)
+		ds = append(ds, st[i].d)
 	}
+	d := edge.Binding(ds...)
+	d.Allowed = admitted
 	return d, nil
 }
 
@@ -143,10 +142,8 @@ func (g *bucketGroup) reserve(st []layerState, cost int) bool {
 	return admitted
 }
 
-// answer fills each layer's Decision, with its quota read under the locks, and returns the
-// binding one.
-func answer(st []layerState) Decision {
-	var d Decision
+// answer fills each layer's Decision, with its quota read under the locks.
+func answer(st []layerState) {
 	for i := range st {
 		s := &st[i]
 		switch {
@@ -156,9 +153,7 @@ func answer(st []layerState) Decision {
 			s.d.Allowed = s.d.RetryAfter == 0
 			quota(&s.d, s.pol, s.lim.TokensAt(s.at))
 		}
-		d = tighter(d, s.d, i == 0)
 	}
-	return d
 }
 
 // lockInOrder locks the distinct parts of st, in the order of their rank, appends them to locked

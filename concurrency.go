@@ -33,8 +33,9 @@ const serviceWeight = 1.0 / 16
 // has run longer, once per that request's age, so that one slot held for any length of time
 // changes the pace by its share at most. A refused request is told the whole number of seconds,
 // never 0, after which a slot should have freed for it; clients refused together are told
-// different seconds, so that they come back at most as fast as requests complete and no more at
-// one instant than the slots and the queue can take (see [Spread]).
+// different seconds, each second as many as the slots free in one, so that they come back as fast
+// as requests complete (see [Spread]). Each comes back at the fraction of a second it was refused
+// at: of a flood refused at one instant, those beyond the slots and the queue are refused again.
 //
 // A request that finds every slot taken waits in the queue, first come first served, until a
 // slot frees, QueueWait passes (it is then refused), or the client hangs up (it leaves the
@@ -475,13 +476,11 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 		// The client's own slots: one of them frees for each waiting request, and one more.
 		wait = fromSeconds(float64(k.queued+1) / c.pace(now, k))
 	} else {
-		// The slots free perSecond a second; those waiting go first. The returns are spread
-		// at that rate, and at most as many at one instant as the slots and what of the
-		// queue drains within QueueWait can take.
+		// The slots free perSecond a second; those waiting go first. Each second is told
+		// the returns of that pace, the held slots' share in it, and no cap of its own.
 		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
-		absorb := c.Max + min(c.Queue, int(min(perSecond*c.queueWait().Seconds(), math.MaxInt32)))
-		wait = c.ret.spreadWait(now, wait, perSecond, absorb, 1)
+		wait = c.ret.spreadWait(now, wait, perSecond, 0, 1)
 	}
 	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 	if k != nil {

@@ -300,8 +300,8 @@ func TestConcurrencyPerKey(t *testing.T) {
 }
 
 // TestConcurrencySpreadsRefusals: clients refused at one instant are told seconds that each take
-// at most the slots and what of the queue drains within QueueWait. Two slots of 10 ms complete
-// 200 requests a second; with a queue of 50 and a QueueWait of 100 ms, a second takes 2 + 20.
+// at most what the slots free in a second, queue or not. Two slots of 10 ms free 200 times a
+// second; with the queue of 50 full, 450 refused at once are told 1, 2 and 3 s, 200 a second.
 func TestConcurrencySpreadsRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &Concurrency{Max: 2, Queue: 50, QueueWait: 100 * time.Millisecond, ServiceTime: 10 * time.Millisecond}
@@ -313,12 +313,12 @@ func TestConcurrencySpreadsRefusals(t *testing.T) {
 		}
 		synctest.Wait()
 		told := map[time.Duration]int{}
-		for range 60 {
+		for range 450 {
 			told[wantRefusal(t, serve(h, "GET", "192.0.2.1:2"), http.StatusServiceUnavailable, time.Now())]++
 		}
-		want := map[time.Duration]int{time.Second: 22, 2 * time.Second: 22, 3 * time.Second: 16}
+		want := map[time.Duration]int{time.Second: 200, 2 * time.Second: 200, 3 * time.Second: 50}
 		if !maps.Equal(told, want) {
-			t.Errorf("60 refused at once told %v, want %v", told, want)
+			t.Errorf("450 refused at once told %v, want %v", told, want)
 		}
 		close(g.open)
 		wg.Wait()
@@ -952,6 +952,115 @@ func TestConcurrencyHeldSlotBeforeTheyFree(t *testing.T) {
 		if with > share+time.Second {
 			t.Errorf("seed %d: %d slots of %v, queue %d, one held %v of %v, a flood of %d: told %v, %v without the held slot; want at most %v",
 				seed, slots, length, queue, heldFor, hold, flooded, with, without, share+time.Second)
+		}
+	}
+}
+
+// TestConcurrencyHeldSlotFlood is issue 54's shape: Concurrency{Max: 4} after 50 requests of
+// 10 ms; one request then runs for 10 minutes; three more start beside it; 100 requests arrive
+// in the moment before the three complete. The three slots free 300 times a second, so each
+// second takes the returns of that pace: none of the 100 is told more than 3 s, wherever in the
+// ten minutes and in the three's 10 ms the flood comes.
+func TestConcurrencyHeldSlotFlood(t *testing.T) {
+	for _, heldFor := range []time.Duration{0, time.Second, time.Minute, 5 * time.Minute, 10*time.Minute - 20*time.Millisecond} {
+		for _, before := range []time.Duration{time.Microsecond, 5 * time.Millisecond, 10*time.Millisecond - time.Microsecond} {
+			var told []time.Duration
+			synctest.Test(t, func(t *testing.T) {
+				c := &Concurrency{Max: 4}
+				h := c.Handler(sleeper)
+				for range 50 {
+					serveFor(h, 10*time.Millisecond)
+				}
+				var wg sync.WaitGroup
+				wg.Go(func() { serveFor(h, 10*time.Minute) })
+				synctest.Wait()
+				time.Sleep(heldFor)
+				for range 3 {
+					wg.Go(func() { serveFor(h, 10*time.Millisecond) })
+				}
+				synctest.Wait()
+				time.Sleep(before)
+				told = flood(t, h, 100, 10*time.Millisecond)
+				wg.Wait()
+			})
+			if len(told) != 100 || slices.Max(told) > 3*time.Second {
+				t.Errorf("one slot held %v, the three %v into their requests: %d refused, told at most %v; want 100, told at most 3s",
+					heldFor, before, len(told), slices.Max(append(told, 0)))
+			}
+		}
+	}
+}
+
+// TestConcurrencyHeldSlotsPace: over random slot holds, a flood in the moment before the slots
+// free is told the pace of the slots not held, and no second is told more than the pace. Each
+// mix has 2 to 8 slots, requests of 1 ms to 5 s, a queue of 0 to 50, 1 to Max-1 slots held
+// (ages of 1 ms to 30 days, some a moment, some far beyond the others' requests) and a flood of
+// 1 to 300. The Queue waiting and the nth refused are served once Queue+n slots free, at P a
+// second, P = (Max − held)/length: the nth shortest wait is at most (Queue+n+1)/P rounded up,
+// the one more slot's turn being the whole seconds the returns are booked in. The returns told
+// any k seconds in a row are at most k times the pace the Concurrency counts, rounded up: each
+// slot once per length, or per its age when it is held longer. (A billionth is allowed for the
+// float arithmetic of the pace.)
+func TestConcurrencyHeldSlotsPace(t *testing.T) {
+	const slack = 1 + 1e-9
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 548))
+		slots, queue := 2+rng.IntN(7), []int{0, 0, 10, 50}[rng.IntN(4)]
+		length := logUniform(rng, time.Millisecond, 5*time.Second)
+		ages := make([]time.Duration, 1+rng.IntN(slots-1))
+		pace := float64(slots-len(ages)) / length.Seconds()
+		for i := range ages {
+			ages[i] = logUniform(rng, time.Millisecond, 30*24*time.Hour)
+			pace += 1 / max(ages[i], length).Seconds()
+		}
+		before := 1 + time.Duration(rng.Int64N(int64(length-1))) // into the others' requests, none ending
+		flooded := 1 + rng.IntN(300)
+		var told []time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			c := &Concurrency{Max: slots, Queue: queue, QueueWait: 24 * time.Hour} // none refused after waiting
+			h := c.Handler(sleeper)
+			for range 50 {
+				serveFor(h, length)
+			}
+			at := time.Now().Add(slices.Max(ages) + length) // the flood's instant
+			var wg sync.WaitGroup
+			start := func(from time.Time, d time.Duration) {
+				wg.Go(func() {
+					time.Sleep(time.Until(from))
+					serveFor(h, d)
+				})
+			}
+			for _, age := range ages {
+				start(at.Add(-age), age+length)
+			}
+			for range slots - len(ages) {
+				start(at.Add(-before), length)
+			}
+			time.Sleep(time.Until(at))
+			told = flood(t, h, flooded, length)
+			wg.Wait()
+		})
+		slices.Sort(told)
+		p0 := float64(slots-len(ages)) / length.Seconds()
+		for n, w := range told {
+			if most := time.Duration(math.Ceil(float64(queue+n+2)/p0*slack)) * time.Second; w > most {
+				t.Fatalf("seed %d: %d slots of %v, queue %d, held for %v, a flood of %d: refused %d of %d told %v, want at most %v",
+					seed, slots, length, queue, ages, flooded, n+1, len(told), w, most)
+			}
+		}
+		perSecond := map[time.Duration]int{}
+		for _, w := range told {
+			perSecond[w/time.Second]++
+		}
+		for from := range perSecond {
+			in := 0
+			for k := time.Duration(1); k <= 10; k++ {
+				in += perSecond[from+k-1]
+				if most := int(math.Ceil(float64(k) * pace * slack)); in > most {
+					t.Fatalf("seed %d: %d slots of %v, held for %v, pace %.4g/s: %d told seconds %d to %d, want at most %d",
+						seed, slots, length, ages, pace, in, from, from+k-1, most)
+				}
+			}
 		}
 	}
 }

@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"golang.org/x/time/rate"
 )
+
+// maxSFInt is the largest Integer a Structured Field may carry (RFC 9651 §3.3.1).
+const maxSFInt = 999_999_999_999_999
 
 // fakeLimiter is a Limiter that answers every request with the Decision d and records what it
 // was asked. It is safe for concurrent use.
@@ -52,7 +56,7 @@ func sfItem(t *testing.T, v string) (name string, params map[string]int64) {
 			t.Fatalf("%q: parameter %q twice", v, k)
 		}
 		i, err := strconv.ParseInt(val, 10, 64)
-		if err != nil || i < 0 || i > maxSFInteger || (len(val) > 1 && val[0] == '0') {
+		if err != nil || i < 0 || i > maxSFInt || (len(val) > 1 && val[0] == '0') {
 			t.Fatalf("%q: parameter %q is not a non-negative sf-integer", v, p)
 		}
 		params[k] = i
@@ -61,13 +65,15 @@ func sfItem(t *testing.T, v string) (name string, params map[string]int64) {
 }
 
 func TestQuotaFieldsWrite(t *testing.T) {
-	fields := func(set fieldSet, name string) *quotaFields { return &quotaFields{set: set, raw: name} }
+	fields := func(set fieldSet, name string) *quotaFields {
+		return &quotaFields{set: set, Fields: edge.NewFields(name)}
+	}
 	bucket := fields(fieldsDraft|fieldsLegacy, "default")
 	other := fields(fieldsDraft|fieldsLegacy, "api")
 	inf := rate.InfDuration
 	b5x10 := Policy{Limit: rate.Every(200 * time.Millisecond), Burst: 10}
 	// The largest int, clamped to the largest sf-integer where it is larger (64-bit platforms).
-	huge := strconv.FormatInt(min(int64(math.MaxInt), maxSFInteger), 10)
+	huge := strconv.FormatInt(min(int64(math.MaxInt), maxSFInt), 10)
 	twoLayers := Binding(
 		Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 520 * time.Millisecond, Policy: b5x10},
 		Decision{Allowed: true, Limit: 1000, Remaining: 990, Reset: 36 * time.Second, Policy: Policy{Name: "hour", Limit: rate.Every(3600 * time.Millisecond), Burst: 1000}},
@@ -151,63 +157,7 @@ func TestQuotaFieldsWrite(t *testing.T) {
 	}
 }
 
-func TestPolicyWindow(t *testing.T) {
-	type test struct {
-		limit rate.Limit
-		burst int
-		want  int64
-	}
-	tests := []test{
-		{rate.Every(200 * time.Millisecond), 10, 2},
-		{1, 1, 1},
-		{10, 1, 1}, // 0.1 s rounds up to the smallest window there is
-		{0.3, 3, 10},
-		{0.3, 1, 4}, // 3.33 s
-		{rate.Every(time.Minute), 1, 60},
-		{0, 5, 0},
-		{rate.Inf, 5, 0},
-		{1e-12, 1 << 20, 0},         // does not fit an sf-integer
-		{rate.Limit(3.0 / 5), 3, 5}, // 3 per 5 s, a window of httprate's: 5 s, not 6
-		{rate.Limit(100.0 / 60), 100, 60},
-	}
-	if strconv.IntSize == 64 { // a burst this large does not fit a 32-bit int
-		var largest int64 = maxSFInteger
-		tests = append(tests, test{1, int(largest), maxSFInteger}, test{1, int(largest + 1), 0})
-	}
-	for _, tt := range tests {
-		if got := policyWindow(tt.limit, tt.burst); got != tt.want {
-			t.Errorf("policyWindow(%v, %d) = %d, want %d", tt.limit, tt.burst, got, tt.want)
-		}
-	}
-	// The property that makes the policy honest: a client that spends q at once every w seconds
-	// is never refused, because w seconds refill at least q tokens.
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 10000 {
-		limit := rate.Limit(rng.Float64()*50 + 0.001)
-		burst := 1 + rng.IntN(1000)
-		w := policyWindow(limit, burst)
-		if w < 1 {
-			t.Fatalf("policyWindow(%v, %d) = %d", limit, burst, w)
-		}
-		if refilled := float64(w) * float64(limit); refilled < float64(burst)*(1-1e-9) {
-			t.Fatalf("policyWindow(%v, %d) = %d s refills only %v tokens", limit, burst, w, refilled)
-		}
-		if w > 1 && float64(w-1)*float64(limit) >= float64(burst) {
-			t.Fatalf("policyWindow(%v, %d) = %d s is a whole second longer than needed", limit, burst, w)
-		}
-	}
-}
-
 func TestSFString(t *testing.T) {
-	for in, want := range map[string]string{
-		"default":  `"default"`,
-		`a"b\c`:    `"a\"b\\c"`,
-		"per user": `"per user"`,
-	} {
-		if got := sfString(in); got != want {
-			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
-		}
-	}
 	bad := map[string]func(){}
 	for _, name := range []string{"caf\u00e9", "tab\there", "nl\n"} {
 		bad[fmt.Sprintf("WithRateLimitFields(%q)", name)] = func() { WithRateLimitFields(name) }

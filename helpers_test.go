@@ -109,6 +109,5 @@ func (w *testWriter) reset() {
 
 // plain returns d without its layers, for comparing Decisions by value.
 func plain(d Decision) Decision {
-	d.layers = nil
-	return d
+	return Decision{Allowed: d.Allowed, RetryAfter: d.RetryAfter, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, Policy: d.Policy}
 }

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryafter/retryafter/edge"
 )
 
 // A Layer is one limit of a request that [All] decides in several Limiters: a Limiter, the key
@@ -258,13 +260,13 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 	if a.one != nil {
 		return a.one.Decide(ctx, key, cost, now)
 	}
-	var d Decision
+	refused := false
 	var admitted uint32 // bit i: group i admitted, and spent
 	var err error
 	var few [4]Decision
 	ds := few[:0]
 	for i, g := range a.groups {
-		if i > 0 && !d.Allowed && !g.refundable() {
+		if refused && !g.refundable() {
 			break // it could not give back what it would spend just to tell its wait
 		}
 		var gd Decision
@@ -273,12 +275,13 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 		}
 		if gd.Allowed {
 			admitted |= 1 << i
+		} else {
+			refused = true
 		}
-		d = tighter(d, gd, i == 0)
 		ds = append(ds, gd)
 	}
-	if err == nil && d.Allowed {
-		return withLayers(d, ds), nil
+	if err == nil && !refused {
+		return edge.Binding(ds...), nil
 	}
 	// A refusal or an error: give back what the groups that admitted spent.
 	var refunds []error
@@ -293,95 +296,12 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 	if err != nil {
 		return Decision{}, err
 	}
-	return withLayers(d, ds), nil
+	return edge.Binding(ds...), nil
 }
 
-// Binding returns the Decision of a request decided in several layers from the Decision of each:
-// refused if any refused, with the longest wait, and the Limit, Remaining and Reset of the layer
-// that binds, as [All] describes. It is for the Limiters that decide several layers at once
-// ([Combiner]), so that they report as All does. It returns the zero Decision for none.
-//
-// The Decision it returns lists ds in its [Decision.Layers] (each one's own layers, when it has
-// them, in its place), when there are several.
-func Binding(ds ...Decision) Decision {
-	var d Decision
-	for i, e := range ds {
-		d = tighter(d, e, i == 0)
-	}
-	return withLayers(d, ds)
-}
-
-// withLayers returns d, the binding Decision of ds, listing ds, or their own layers where they
-// have them, as its layers when there are several.
-func withLayers(d Decision, ds []Decision) Decision {
-	n := 0
-	for _, e := range ds {
-		n += max(1, len(e.Layers()))
-	}
-	if n < 2 {
-		d.layers = nil
-		return d
-	}
-	all := newLayers(n)
-	i := 0
-	for _, e := range ds {
-		if l := e.Layers(); l != nil {
-			i += copy((*all)[i:], l)
-		} else {
-			(*all)[i] = e
-			i++
-		}
-	}
-	d.layers = all
-	return d
-}
-
-// layerList is the list of a Decision's layers with room for two, the usual All, so that the
-// list and its Decisions are one allocation.
-type layerList struct {
-	ds  []Decision
-	two [2]Decision
-}
-
-// newLayers returns a list of n Decisions for Decision.layers.
-func newLayers(n int) *[]Decision {
-	l := new(layerList)
-	if n <= len(l.two) {
-		l.ds = l.two[:n]
-	} else {
-		l.ds = make([]Decision, n)
-	}
-	return &l.ds
-}
-
-// tighter merges the Decision of one more layer (or group) into d: refused if either is, and
-// the quota of the layer that binds: on a refusal the one with the longest wait, otherwise the
-// one with the least of its quota left, as a share of its Limit (layers count in their own
-// units: requests, tokens).
-func tighter(d, e Decision, first bool) Decision {
-	if first {
-		return e
-	}
-	var binds bool
-	switch {
-	case d.Allowed != e.Allowed:
-		binds = !e.Allowed
-	case !e.Allowed:
-		binds = e.RetryAfter > d.RetryAfter
-	default:
-		binds = tighterQuota(d, e)
-	}
-	if binds {
-		return e
-	}
-	return d
-}
-
-// tighterQuota reports whether e's quota binds rather than d's: it has one, and a smaller share
-// of it is left.
-func tighterQuota(d, e Decision) bool {
-	return e.Limit > 0 && (d.Limit == 0 || int64(e.Remaining)*int64(d.Limit) < int64(d.Remaining)*int64(e.Limit))
-}
+// Binding returns the Decision of a request decided in several layers: [edge.Binding], for the
+// Limiters that decide several layers at once ([Combiner]).
+func Binding(ds ...Decision) Decision { return edge.Binding(ds...) }
 
 // layered is a Limiter that decides one Layer: what Shared and ChargedAfter return.
 type layered struct{ Layer }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"hash/maphash"
 	"net/http"
-	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -67,9 +67,8 @@ func LimitWith(l Limiter, opts ...Option) func(http.Handler) http.Handler {
 //
 // A Middleware is safe for concurrent use.
 type Middleware struct {
-	limiter       Limiter
-	bucket        *TokenBucket // limiter, when it is one and nothing reads the quota: decided lean
-	after         afterCharger // limiter, when it has layers charged after the request
+	core          *edge.Core[*http.Request]
+	after         afterCharger // the limiter, when it has layers charged after the request
 	c             config
 	emit          emitter
 	fields        quotaFields
@@ -82,14 +81,13 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 	if l == nil {
 		panic("retryafter: nil Limiter")
 	}
-	m := &Middleware{limiter: l, c: newConfig(opts)}
-	if m.c.fields == 0 && len(m.c.onDecided) == 0 && len(m.c.onLimited) == 0 {
-		m.bucket, _ = l.(*TokenBucket)
-	}
+	m := &Middleware{c: newConfig(opts)}
+	m.c.Quota = m.c.fields != 0
+	m.core = edge.New(l, m.c.Config)
 	if a, ok := l.(afterCharger); ok && a.deferred() {
 		m.after = a
 	}
-	m.fields.set, m.fields.raw = m.c.fields, m.c.policy
+	m.fields.set, m.fields.Fields = m.c.fields, edge.NewFields(m.c.policy)
 	names := m.fields.exposed()
 	m.exposeAllowed = newExposeList(names...)
 	m.emit.expose = newExposeList(append([]string{header.RetryAfter, header.Date}, names...)...)
@@ -114,7 +112,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // 503. A limiter with layers charged afterwards ([ChargedAfter]) is charged by the caller, which
 // knows the key: with [Charger]'s Charge.
 func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) bool {
-	return m.decide(w, r, key)
+	v := m.core.DecideKey(r.Context(), r, key)
+	return m.answer(w, r, &v)
 }
 
 // limitHandler is the handler a Middleware wraps around next.
@@ -125,32 +124,20 @@ type limitHandler struct {
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	m := h.m
-	if m.c.exempt != nil && m.c.exempt(r) {
-		m.decided(r, Exempt, Decision{})
-		h.serve(w, r)
-		return
-	}
 	// Free when it is one, which only the answer tells: see preflight.go.
 	preflight := isPreflight(r)
 	if preflight && h.preflights.pass(h, w, r) {
 		return
 	}
-	key, err := m.c.key(r)
-	if err != nil {
-		m.fail(w, r, m.c.now(), http.StatusInternalServerError, err)
-		if m.c.failOpen {
-			h.serve(w, r)
-		}
+	m := h.m
+	v := m.core.Decide(r.Context(), r)
+	if !m.answer(w, r, &v) {
 		return
 	}
-	if !m.decide(w, r, key) {
-		return
-	}
-	if m.after == nil {
+	if m.after == nil || v.Outcome == Exempt || v.Failure == edge.KeyFailed {
 		h.serve(w, r)
 	} else {
-		h.serveCharged(w, r, key)
+		h.serveCharged(w, r, v.Key)
 	}
 	if preflight {
 		h.preflights.learn(r, answersPreflight(w.Header()))
@@ -169,30 +156,16 @@ func (h *limitHandler) serveCharged(w http.ResponseWriter, r *http.Request, key 
 // serve passes r to next, watching the order of CORS middleware when r is cross-origin.
 func (h *limitHandler) serve(w http.ResponseWriter, r *http.Request) {
 	if hasOrigin(r) {
-		h.m.cors.serve(h.next, w, r, h.m.c.onError)
+		h.m.cors.serve(h.next, w, r, h.m.c.OnError)
 		return
 	}
 	h.next.ServeHTTP(w, r)
 }
 
-// enter implements frontDoor: r is decided as any request, under its key.
+// enter implements frontDoor: r is decided as any request.
 func (h *limitHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
-	m := h.m
-	if key, passed := m.key(w, r); passed {
-		return nil, m.decide(w, r, key)
-	}
-	return nil, m.c.failOpen
-}
-
-// key returns the key of r, or, when the key function fails, reports the error, answers r
-// unless the Middleware fails open, and returns false.
-func (m *Middleware) key(w http.ResponseWriter, r *http.Request) (string, bool) {
-	key, err := m.c.key(r)
-	if err != nil {
-		m.fail(w, r, m.c.now(), http.StatusInternalServerError, err)
-		return "", false
-	}
-	return key, true
+	v := h.m.core.Decide(r.Context(), r)
+	return nil, h.m.answer(w, r, &v)
 }
 
 // chargeAfter charges the layers of m's limiter that are charged afterwards what r's handler
@@ -204,99 +177,41 @@ func (m *Middleware) chargeAfter(r *http.Request, key string, slot *chargeSlot) 
 	}
 	// The request's context may have ended with the handler; what it cost is still owed.
 	ctx := context.WithoutCancel(r.Context())
-	if err := m.after.chargeAfter(ctx, key, cost, m.c.now()); err != nil {
-		m.errored(r, err)
+	if err := m.after.chargeAfter(ctx, key, cost, m.core.Now()); err != nil {
+		m.core.Errored(r, err)
 	}
 }
 
-// decide asks the limiter about r under key, writes the rate-limit fields, and reports whether
-// r may reach next; if not, it has answered r. It reads the clock after the cost function, which
-// may take long (reading a body), so that r is decided at a reading no older than its decision.
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, key string) bool {
-	cost := 1
-	if m.c.cost != nil {
-		cost = max(1, m.c.cost(r))
-	}
-	now := m.c.now()
-	var d Decision
-	var err error
-	if m.bucket != nil {
-		// Neither the fields nor the hooks read the quota (see TokenBucket.decideLean).
-		if m.bucket.decideLean(key, cost, now, &d) {
-			return true
+// answer writes what v says of r, the rate-limit fields or the refusal, and reports whether r
+// may reach next.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, v *edge.Verdict) bool {
+	switch v.Outcome {
+	case Exempt, FailedOpen:
+		return true
+	case FailedClosed:
+		status := http.StatusServiceUnavailable
+		if v.Failure == edge.KeyFailed {
+			status = http.StatusInternalServerError
 		}
-	} else {
-		d, err = m.limiter.Decide(r.Context(), key, cost, now)
-	}
-	if err != nil {
-		if r.Context().Err() != nil {
-			// The request itself ended (the client hung up, a deadline passed): the store
-			// did not fail, and a request that was not counted is not admitted for it.
-			m.decided(r, FailedClosed, Decision{})
-			m.emit.refuse(w, r, m.c.respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: failClosedWait}, now, nil)
-			return false
-		}
-		m.fail(w, r, now, http.StatusServiceUnavailable, err)
-		return m.c.failOpen
+		m.emit.refuse(w, r, m.c.respond, Refusal{Status: status, RetryAfter: v.Wait()}, v.Now, nil)
+		return false
 	}
 	var lines *header.Lines
 	if m.fields.set != 0 {
 		lines = new(header.Lines)
 		hdr := w.Header()
-		m.fields.write(hdr, d, lines)
-		if (d.Allowed || m.c.dryRun) && hasOrigin(r) {
+		m.fields.write(hdr, v.Decision, lines)
+		if v.Outcome != Refused && hasOrigin(r) {
 			m.exposeAllowed.expose(hdr, lines)
 		}
 	}
-	if d.Allowed {
-		m.decided(r, Admitted, d)
+	if v.Outcome != Refused {
 		return true
 	}
-	for _, fn := range m.c.onLimited {
-		fn(r, key, d)
-	}
-	if m.c.dryRun {
-		m.decided(r, DryRunRefused, d)
-		return true
-	}
-	m.decided(r, Refused, d)
-	f := Refusal{Status: http.StatusTooManyRequests, RetryAfter: d.RetryAfter}
+	f := Refusal{Status: http.StatusTooManyRequests, RetryAfter: v.Decision.RetryAfter}
 	if m.c.respond != nil { // the default plain text names no policy
-		f.Violated = m.fields.violated(d)
+		f.Violated = m.fields.Violated(v.Decision)
 	}
-	m.emit.refuse(w, r, m.c.respond, f, now, lines)
+	m.emit.refuse(w, r, m.c.respond, f, v.Now, lines)
 	return false
-}
-
-// decided tells the hooks of WithDecisionHook what became of r.
-func (m *Middleware) decided(r *http.Request, o Outcome, d Decision) {
-	for _, fn := range m.c.onDecided {
-		fn(r, o, d)
-	}
-}
-
-// errored tells the hooks of WithErrorHook of err.
-func (m *Middleware) errored(r *http.Request, err error) {
-	for _, fn := range m.c.onError {
-		fn(r, err)
-	}
-}
-
-// failClosedWait is the Retry-After of the 503 that answers a limiter error when failing
-// closed: short, since a store that is down is usually back soon.
-const failClosedWait = time.Second
-
-// fail reports err and, unless the Middleware fails open, refuses r with status.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, now time.Time, status int, err error) {
-	m.errored(r, err)
-	if m.c.failOpen {
-		m.decided(r, FailedOpen, Decision{})
-		return
-	}
-	m.decided(r, FailedClosed, Decision{})
-	var wait time.Duration
-	if status == http.StatusServiceUnavailable {
-		wait = failClosedWait
-	}
-	m.emit.refuse(w, r, m.c.respond, Refusal{Status: status, RetryAfter: wait}, now, nil)
 }

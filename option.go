@@ -3,6 +3,8 @@ package retryafter
 import (
 	"net/http"
 	"time"
+
+	"github.com/retryafter/retryafter/edge"
 )
 
 // An Option configures the middleware of [Limit], [LimitWith] and [NewMiddleware]. Each has an
@@ -16,31 +18,24 @@ type Option func(*config)
 
 // config is the middleware's configuration, as its options leave it.
 type config struct {
-	now      func() time.Time
-	key      KeyFunc
-	respond  Responder // nil: the default plain text
-	failOpen bool
-	dryRun   bool
-	exempt   func(*http.Request) bool
-	cost     func(*http.Request) int // a request's cost; nil means 1
-	fields   fieldSet                // which rate-limit fields to write (fields.go)
-	policy   string                  // their policy name
+	edge.Config[*http.Request] // how requests are decided: the core's
 
-	onError   []func(*http.Request, error)
-	onLimited []func(*http.Request, string, Decision)
-	onDecided []func(*http.Request, Outcome, Decision)
+	respond Responder // nil: the default plain text
+	fields  fieldSet  // which rate-limit fields to write (fields.go)
+	policy  string    // their policy name
 }
 
 func newConfig(opts []Option) config {
-	c := config{now: time.Now, policy: defaultPolicy}
+	c := config{policy: defaultPolicy}
+	c.Now = time.Now
 	for _, o := range opts {
 		if o == nil {
 			panic("retryafter: nil Option")
 		}
 		o(&c)
 	}
-	if c.key == nil {
-		c.key = ClientIP()
+	if c.Key == nil {
+		c.Key = ClientIP()
 	}
 	return c
 }
@@ -62,7 +57,7 @@ func WithClock(now func() time.Time) Option {
 	if now == nil {
 		panic("retryafter: WithClock(nil)")
 	}
-	return func(c *config) { c.now = now }
+	return func(c *config) { c.Now = now }
 }
 
 // WithKeyFunc sets the function that names the client a request is counted against. The
@@ -75,7 +70,7 @@ func WithKeyFunc(key KeyFunc) Option {
 	if key == nil {
 		panic("retryafter: WithKeyFunc(nil)")
 	}
-	return func(c *config) { c.key = key }
+	return func(c *config) { c.Key = key }
 }
 
 // WithResponder sets the function that writes the status line and body of every refusal of the
@@ -104,7 +99,7 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 	if fn == nil {
 		panic("retryafter: WithErrorHook(nil)")
 	}
-	return func(c *config) { c.onError = append(c.onError, fn) }
+	return func(c *config) { c.OnError = append(c.OnError, fn) }
 }
 
 // WithLimitedHook adds a function that is told of every request the limiter refuses (and, in a
@@ -116,7 +111,7 @@ func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
 	if fn == nil {
 		panic("retryafter: WithLimitedHook(nil)")
 	}
-	return func(c *config) { c.onLimited = append(c.onLimited, fn) }
+	return func(c *config) { c.OnLimited = append(c.OnLimited, fn) }
 }
 
 // WithDecisionHook adds a function that is told of every request the middleware handles, with
@@ -128,7 +123,7 @@ func WithDecisionHook(fn func(r *http.Request, o Outcome, d Decision)) Option {
 	if fn == nil {
 		panic("retryafter: WithDecisionHook(nil)")
 	}
-	return func(c *config) { c.onDecided = append(c.onDecided, fn) }
+	return func(c *config) { c.OnDecided = append(c.OnDecided, fn) }
 }
 
 // WithFailOpen makes the middleware admit a request, uncounted, when its key function or its
@@ -141,7 +136,7 @@ func WithDecisionHook(fn func(r *http.Request, o Outcome, d Decision)) Option {
 // controls (a missing API key header), every such request would pass unlimited, so keep the
 // default or make the key function fall back to a key of its own.
 func WithFailOpen(open bool) Option {
-	return func(c *config) { c.failOpen = open }
+	return func(c *config) { c.FailOpen = open }
 }
 
 // WithDryRun makes the middleware decide and report every request as usual but never refuse:
@@ -153,7 +148,7 @@ func WithFailOpen(open bool) Option {
 // the rate-limit fields, when on, are sent as they would be. To roll a limit out: run it dry,
 // watch the hook, then enforce.
 func WithDryRun(on bool) Option {
-	return func(c *config) { c.dryRun = on }
+	return func(c *config) { c.DryRun = on }
 }
 
 // WithExempt names requests the middleware passes to next without counting them: health checks,
@@ -164,7 +159,7 @@ func WithExempt(fn func(*http.Request) bool) Option {
 	if fn == nil {
 		panic("retryafter: WithExempt(nil)")
 	}
-	return func(c *config) { c.exempt = fn }
+	return func(c *config) { c.Exempt = fn }
 }
 
 // WithCost sets the function that says how many tokens a request costs, so that an expensive
@@ -176,7 +171,7 @@ func WithCost(cost func(*http.Request) int) Option {
 	if cost == nil {
 		panic("retryafter: WithCost(nil)")
 	}
-	return func(c *config) { c.cost = cost }
+	return func(c *config) { c.Cost = cost }
 }
 
 // WithRateLimitFields makes the middleware send the RateLimit and RateLimit-Policy fields of
@@ -197,7 +192,7 @@ func WithRateLimitFields(policy string) Option {
 	if policy == "" {
 		policy = defaultPolicy
 	}
-	if !printable(policy) {
+	if !edge.Printable(policy) {
 		panic("retryafter: WithRateLimitFields: policy name outside printable ASCII")
 	}
 	return func(c *config) {
@@ -221,34 +216,16 @@ func WithLegacyRateLimitFields(on bool) Option {
 	}
 }
 
-// An Outcome is what the middleware did with a request, for the hooks of [WithDecisionHook].
-type Outcome uint8
+// An Outcome is what the middleware did with a request, for the hooks of [WithDecisionHook]:
+// [edge.Outcome].
+type Outcome = edge.Outcome
 
+// The outcomes of a request, as [edge.Outcome] lists them.
 const (
-	Admitted      Outcome = iota + 1 // the limiter admitted it
-	Refused                          // the limiter refused it: answered 429
-	DryRunRefused                    // the limiter refused it, and a dry run passed it to next
-	Exempt                           // WithExempt passed it to next, uncounted
-	FailedOpen                       // the key function or the limiter failed: admitted uncounted
-	FailedClosed                     // the key function or the limiter failed: answered 500 or 503
+	Admitted      = edge.Admitted
+	Refused       = edge.Refused
+	DryRunRefused = edge.DryRunRefused
+	Exempt        = edge.Exempt
+	FailedOpen    = edge.FailedOpen
+	FailedClosed  = edge.FailedClosed
 )
-
-// String returns the outcome's name in snake case, as metrics name it: "admitted", "refused",
-// "dry_run_refused", "exempt", "failed_open", "failed_closed".
-func (o Outcome) String() string {
-	switch o {
-	case Admitted:
-		return "admitted"
-	case Refused:
-		return "refused"
-	case DryRunRefused:
-		return "dry_run_refused"
-	case Exempt:
-		return "exempt"
-	case FailedOpen:
-		return "failed_open"
-	case FailedClosed:
-		return "failed_closed"
-	}
-	return "unknown"
-}

@@ -2,87 +2,30 @@ package retryafter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"golang.org/x/time/rate"
 )
 
 // A Limiter decides, for one request, whether the client named by key may proceed at the instant
-// now, and if not, how long it must wait. It is the one seam between how requests are counted
-// and what they are answered: [TokenBucket] counts in memory, package httpratestore on any
-// counter of go-chi/httprate, package redisstore in Redis, and the middleware treats them alike.
-//
-// Decide must be safe for concurrent use, and every Limiter of this repository keeps the same
-// contract, which package limitertest checks:
-//
-//   - A request of cost n ≥ 1 is admitted, and its cost spent, or refused, and then nothing
-//     is spent: a refusal costs the key no quota.
-//   - A refusal's RetryAfter is exact: a request of the same cost at now + RetryAfter is
-//     admitted if nothing else spent the key's quota meanwhile, and one at any earlier instant
-//     would not be (to the limiter's resolution: a microsecond in memory and in Redis). It is
-//     [rate.InfDuration] when the request can never be admitted.
-//   - A cost of 0 spends nothing: it reports the key's quota (a peek), and is admitted unless
-//     the key owes more than it holds.
-//   - A negative cost is an error wrapping [ErrNegativeCost]; nothing is spent.
-//
-// Any other error means the limiter could not decide (a store that is down); the middleware then
-// fails open or closed as configured.
-type Limiter interface {
-	Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error)
-}
+// now, and if not, how long it must wait: [edge.Limiter], which says the contract that every
+// Limiter of this repository keeps and package limitertest checks. [TokenBucket] counts in
+// memory, package httpratestore on any counter of go-chi/httprate, package redisstore in Redis,
+// and the middleware treats them alike.
+type Limiter = edge.Limiter
+
+// A Decision is a [Limiter]'s answer for one request: [edge.Decision].
+type Decision = edge.Decision
+
+// A Policy is a named token-bucket limit: [edge.Policy].
+type Policy = edge.Policy
 
 // ErrNegativeCost is the error, wrapped, that a [Limiter] returns for a cost below 0.
-var ErrNegativeCost = errors.New("retryafter: negative cost")
-
-// A Decision is a [Limiter]'s answer for one request.
-type Decision struct {
-	// Allowed reports whether the request may proceed. Its cost has then been spent.
-	Allowed bool
-
-	// RetryAfter is, for a refused request, the wait after which the same request would be
-	// admitted, not rounded; rate.InfDuration when it never will be. It is zero for an
-	// allowed request.
-	RetryAfter time.Duration
-
-	// Limit, Remaining and Reset describe the key's quota after this request, for the
-	// RateLimit fields and status endpoints: Limit is the most the key may spend at once (a
-	// token bucket's burst), Remaining the largest cost that would be admitted at now, and
-	// Reset how long until the key may spend Limit again if it spends nothing meanwhile. A
-	// Limiter that does not track them leaves Limit at 0.
-	Limit     int
-	Remaining int
-	Reset     time.Duration
-
-	// Policy is the limit that decided the request, for the RateLimit fields: their quota is
-	// its Burst and their window the time its Limit takes to restore Burst. Its Name, when not
-	// empty, names the item in the fields instead of the middleware's policy name. A Limiter
-	// that does not know its rate leaves Policy.Limit at 0, and the fields then carry no window.
-	Policy Policy
-
-	layers *[]Decision // each layer's, for a request decided in several (see Binding)
-}
-
-// Layers returns the Decision of each layer of a request decided in several ([All], or a
-// [Combiner] through [Binding]), in the order of the layers, for the RateLimit fields and the
-// problem details of a refusal; nil for a request decided in one. The caller must not modify it.
-func (d Decision) Layers() []Decision {
-	if d.layers == nil {
-		return nil
-	}
-	return *d.layers
-}
-
-// A Policy is a named token-bucket limit: Limit tokens restored per second, up to Burst at once.
-// Its Name is the item's name in the RateLimit fields ("default" when empty).
-type Policy struct {
-	Name  string
-	Limit rate.Limit
-	Burst int
-}
+var ErrNegativeCost = edge.ErrNegativeCost
 
 // A TokenBucket is a [Limiter] that gives every key its own golang.org/x/time/rate token
 // bucket, held in memory: of the same rate and burst, or of the key's own policy (see
@@ -271,73 +214,56 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 //   - A new key refused because the bucket is full (see [WithMaxMemory]) has Remaining 0 and a
 //     Reset equal to its RetryAfter, after which it starts with a full bucket.
 //   - With a limit of [rate.Inf], Remaining is always the burst and Reset 0.
-func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (Decision, error) {
+func (b *TokenBucket) Decide(_ context.Context, key string, cost int, now time.Time) (d Decision, err error) {
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	return b.decide(key, cost, now), nil
+	b.decide(key, cost, now, true, &d)
+	return d, nil
+}
+
+// Allow implements [edge.Allower]: it decides as Decide does, leaving Remaining and Reset zero,
+// which cost about as much again as the decision to fill.
+func (b *TokenBucket) Allow(_ context.Context, key string, cost int, now time.Time) (d Decision, err error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	b.decide(key, cost, now, false, &d)
+	return d, nil
 }
 
 // decide is Decide for a cost of 0 or more: the one decision of a single bucket, under one
-// lock.
-func (b *TokenBucket) decide(key string, cost int, now time.Time) Decision {
+// lock, with the quota when withQuota is true.
+func (b *TokenBucket) decide(key string, cost int, now time.Time, withQuota bool, d *Decision) {
 	t, pol, at, lag, full, lim := b.lock(key, now)
+	d.Policy, d.Limit = pol, pol.Burst
 	if t == nil {
-		return Decision{Allowed: true, Limit: pol.Burst, Remaining: pol.Burst, Policy: pol}
+		d.Allowed, d.Remaining = true, pol.Burst
+		return
 	}
-	d := Decision{Policy: pol, Limit: pol.Burst}
 	switch {
 	case lim == nil:
 		// Once a key makes room, the key starts with a full bucket.
 		d.RetryAfter, d.Reset = full, full
 	case lim.AllowN(at, cost):
 		d.Allowed = true
-		quota(&d, pol, lim.TokensAt(at))
+		if withQuota {
+			quota(d, pol, lim.TokensAt(at))
+		}
 	default:
-		// The quota is counted from each instant decided, as after an admission, rather than
-		// in one step from the last (float64 steps differ in the last bits).
-		lim.SetLimitAt(at, pol.Limit)
+		if withQuota {
+			// The quota is counted from each instant decided, as after an admission, rather
+			// than in one step from the last (float64 steps differ in the last bits).
+			lim.SetLimitAt(at, pol.Limit)
+		}
 		var tokens float64
 		d.Allowed, d.RetryAfter, tokens = notAtOnce(lim, pol, cost, at)
-		quota(&d, pol, tokens)
+		if withQuota {
+			quota(d, pol, tokens)
+		}
 	}
 	t.mu.Unlock()
-	d.late(lag)
-	return d
-}
-
-// decideLean is decide for the middleware when nothing reads the quota: it reports whether a
-// request of cost 1 or more is admitted, and spends it; for a refusal it sets d to a Decision
-// without Remaining and Reset, which cost about as much again as the decision to fill. A key
-// b does not hold yet is decided by decide.
-func (b *TokenBucket) decideLean(key string, cost int, now time.Time, d *Decision) bool {
-	pol := b.policyFor(key)
-	if pol.Limit == rate.Inf {
-		return true
-	}
-	t := b.part(key)
-	t.mu.Lock()
-	at, lag := t.at(now)
-	lim := t.keys[key]
-	if lim == nil {
-		t.mu.Unlock()
-		*d = b.decide(key, cost, now)
-		return d.Allowed
-	}
-	if b.policyOf != nil {
-		replan(lim, pol, at)
-	}
-	if lim.AllowN(at, cost) {
-		t.mu.Unlock()
-		return true
-	}
-	ok, wait, _ := notAtOnce(lim, pol, cost, at)
-	t.mu.Unlock()
-	if ok {
-		return true
-	}
-	*d = Decision{RetryAfter: late(wait, lag), Limit: pol.Burst, Policy: pol}
-	return false
+	lateBy(d, lag)
 }
 
 // notAtOnce decides a request of cost that lim, a bucket of pol, did not admit at once at at:
@@ -396,9 +322,9 @@ func replan(lim *rate.Limiter, pol Policy, at time.Time) {
 	}
 }
 
-// late lengthens d's waits by lag, the time between the caller's now and the instant d was
+// lateBy lengthens d's waits by lag, the time between the caller's now and the instant d was
 // decided at, so that they are measured from now.
-func (d *Decision) late(lag time.Duration) {
+func lateBy(d *Decision, lag time.Duration) {
 	if lag != 0 {
 		d.RetryAfter = late(d.RetryAfter, lag)
 		d.Reset = late(d.Reset, lag)

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -311,14 +312,14 @@ func spreadTo(d Decision, wait time.Duration) Decision {
 		return d
 	}
 	if layers := d.Layers(); layers != nil {
-		ds := newLayers(len(layers))
+		ds := make([]Decision, len(layers))
 		for i, e := range layers {
 			if !e.Allowed && e.RetryAfter == d.RetryAfter {
 				e.RetryAfter, e.Reset = wait, max(e.Reset, wait)
 			}
-			(*ds)[i] = e
+			ds[i] = e
 		}
-		d.layers = ds
+		d = edge.Binding(ds...)
 	}
 	d.RetryAfter, d.Reset = wait, max(d.Reset, wait)
 	return d

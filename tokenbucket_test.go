@@ -74,7 +74,7 @@ func TestTokenBucketKeepsReturningClients(t *testing.T) {
 	now := t0.Add(time.Hour) // every bucket refilled
 	i := 0
 	if n := testing.AllocsPerRun(10_000, func() {
-		b.decideLean(keys[i%len(keys)], 1, now, new(Decision))
+		b.decide(keys[i%len(keys)], 1, now, false, new(Decision))
 		i++
 	}); n > 0.01 {
 		t.Fatalf("a returning client costs %v allocations", n)
@@ -772,7 +772,7 @@ func TestTokenBucketRemainingAFloatStepShort(t *testing.T) {
 
 // TestTokenBucketInfiniteRate gives NewTokenBucket a limit of +Inf, as rate.Limit(n / d) gives
 // for a window d of 0, which is not rate.Inf: it is rate.Inf, on every path (Decide, the
-// middleware's fast path, Charge, an All, the RateLimit fields), and holds nothing. It once
+// Charge, an All, the RateLimit fields), and holds nothing. It once
 // made the buckets' tokens NaN, which admitted everything while Remaining said 0.
 func TestTokenBucketInfiniteRate(t *testing.T) {
 	ctx := context.Background()
@@ -788,9 +788,6 @@ func TestTokenBucketInfiniteRate(t *testing.T) {
 			}
 			if got, _ := All(b, NewTokenBucket(inf, 1)).Decide(ctx, "k", cost, now); plain(got) != plain(wantAll) {
 				t.Fatalf("cost %d, request %d of an All at +Inf: %+v, want as at rate.Inf: %+v", cost, i, got, wantAll)
-			}
-			if !b.decideLean("k", cost, now, new(Decision)) {
-				t.Fatalf("cost %d, request %d at +Inf refused by the middleware's path", cost, i)
 			}
 			if err := b.Charge(ctx, "k", cost, now); err != nil {
 				t.Fatal(err)

@@ -1,0 +1,88 @@
+package edge
+
+// Binding returns the Decision of a request decided in several layers from the Decision of each:
+// refused if any refused, with the longest wait, and the Limit, Remaining and Reset of the layer
+// that binds, as the root package's All describes. It is for the Limiters that decide several
+// layers at once (a Combiner), so that they report as All does. It returns the zero Decision for none.
+//
+// The Decision it returns lists ds in its [Decision.Layers] (each one's own layers, when it has
+// them, in its place), when there are several.
+func Binding(ds ...Decision) Decision {
+	var d Decision
+	for i, e := range ds {
+		d = tighter(d, e, i == 0)
+	}
+	return withLayers(d, ds)
+}
+
+// withLayers returns d, the binding Decision of ds, listing ds, or their own layers where they
+// have them, as its layers when there are several.
+func withLayers(d Decision, ds []Decision) Decision {
+	n := 0
+	for _, e := range ds {
+		n += max(1, len(e.Layers()))
+	}
+	if n < 2 {
+		d.layers = nil
+		return d
+	}
+	all := newLayers(n)
+	i := 0
+	for _, e := range ds {
+		if l := e.Layers(); l != nil {
+			i += copy((*all)[i:], l)
+		} else {
+			(*all)[i] = e
+			i++
+		}
+	}
+	d.layers = all
+	return d
+}
+
+// layerList is the list of a Decision's layers with room for two, the usual All, so that the
+// list and its Decisions are one allocation.
+type layerList struct {
+	ds  []Decision
+	two [2]Decision
+}
+
+// newLayers returns a list of n Decisions for Decision.layers.
+func newLayers(n int) *[]Decision {
+	l := new(layerList)
+	if n <= len(l.two) {
+		l.ds = l.two[:n]
+	} else {
+		l.ds = make([]Decision, n)
+	}
+	return &l.ds
+}
+
+// tighter merges the Decision of one more layer (or group) into d: refused if either is, and
+// the quota of the layer that binds: on a refusal the one with the longest wait, otherwise the
+// one with the least of its quota left, as a share of its Limit (layers count in their own
+// units: requests, tokens).
+func tighter(d, e Decision, first bool) Decision {
+	if first {
+		return e
+	}
+	var binds bool
+	switch {
+	case d.Allowed != e.Allowed:
+		binds = !e.Allowed
+	case !e.Allowed:
+		binds = e.RetryAfter > d.RetryAfter
+	default:
+		binds = tighterQuota(d, e)
+	}
+	if binds {
+		return e
+	}
+	return d
+}
+
+// tighterQuota reports whether e's quota binds rather than d's: it has one, and a smaller share
+// of it is left.
+func tighterQuota(d, e Decision) bool {
+	return e.Limit > 0 && (d.Limit == 0 || int64(e.Remaining)*int64(d.Limit) < int64(d.Remaining)*int64(e.Limit))
+}
