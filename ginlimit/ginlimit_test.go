@@ -16,26 +16,24 @@ import (
 
 	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/ginlimit"
+	"github.com/retryafter/retryafter/internal/testkit"
 )
 
 func init() { gin.SetMode(gin.TestMode) }
 
-var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-
-// clock is a test's clock, set by the test.
-type clock struct{ now time.Time }
-
-func (c *clock) Now() time.Time { return c.now }
+var t0 = testkit.T0
 
 // engine returns a gin engine, as gin.New makes it, with ginlimit.New(m) in front of every route
-// and a route /x that answers 200 "ok" and counts the requests that reach it.
+// and routes / and /x that answer 200 "ok" and count the requests that reach them.
 func engine(m *retryafter.Middleware, reached *int) *gin.Engine {
 	r := gin.New()
 	r.Use(ginlimit.New(m))
-	r.Any("/x", func(c *gin.Context) {
+	route := func(c *gin.Context) {
 		*reached++
 		c.String(http.StatusOK, "ok")
-	})
+	}
+	r.Any("/x", route)
+	r.Any("/", route)
 	return r
 }
 
@@ -52,51 +50,28 @@ func get(remote string) *http.Request {
 	return r
 }
 
-// TestRoundTrip: over random policies, the request after the burst is refused with a
-// Retry-After that the bundled parser reads, and Date from the same clock reading; the client
-// that waits exactly that long is admitted, and one that waits a second less is not; the
-// refused request never reaches the route.
+// TestRoundTrip: over random policies and arrivals, every refusal through gin has a Date of
+// the clock's reading and a Retry-After of whole seconds; a client that waits exactly that long
+// is admitted, and one that waits a second less is not (testkit.RoundTrip).
 func TestRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(58, 1))
-	for i := range 200 {
+	refusals := 0
+	for range 100 {
 		limit := rate.Limit(0.01 + rng.Float64()*rng.Float64()*200) // 0.01 to 200 a second
-		burst := 1 + rng.IntN(5)
-		clk := &clock{now: t0.Add(time.Duration(rng.Int64N(int64(time.Hour))))}
-		m := retryafter.NewMiddleware(retryafter.NewTokenBucket(limit, burst), retryafter.WithClock(clk.Now))
-		reached := 0
-		h := engine(m, &reached)
-		for range burst {
-			if w := serve(h, get("192.0.2.1:1234")); w.Code != http.StatusOK {
-				t.Fatalf("policy %d (%v/s, burst %d): within the burst: %d", i, limit, burst, w.Code)
-			}
-		}
-		w := serve(h, get("192.0.2.1:1234"))
-		if w.Code != http.StatusTooManyRequests || reached != burst {
-			t.Fatalf("policy %d (%v/s, burst %d): after the burst: %d, route reached %d times", i, limit, burst, w.Code, reached)
-		}
-		if got, want := w.Header().Get("Date"), clk.now.Format(http.TimeFormat); got != want {
-			t.Fatalf("policy %d: Date %q, want %q", i, got, want)
-		}
-		wait, ok := retryafter.ParseRetryAfter(w.Header(), clk.now)
-		if !ok || wait < time.Second || wait%time.Second != 0 {
-			t.Fatalf("policy %d: Retry-After %q: %v %v", i, w.Header().Get("Retry-After"), wait, ok)
-		}
-		start := clk.now
-		clk.now = start.Add(wait - time.Second)
-		if w := serve(h, get("192.0.2.1:1234")); w.Code != http.StatusTooManyRequests {
-			t.Fatalf("policy %d (%v/s, burst %d): a second before Retry-After %v: %d", i, limit, burst, wait, w.Code)
-		}
-		clk.now = start.Add(wait)
-		if w := serve(h, get("192.0.2.1:1234")); w.Code != http.StatusOK {
-			t.Fatalf("policy %d (%v/s, burst %d): waited Retry-After %v: %d", i, limit, burst, wait, w.Code)
-		}
+		clk := testkit.NewClock(testkit.T0.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+		m := retryafter.NewMiddleware(retryafter.NewTokenBucket(limit, 1+rng.IntN(5)), retryafter.WithClock(clk.Now))
+		gap := time.Duration(float64(time.Second) / float64(limit) / 4)
+		refusals += testkit.RoundTrip(t, engine(m, new(int)), clk, 12, func() time.Duration { return time.Duration(rng.Int64N(int64(gap) + 1)) })
+	}
+	if refusals < 100 {
+		t.Fatalf("%d refusals checked, want at least 100", refusals)
 	}
 }
 
 // TestRoundTripLoopback: a real HTTP client, on loopback, that reads Retry-After and waits that
 // long on the server's clock gets through.
 func TestRoundTripLoopback(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := testkit.NewClock(t0)
 	reached := 0
 	srv := httptest.NewServer(engine(retryafter.NewMiddleware(retryafter.NewTokenBucket(rate.Every(1500*time.Millisecond), 1), retryafter.WithClock(clk.Now)), &reached))
 	defer srv.Close()
@@ -113,11 +88,11 @@ func TestRoundTripLoopback(t *testing.T) {
 		t.Fatalf("first: %d", resp.StatusCode)
 	}
 	resp := do()
-	wait, ok := retryafter.ParseRetryAfter(resp.Header, clk.now)
+	wait, ok := retryafter.ParseRetryAfter(resp.Header, clk.Now())
 	if resp.StatusCode != http.StatusTooManyRequests || !ok || wait != 2*time.Second || resp.Header.Get("Date") != t0.Format(http.TimeFormat) {
 		t.Fatalf("second: %d, Retry-After %q, Date %q", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Date"))
 	}
-	clk.now = clk.now.Add(wait)
+	clk.Advance(wait)
 	if resp := do(); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after Retry-After: %d", resp.StatusCode)
 	}
@@ -127,7 +102,7 @@ func TestRoundTripLoopback(t *testing.T) {
 // ClientIP tells each request apart here), but the key is the Middleware's: one peer sending
 // other addresses in those headers is still one client.
 func TestKeyNotFromGinsHeaders(t *testing.T) {
-	m := retryafter.NewMiddleware(retryafter.NewTokenBucket(rate.Every(time.Hour), 1), retryafter.WithClock((&clock{now: t0}).Now))
+	m := retryafter.NewMiddleware(retryafter.NewTokenBucket(rate.Every(time.Hour), 1), retryafter.WithClock(testkit.NewClock(t0).Now))
 	r := gin.New()
 	r.Use(ginlimit.New(m))
 	var seen []string
@@ -177,7 +152,7 @@ func TestAnsweredAsLimit(t *testing.T) {
 			var told [2][]string
 			opts := func(i int) []retryafter.Option {
 				return append([]retryafter.Option{
-					retryafter.WithClock((&clock{now: t0}).Now),
+					retryafter.WithClock(testkit.NewClock(t0).Now),
 					retryafter.WithErrorHook(func(_ *http.Request, err error) { told[i] = append(told[i], "error "+err.Error()) }),
 					retryafter.WithDecisionHook(func(_ *http.Request, o retryafter.Outcome, _ retryafter.Decision) {
 						told[i] = append(told[i], o.String())
@@ -206,7 +181,7 @@ func TestAnsweredAsLimit(t *testing.T) {
 // TestChainAborted: a refusal stops gin's chain, handlers after the limiter and the route alike;
 // handlers before it run, and see the refusal's status.
 func TestChainAborted(t *testing.T) {
-	m := retryafter.NewMiddleware(retryafter.NewTokenBucket(rate.Every(time.Hour), 1), retryafter.WithClock((&clock{now: t0}).Now))
+	m := retryafter.NewMiddleware(retryafter.NewTokenBucket(rate.Every(time.Hour), 1), retryafter.WithClock(testkit.NewClock(t0).Now))
 	var trace []string
 	r := gin.New()
 	r.Use(func(c *gin.Context) {
@@ -227,7 +202,7 @@ func TestChainAborted(t *testing.T) {
 // TestRequestPassedOn: the route sees the request the Middleware passes on in c.Request, so
 // that retryafter.Charge charges a limiter charged afterwards what the route reports.
 func TestRequestPassedOn(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := testkit.NewClock(t0)
 	m := retryafter.NewMiddleware(retryafter.ChargedAfter(retryafter.NewTokenBucket(1, 10)), retryafter.WithClock(clk.Now))
 	r := gin.New()
 	r.Use(ginlimit.New(m))
@@ -237,7 +212,7 @@ func TestRequestPassedOn(t *testing.T) {
 		t.Fatalf("first: %d, charged %v", w.Code, charged)
 	}
 	w := serve(r, get("192.0.2.1:1234"))
-	if wait, _ := retryafter.ParseRetryAfter(w.Header(), clk.now); w.Code != http.StatusTooManyRequests || wait != 20*time.Second {
+	if wait, _ := retryafter.ParseRetryAfter(w.Header(), clk.Now()); w.Code != http.StatusTooManyRequests || wait != 20*time.Second {
 		t.Fatalf("after a charge of 30 on a burst of 10 at 1/s: %d, Retry-After %q; want 429, 20", w.Code, w.Header().Get("Retry-After"))
 	}
 }
@@ -256,7 +231,7 @@ func preflight() *http.Request {
 // answer) included: it is not a way around the limit. One that the route answers as a preflight
 // passes uncounted, its answer written through.
 func TestPreflightShaped(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := testkit.NewClock(t0)
 	for _, answers := range []bool{false, true} {
 		m := retryafter.NewMiddleware(retryafter.NewTokenBucket(rate.Every(time.Hour), 1), retryafter.WithClock(clk.Now))
 		r := gin.New()
