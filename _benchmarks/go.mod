@@ -3,6 +3,7 @@ module github.com/retryafter/retryafter/_benchmarks
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/didip/tollbooth/v7 v7.0.2
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
@@ -10,6 +11,7 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/labstack/echo/v4 v4.16.5
 	github.com/retryafter/retryafter v0.1.0
+	github.com/retryafter/retryafter/connectlimit v0.1.0
 	github.com/retryafter/retryafter/ginlimit v0.1.0
 	github.com/retryafter/retryafter/grpclimit v0.1.0
 	github.com/sethvargo/go-limiter v0.7.1
@@ -17,6 +19,7 @@ require (
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -57,5 +60,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
