@@ -27,14 +27,14 @@ const (
 	streamProcedure = "/test.v1.TestService/Stream"
 )
 
-// service is a running test server: the Connect handlers of both procedures behind one
-// interceptor, on loopback, speaking HTTP/1.1 and HTTP/2 without TLS (for gRPC).
+// service is a running test server: the Connect handlers of both procedures behind
+// interceptors, on loopback, speaking HTTP/1.1 and HTTP/2 without TLS (for gRPC).
 type service struct {
 	*httptest.Server
 	reached atomic.Int64 // calls that reached a handler
 }
 
-func serve(t *testing.T, i connect.Interceptor) *service {
+func serve(t *testing.T, i ...connect.Interceptor) *service {
 	t.Helper()
 	s := &service{}
 	mux := http.NewServeMux()
@@ -42,7 +42,7 @@ func serve(t *testing.T, i connect.Interceptor) *service {
 		func(_ context.Context, r *connect.Request[wrapperspb.StringValue]) (*connect.Response[wrapperspb.StringValue], error) {
 			s.reached.Add(1)
 			return connect.NewResponse(wrapperspb.String("hello " + r.Msg.Value)), nil
-		}, connect.WithInterceptors(i)))
+		}, connect.WithInterceptors(i...)))
 	mux.Handle(streamProcedure, connect.NewServerStreamHandler(streamProcedure,
 		func(_ context.Context, r *connect.Request[wrapperspb.StringValue], st *connect.ServerStream[wrapperspb.StringValue]) error {
 			s.reached.Add(1)
@@ -52,7 +52,7 @@ func serve(t *testing.T, i connect.Interceptor) *service {
 				}
 			}
 			return nil
-		}, connect.WithInterceptors(i)))
+		}, connect.WithInterceptors(i...)))
 	s.Server = httptest.NewUnstartedServer(connectlimit.TrailersOnly(mux))
 	s.Config.Protocols = new(http.Protocols)
 	s.Config.Protocols.SetHTTP1(true)

@@ -44,7 +44,7 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		call := Call{Spec: req.Spec(), Peer: req.Peer(), Header: req.Header()}
+		call := Call{Context: ctx, Spec: req.Spec(), Peer: req.Peer(), Header: req.Header()}
 		v := i.core.Decide(ctx, call)
 		if !v.Pass() {
 			return nil, i.refusal(ctx, &v, call)
@@ -64,7 +64,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		call := Call{Spec: conn.Spec(), Peer: conn.Peer(), Header: conn.RequestHeader()}
+		call := Call{Context: ctx, Spec: conn.Spec(), Peer: conn.Peer(), Header: conn.RequestHeader()}
 		v := i.core.Decide(ctx, call)
 		if !v.Pass() {
 			return i.refusal(ctx, &v, call)

@@ -1,6 +1,7 @@
 package connectlimit
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -11,11 +12,13 @@ import (
 )
 
 // A Call is what the interceptor knows of a call when it decides it, before its handler runs:
-// for the key, cost and exemption functions and the hooks.
+// for the key, cost and exemption functions and the hooks. Its Context is the handler's, with
+// what interceptors before this one put in it (an authenticated user, to key by).
 type Call struct {
-	Spec   connect.Spec // the procedure, "/package.Service/Method", and its stream type
-	Peer   connect.Peer // the client's address and the protocol it speaks
-	Header http.Header  // the request's header; the caller must not modify it
+	Context context.Context
+	Spec    connect.Spec // the procedure, "/package.Service/Method", and its stream type
+	Peer    connect.Peer // the client's address and the protocol it speaks
+	Header  http.Header  // the request's header; the caller must not modify it
 }
 
 // An Option configures [NewInterceptor].

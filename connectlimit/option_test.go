@@ -157,3 +157,32 @@ type limiterFunc func(context.Context) error
 func (f limiterFunc) Decide(ctx context.Context, _ string, _ int, _ time.Time) (retryafter.Decision, error) {
 	return retryafter.Decision{}, f(ctx)
 }
+
+// userKey is the context key an authenticating interceptor puts the caller's user under.
+type userKey struct{}
+
+// TestKeyFromContext: a key function reads what an interceptor before it put in the call's
+// context: two users behind one address are two clients.
+func TestKeyFromContext(t *testing.T) {
+	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			return next(context.WithValue(ctx, userKey{}, req.Header().Get("User")), req)
+		}
+	})
+	byUser := connectlimit.WithKeyFunc(func(c connectlimit.Call) (string, error) { return c.Context.Value(userKey{}).(string), nil })
+	s := serve(t, auth, connectlimit.NewInterceptor(retryafter.NewTokenBucket(rate.Every(time.Hour), 1), byUser))
+	var got []string
+	for _, user := range []string{"ann", "bob", "ann"} {
+		req := connect.NewRequest(wrapperspb.String("x"))
+		req.Header().Set("User", user)
+		_, err := sayClient(s).CallUnary(context.Background(), req)
+		if err != nil {
+			got = append(got, connect.CodeOf(err).String())
+		} else {
+			got = append(got, "ok")
+		}
+	}
+	if want := []string{"ok", "ok", "resource_exhausted"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ann, bob, ann: %q, want %q", got, want)
+	}
+}
