@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // UnaryServerInterceptor returns a server interceptor that asks l about each unary call and
@@ -74,9 +75,10 @@ func StreamServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.StreamSe
 	}
 }
 
-// server is what both interceptors share: the limiter and the configuration.
+// server is what both interceptors share: the core, the configuration, and what refusals are
+// built from.
 type server struct {
-	l      retryafter.Limiter
+	core   *edge.Core[call]
 	c      config
 	quotas quotaCache
 	drafts sync.Pool // of *draft
@@ -86,7 +88,9 @@ func newServer(l retryafter.Limiter, opts []Option) *server {
 	if l == nil {
 		panic("grpclimit: nil Limiter")
 	}
-	return &server{l: l, c: newConfig(opts), drafts: sync.Pool{New: newDraft}}
+	s := &server{c: newConfig(opts), drafts: sync.Pool{New: newDraft}}
+	s.core = edge.New(l, s.c.Config)
+	return s
 }
 
 // An admission is what admit found of a call: its key, when the call is counted, the header
@@ -101,77 +105,36 @@ type admission struct {
 // admit decides the call to fullMethod and returns a nil error when it may proceed; otherwise
 // the error that ends it, with the trailer to send in the admission.
 func (s *server) admit(ctx context.Context, fullMethod string) (admission, error) {
-	if s.c.exempt != nil && s.c.exempt(ctx, fullMethod) {
-		s.decided(ctx, fullMethod, retryafter.Exempt, retryafter.Decision{})
-		return admission{}, nil
-	}
-	key, err := s.c.key(ctx, fullMethod)
-	if err != nil {
-		trailer, err := s.fail(ctx, fullMethod, err, status.New(codes.Internal, "rate limiter: no key for the call"), nil)
-		return admission{trailer: trailer}, err
-	}
-	a, err := s.decide(ctx, fullMethod, key)
-	a.key, a.counted = key, true
-	return a, err
-}
-
-// decide asks the limiter about the call to fullMethod under key, as admit describes.
-func (s *server) decide(ctx context.Context, fullMethod, key string) (admission, error) {
-	cost := 1
-	if s.c.cost != nil {
-		cost = max(1, s.c.cost(ctx, fullMethod))
-	}
-	d, err := s.l.Decide(ctx, key, cost, s.c.now())
-	if err != nil {
-		if ctx.Err() != nil {
-			// The call itself ended (cancelled, past its deadline): the limiter did not fail,
-			// and a call that was not counted is not admitted for it.
-			s.decided(ctx, fullMethod, retryafter.FailedClosed, retryafter.Decision{})
-			return admission{}, status.FromContextError(ctx.Err()).Err()
-		}
-		st, trailer := s.unavailable()
-		trailer, err = s.fail(ctx, fullMethod, err, st, trailer)
-		return admission{trailer: trailer}, err
-	}
-	var fields metadata.MD
+	v := s.core.Decide(ctx, call{ctx, fullMethod})
+	a := admission{key: v.Key, counted: v.Outcome != retryafter.Exempt && v.Failure != edge.KeyFailed}
+	var md metadata.MD
 	if s.c.fields != nil {
-		fields = s.c.fields.fields(d)
+		md = fields(s.c.fields, v.Decision)
 	}
-	switch {
-	case d.Allowed:
-		s.decided(ctx, fullMethod, retryafter.Admitted, d)
-		return admission{header: fields}, nil
-	case s.c.dryRun:
-		s.decided(ctx, fullMethod, retryafter.DryRunRefused, d)
-		return admission{header: fields}, nil
+	switch v.Outcome {
+	case retryafter.Exempt, retryafter.FailedOpen:
+		return a, nil
+	case retryafter.Admitted, retryafter.DryRunRefused:
+		a.header = md
+		return a, nil
+	case retryafter.Refused:
+		st, trailer := s.refusal(v.Decision)
+		a.trailer = trailer
+		if md != nil {
+			a.trailer = metadata.Join(trailer, md)
+		}
+		return a, st.Err()
 	}
-	s.decided(ctx, fullMethod, retryafter.Refused, d)
-	st, trailer := s.refusal(d)
-	if fields != nil {
-		trailer = metadata.Join(trailer, fields)
+	switch v.Failure {
+	case edge.KeyFailed:
+		return a, status.New(codes.Internal, "rate limiter: no key for the call").Err()
+	case edge.Canceled:
+		// The call itself ended (cancelled, past its deadline): the limiter did not fail.
+		return a, status.FromContextError(ctx.Err()).Err()
 	}
-	return admission{trailer: trailer}, st.Err()
-}
-
-// fail reports err and, unless the interceptor fails open, returns st and trailer to end the
-// call with.
-func (s *server) fail(ctx context.Context, fullMethod string, err error, st *status.Status, trailer metadata.MD) (metadata.MD, error) {
-	for _, fn := range s.c.onError {
-		fn(ctx, fullMethod, err)
-	}
-	if s.c.failOpen {
-		s.decided(ctx, fullMethod, retryafter.FailedOpen, retryafter.Decision{})
-		return nil, nil
-	}
-	s.decided(ctx, fullMethod, retryafter.FailedClosed, retryafter.Decision{})
-	return trailer, st.Err()
-}
-
-// decided tells the hooks of WithDecisionHook what became of the call.
-func (s *server) decided(ctx context.Context, fullMethod string, o retryafter.Outcome, d retryafter.Decision) {
-	for _, fn := range s.c.onDecided {
-		fn(ctx, fullMethod, o, d)
-	}
+	st, trailer := s.unavailable()
+	a.trailer = trailer
+	return a, st.Err()
 }
 
 // A countingStream counts the messages its stream carries, either way.
@@ -203,9 +166,7 @@ func (s *server) chargeMessages(ctx context.Context, fullMethod, key string, cs 
 		return
 	}
 	// The stream's context has ended with it; what it carried is still owed.
-	if err := s.c.messages.Charge(context.WithoutCancel(ctx), key, int(min(n, math.MaxInt)), s.c.now()); err != nil {
-		for _, fn := range s.c.onError {
-			fn(ctx, fullMethod, err)
-		}
+	if err := s.c.messages.Charge(context.WithoutCancel(ctx), key, int(min(n, math.MaxInt)), s.core.Now()); err != nil {
+		s.core.Errored(call{ctx, fullMethod}, err)
 	}
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // A KeyFunc names the client a call is counted against, for [WithKeyFunc]. fullMethod is
@@ -31,7 +31,7 @@ const forwardedFor = "x-forwarded-for"
 // A call with no peer address (an in-memory connection) fails with an error wrapping
 // [retryafter.ErrNoClientIP]. It panics as retryafter.ClientIP does, on an invalid prefix.
 func ClientIP(trusted ...netip.Prefix) KeyFunc {
-	key := retryafter.ClientIP(trusted...)
+	k := edge.NewIPKey(32, 64, forwardedFor, trusted...)
 	walk := len(trusted) > 0
 	return func(ctx context.Context, _ string) (string, error) {
 		p, ok := peer.FromContext(ctx)
@@ -43,16 +43,17 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 				return peerKey(a.Unmap()), nil
 			}
 		}
-		// The HTTP key function, on the request it would have seen: one walk, one set of rules.
-		r := &http.Request{RemoteAddr: p.Addr.String()}
-		if md, ok := metadata.FromIncomingContext(ctx); walk && ok {
-			if v := md.Get(forwardedFor); len(v) > 0 {
-				r.Header = http.Header{"X-Forwarded-For": v}
-			}
-		}
-		return key(r)
+		// The walk of the HTTP key function, on the call's peer and metadata: one set of rules.
+		md, _ := metadata.FromIncomingContext(ctx)
+		return k.Key(p.Addr.String(), mdFields(md))
 	}
 }
+
+// mdFields is a call's metadata as the fields the client-IP walk reads.
+type mdFields metadata.MD
+
+// Values returns the values of the metadata key name, in lower case, as gRPC keys are.
+func (m mdFields) Values(name string) []string { return metadata.MD(m).Get(name) }
 
 // peerKey returns the key of a TCP peer at a, as retryafter.ClientIP() keys it: an IPv4 address
 // itself, an IPv6 address's /64, without the detour through text that the walk needs.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // An Option configures the interceptors of [UnaryServerInterceptor] and
@@ -18,31 +19,37 @@ type Option func(*config)
 
 // config is the interceptors' configuration, as their options leave it.
 type config struct {
-	now      func() time.Time
-	key      KeyFunc
-	cost     func(ctx context.Context, fullMethod string) int // nil means 1
-	exempt   func(ctx context.Context, fullMethod string) bool
-	failOpen bool
-	dryRun   bool
-	messages retryafter.Charger // charged each stream's messages, when not nil
-	fields   *fieldWriter       // the RateLimit fields' writer, when they are on
+	edge.Config[call] // how calls are decided: the core's
 
-	onError   []func(ctx context.Context, fullMethod string, err error)
-	onDecided []func(ctx context.Context, fullMethod string, o retryafter.Outcome, d retryafter.Decision)
+	messages retryafter.Charger // charged each stream's messages, when not nil
+	fields   *edge.Fields       // the RateLimit fields, when they are on
+}
+
+// A call is what the core decides: a call's context and its method, "/package.Service/Method".
+type call struct {
+	ctx        context.Context
+	fullMethod string
 }
 
 func newConfig(opts []Option) config {
-	c := config{now: time.Now}
+	var c config
+	c.Now = time.Now
 	for _, o := range opts {
 		if o == nil {
 			panic("grpclimit: nil Option")
 		}
 		o(&c)
 	}
-	if c.key == nil {
-		c.key = ClientIP()
+	if c.Key == nil {
+		c.Key = callKey(ClientIP())
 	}
+	c.Quota = c.fields != nil
 	return c
+}
+
+// callKey returns key as the core's key function.
+func callKey(key KeyFunc) func(call) (string, error) {
+	return func(c call) (string, error) { return key(c.ctx, c.fullMethod) }
 }
 
 // WithClock sets the clock, which the interceptor reads once per call, for the limiter and the
@@ -51,7 +58,7 @@ func WithClock(now func() time.Time) Option {
 	if now == nil {
 		panic("grpclimit: WithClock(nil)")
 	}
-	return func(c *config) { c.now = now }
+	return func(c *config) { c.Now = now }
 }
 
 // WithKeyFunc sets the function that names the client a call is counted against. The default
@@ -63,7 +70,7 @@ func WithKeyFunc(key KeyFunc) Option {
 	if key == nil {
 		panic("grpclimit: WithKeyFunc(nil)")
 	}
-	return func(c *config) { c.key = key }
+	return func(c *config) { c.Key = callKey(key) }
 }
 
 // WithCost sets the function that says how many tokens a call costs, so that an expensive
@@ -75,7 +82,7 @@ func WithCost(cost func(ctx context.Context, fullMethod string) int) Option {
 	if cost == nil {
 		panic("grpclimit: WithCost(nil)")
 	}
-	return func(c *config) { c.cost = cost }
+	return func(c *config) { c.Cost = func(c call) int { return cost(c.ctx, c.fullMethod) } }
 }
 
 // WithExempt names calls the interceptor passes on without counting them: health checks,
@@ -89,7 +96,7 @@ func WithExempt(fn func(ctx context.Context, fullMethod string) bool) Option {
 	if fn == nil {
 		panic("grpclimit: WithExempt(nil)")
 	}
-	return func(c *config) { c.exempt = fn }
+	return func(c *config) { c.Exempt = func(c call) bool { return fn(c.ctx, c.fullMethod) } }
 }
 
 // WithFailOpen makes the interceptor admit a call, uncounted, when its key function or its
@@ -98,14 +105,14 @@ func WithExempt(fn func(ctx context.Context, fullMethod string) bool) Option {
 // way the client never sees the error's text. A call whose own context ended while the limiter
 // decided is never admitted for the limiter's error: it ends with its context's status.
 func WithFailOpen(open bool) Option {
-	return func(c *config) { c.failOpen = open }
+	return func(c *config) { c.FailOpen = open }
 }
 
 // WithDryRun makes the interceptor decide and report every call as usual but never refuse: a
 // call that would have been refused proceeds, and the hooks of [WithDecisionHook] are told of
 // it with [retryafter.DryRunRefused]. A would-be refusal spends nothing, exactly as a real one.
 func WithDryRun(on bool) Option {
-	return func(c *config) { c.dryRun = on }
+	return func(c *config) { c.DryRun = on }
 }
 
 // WithErrorHook adds a function that is told of every error of the key function or the
@@ -115,7 +122,9 @@ func WithErrorHook(fn func(ctx context.Context, fullMethod string, err error)) O
 	if fn == nil {
 		panic("grpclimit: WithErrorHook(nil)")
 	}
-	return func(c *config) { c.onError = append(c.onError, fn) }
+	return func(c *config) {
+		c.OnError = append(c.OnError, func(c call, err error) { fn(c.ctx, c.fullMethod, err) })
+	}
 }
 
 // WithDecisionHook adds a function that is told of every call the interceptor handles, with
@@ -127,7 +136,9 @@ func WithDecisionHook(fn func(ctx context.Context, fullMethod string, o retryaft
 	if fn == nil {
 		panic("grpclimit: WithDecisionHook(nil)")
 	}
-	return func(c *config) { c.onDecided = append(c.onDecided, fn) }
+	return func(c *config) {
+		c.OnDecided = append(c.OnDecided, func(c call, o retryafter.Outcome, d retryafter.Decision) { fn(c.ctx, c.fullMethod, o, d) })
+	}
 }
 
 // WithMessageCharge makes a stream cost, besides what it is decided at when it opens, one token

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // PushbackKey is the trailer of gRFC A6 (retry design) in which a server tells a client with a
@@ -29,34 +30,15 @@ const PushbackKey = "grpc-retry-pushback-ms"
 // neverPushback is the pushback of a call that can never be admitted: "do not retry".
 const neverPushback = "-1"
 
-// failWait is the wait a call refused because the limiter failed is told: short, since a store
-// that is down is usually back soon (the HTTP middleware's Retry-After: 1).
-const failWait = time.Second
-
-// millis returns wait in milliseconds, rounded up and at least 1, so that a client that waits
-// that long is never early; ok is false for a wait that is never over ([rate.InfDuration]) and
-// for one whose milliseconds, multiplied back, would not fit a Duration: grpc-go multiplies
-// the pushback by a millisecond, and a product that wrapped would be a wait of nothing.
-func millis(wait time.Duration) (ms int64, ok bool) {
-	if wait >= rate.InfDuration {
-		return 0, false
-	}
-	ms = int64(wait / time.Millisecond)
-	if wait%time.Millisecond > 0 {
-		ms++
-	}
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return 0, false
-	}
-	return max(ms, 1), true
-}
+// failWait is the wait a call refused because the limiter failed is told, as over HTTP.
+const failWait = edge.FailWait
 
 // refusal returns the status that ends a call d refused, RESOURCE_EXHAUSTED, and its trailer:
 // a RetryInfo and a pushback of the same milliseconds, or, for a call that can never be
 // admitted, no RetryInfo and a pushback of -1; a QuotaFailure names the violated policies.
 func (s *server) refusal(d retryafter.Decision) (*status.Status, metadata.MD) {
 	q := s.quotas.quotaFailure(d)
-	ms, ok := millis(d.RetryAfter)
+	ms, ok := edge.Millis(d.RetryAfter)
 	if !ok {
 		st := s.status(codes.ResourceExhausted, "rate limited: this call exceeds what its limit ever admits", 0, q)
 		return st, pushbackTrailer(neverPushback)
