@@ -21,15 +21,30 @@ import (
 	"github.com/retryafter/retryafter/connectlimit"
 )
 
-// The clients' tests run on the real clock: the server's wait is short (50 ms), and what they
-// hold is the number of tries, not how long they took.
+// The clients' tests wait for real: the server's wait is short (50 ms), and what they hold is
+// the number of tries, not how long they took. The server's clock stands still at t0 until its
+// first refusal and then runs with the real clock, so that a slow machine neither admits the
+// call that should be refused nor refuses the retry that waited as told.
 
 // countedServer returns a server behind an interceptor on a bucket of 20 calls a second, bursts
 // of 1, and the count of the calls it decided.
 func countedServer(t *testing.T) (*service, *atomic.Int64) {
 	var tries atomic.Int64
-	count := connectlimit.WithDecisionHook(func(connectlimit.Call, retryafter.Outcome, retryafter.Decision) { tries.Add(1) })
-	return serve(t, connectlimit.NewInterceptor(retryafter.NewTokenBucket(20, 1), count)), &tries
+	var refusedAt atomic.Pointer[time.Time]
+	now := func() time.Time {
+		if at := refusedAt.Load(); at != nil {
+			return t0.Add(time.Since(*at))
+		}
+		return t0
+	}
+	count := connectlimit.WithDecisionHook(func(_ connectlimit.Call, o retryafter.Outcome, _ retryafter.Decision) {
+		tries.Add(1)
+		if o == retryafter.Refused {
+			at := time.Now()
+			refusedAt.CompareAndSwap(nil, &at)
+		}
+	})
+	return serve(t, connectlimit.NewInterceptor(retryafter.NewTokenBucket(20, 1), count, connectlimit.WithClock(now))), &tries
 }
 
 const retryPolicy = `{"methodConfig": [{"name": [{"service": "test.v1.TestService"}],
