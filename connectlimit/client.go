@@ -3,11 +3,10 @@ package connectlimit
 import (
 	"context"
 	"errors"
-	"math"
-	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/retryafter/retryafter/retryclient"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 )
 
@@ -63,48 +62,37 @@ func NewClientInterceptor(opts ...ClientOption) connect.Interceptor {
 		}
 		o(&c)
 	}
+	rpc := retryclient.RPC{MaxAttempts: c.maxAttempts, MaxWait: c.maxWait}
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			if !req.Spec().IsClient {
 				return next(ctx, req)
 			}
-			for attempt := 1; ; attempt++ {
-				res, err := next(ctx, req)
-				if err == nil || attempt >= c.maxAttempts {
-					return res, err
-				}
+			var res connect.AnyResponse
+			err := rpc.Do(ctx, func() (time.Duration, bool, error) {
+				var err error
+				res, err = next(ctx, req)
 				wait, ok := serverWait(err)
-				if !ok || wait > c.maxWait {
-					return res, err
-				}
-				if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
-					return res, err
-				}
-				if err := sleep(ctx, wait); err != nil {
-					return nil, err
-				}
+				return wait, ok, err
+			}, ended)
+			if err != nil {
+				return nil, err
 			}
+			return res, nil
 		}
 	})
 }
 
-// sleep waits for wait, or until ctx ends, and then returns its error.
-func sleep(ctx context.Context, wait time.Duration) error {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
-		}
-		return connect.NewError(connect.CodeCanceled, ctx.Err())
-	case <-t.C:
-		return nil
+// ended returns the error of a call whose context ended, err, while it waited.
+func ended(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
+	return connect.NewError(connect.CodeCanceled, err)
 }
 
-// serverWait returns the wait that the server of a call ended with err asked for, at least a
-// millisecond, and whether it asked for one: resource_exhausted or unavailable with a RetryInfo
+// serverWait returns the wait that the server of a call ended with err asked for, and whether
+// it asked for one: resource_exhausted or unavailable with a RetryInfo
 // or a pushback, the longer of the two, and no pushback that says not to retry.
 func serverWait(err error) (time.Duration, bool) {
 	var ce *connect.Error
@@ -113,7 +101,7 @@ func serverWait(err error) (time.Duration, bool) {
 	}
 	wait, ok := time.Duration(0), false
 	if v := ce.Meta().Values(pushbackHeader); len(v) > 0 {
-		p, retry := pushback(v)
+		p, retry := retryclient.Pushback(v)
 		if !retry {
 			return 0, false
 		}
@@ -127,23 +115,5 @@ func serverWait(err error) (time.Duration, bool) {
 			}
 		}
 	}
-	return max(wait, time.Millisecond), ok
-}
-
-// pushback reads the values of a pushback as grpc-go does: one value of ASCII digits is a wait
-// in milliseconds (saturating, never wrapping); anything else says not to retry.
-func pushback(v []string) (wait time.Duration, retry bool) {
-	if len(v) != 1 || v[0] == "" {
-		return 0, false
-	}
-	for _, c := range []byte(v[0]) {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-	}
-	ms, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64, true // too large to fit: above any cap
-	}
-	return time.Duration(ms) * time.Millisecond, true
+	return wait, ok
 }

@@ -2,11 +2,10 @@ package grpclimit
 
 import (
 	"context"
-	"math"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/retryafter/retryafter/retryclient"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -69,52 +68,34 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 		}
 		o(&c)
 	}
+	rpc := retryclient.RPC{MaxAttempts: c.maxAttempts, MaxWait: c.maxWait}
+	ended := func(err error) error { return status.FromContextError(err).Err() }
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		var trailer metadata.MD
 		callOpts = append(slices.Clip(callOpts), grpc.Trailer(&trailer))
-		for attempt := 1; ; attempt++ {
+		return rpc.Do(ctx, func() (time.Duration, bool, error) {
 			trailer = nil
 			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if err == nil || attempt >= c.maxAttempts {
-				return err
-			}
 			wait, ok := serverWait(err, trailer)
-			if !ok || wait > c.maxWait {
-				return err
-			}
-			if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
-				return err
-			}
-			if err := sleep(ctx, wait); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// sleep waits for wait, or until ctx ends, and then returns its status.
-func sleep(ctx context.Context, wait time.Duration) error {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	case <-t.C:
-		return nil
+			return wait, ok, err
+		}, ended)
 	}
 }
 
 // serverWait returns the wait that the server of a call ended with err and trailer asked for,
-// at least a millisecond, and whether it asked for one: RESOURCE_EXHAUSTED or UNAVAILABLE with
+// and whether it asked for one: RESOURCE_EXHAUSTED or UNAVAILABLE with
 // a RetryInfo or a pushback, the longer of the two, and no pushback that says not to retry.
 func serverWait(err error, trailer metadata.MD) (time.Duration, bool) {
+	if err == nil {
+		return 0, false
+	}
 	st := status.Convert(err)
 	if st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable {
 		return 0, false
 	}
 	wait, ok := time.Duration(0), false
 	if v := trailer.Get(PushbackKey); len(v) > 0 {
-		p, retry := pushback(v)
+		p, retry := retryclient.Pushback(v)
 		if !retry {
 			return 0, false
 		}
@@ -127,23 +108,5 @@ func serverWait(err error, trailer metadata.MD) (time.Duration, bool) {
 			}
 		}
 	}
-	return max(wait, time.Millisecond), ok
-}
-
-// pushback reads the values of a pushback trailer as grpc-go does: one value of ASCII digits is
-// a wait in milliseconds (saturating, never wrapping); anything else says not to retry.
-func pushback(v []string) (wait time.Duration, retry bool) {
-	if len(v) != 1 || v[0] == "" {
-		return 0, false
-	}
-	for _, c := range []byte(v[0]) {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-	}
-	ms, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64, true // too large to fit: above any cap
-	}
-	return time.Duration(ms) * time.Millisecond, true
+	return wait, ok
 }
