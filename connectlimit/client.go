@@ -10,19 +10,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 )
 
-// Defaults of [NewClientInterceptor].
-const (
-	defaultMaxAttempts = 4
-	defaultMaxWait     = 5 * time.Minute
-)
-
-// A ClientOption configures [NewClientInterceptor].
-type ClientOption func(*clientConfig)
-
-type clientConfig struct {
-	maxAttempts int
-	maxWait     time.Duration
-}
+// A ClientOption configures [NewClientInterceptor]; with none, it retries as retryclient.DefaultRPC says.
+type ClientOption func(*retryclient.RPC)
 
 // WithMaxAttempts sets the most tries of one call, the first included; 1 turns retrying off.
 // The default is 4. It panics if n is below 1.
@@ -30,7 +19,7 @@ func WithMaxAttempts(n int) ClientOption {
 	if n < 1 {
 		panic("connectlimit: WithMaxAttempts below 1")
 	}
-	return func(c *clientConfig) { c.maxAttempts = n }
+	return func(p *retryclient.RPC) { p.MaxAttempts = n }
 }
 
 // WithMaxWait caps the server's wait that the interceptor waits, so that a bogus one cannot hold
@@ -40,7 +29,7 @@ func WithMaxWait(wait time.Duration) ClientOption {
 	if wait <= 0 {
 		panic("connectlimit: WithMaxWait not above 0")
 	}
-	return func(c *clientConfig) { c.maxWait = wait }
+	return func(p *retryclient.RPC) { p.MaxWait = wait }
 }
 
 // NewClientInterceptor returns a client interceptor that retries a unary call ended with
@@ -55,14 +44,13 @@ func WithMaxWait(wait time.Duration) ClientOption {
 // is returned at once; when the call's context ends during a wait, its error is returned.
 // Streams are passed on untouched. Add it with connect.WithInterceptors on a client.
 func NewClientInterceptor(opts ...ClientOption) connect.Interceptor {
-	c := clientConfig{maxAttempts: defaultMaxAttempts, maxWait: defaultMaxWait}
+	rpc := retryclient.DefaultRPC()
 	for _, o := range opts {
 		if o == nil {
 			panic("connectlimit: nil ClientOption")
 		}
-		o(&c)
+		o(&rpc)
 	}
-	rpc := retryclient.RPC{MaxAttempts: c.maxAttempts, MaxWait: c.maxWait}
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			if !req.Spec().IsClient {

@@ -13,19 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Defaults of [UnaryClientInterceptor].
-const (
-	defaultMaxAttempts = 4
-	defaultMaxWait     = 5 * time.Minute
-)
-
-// A ClientOption configures [UnaryClientInterceptor].
-type ClientOption func(*clientConfig)
-
-type clientConfig struct {
-	maxAttempts int
-	maxWait     time.Duration
-}
+// A ClientOption configures [UnaryClientInterceptor]; with none, it retries as retryclient.DefaultRPC says.
+type ClientOption func(*retryclient.RPC)
 
 // WithMaxAttempts sets the most tries of one call, the first included; 1 turns retrying off.
 // The default is 4. It panics if n is below 1.
@@ -33,7 +22,7 @@ func WithMaxAttempts(n int) ClientOption {
 	if n < 1 {
 		panic("grpclimit: WithMaxAttempts below 1")
 	}
-	return func(c *clientConfig) { c.maxAttempts = n }
+	return func(p *retryclient.RPC) { p.MaxAttempts = n }
 }
 
 // WithMaxWait caps the server's wait that the interceptor waits, so that a bogus one cannot hold
@@ -44,7 +33,7 @@ func WithMaxWait(wait time.Duration) ClientOption {
 	if wait <= 0 {
 		panic("grpclimit: WithMaxWait not above 0")
 	}
-	return func(c *clientConfig) { c.maxWait = wait }
+	return func(p *retryclient.RPC) { p.MaxWait = wait }
 }
 
 // UnaryClientInterceptor returns a client interceptor that retries a unary call ended with
@@ -61,14 +50,13 @@ func WithMaxWait(wait time.Duration) ClientOption {
 // call's context ends during a wait, its status is returned. Add it with
 // grpc.WithChainUnaryInterceptor.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c := clientConfig{maxAttempts: defaultMaxAttempts, maxWait: defaultMaxWait}
+	rpc := retryclient.DefaultRPC()
 	for _, o := range opts {
 		if o == nil {
 			panic("grpclimit: nil ClientOption")
 		}
-		o(&c)
+		o(&rpc)
 	}
-	rpc := retryclient.RPC{MaxAttempts: c.maxAttempts, MaxWait: c.maxWait}
 	ended := func(err error) error { return status.FromContextError(err).Err() }
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		var trailer metadata.MD

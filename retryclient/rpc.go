@@ -16,6 +16,10 @@ type RPC struct {
 	MaxWait     time.Duration
 }
 
+// DefaultRPC returns the RPC of a client interceptor given no option: 4 tries, a wait of up to
+// 5 minutes.
+func DefaultRPC() RPC { return RPC{MaxAttempts: 4, MaxWait: 5 * time.Minute} }
+
 // Do calls try, and while it fails with a wait its server asked for, waits that long and calls
 // it again. try returns the server's wait and the call's error, with ok false when it asked for
 // none (or said not to retry). Do never retries sooner than the server said, nor at once (a
