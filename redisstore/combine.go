@@ -342,26 +342,6 @@ func (g *group) admitted(key string, c groupCall, at int64, res []int64, fresh b
 	}
 }
 
-// decision returns the Decision of one layer of policy p from the four integers the scripts
-// answer for it.
-func decision(res []int64, p retryafter.Policy) retryafter.Decision {
-	d := retryafter.Decision{
-		Policy:    p,
-		Allowed:   res[0] == 1,
-		Limit:     p.Burst,
-		Remaining: int(res[2]),
-		Reset:     time.Duration((res[3]+999)/1000) * time.Microsecond, // d, ns, rounded up to µs
-	}
-	if !d.Allowed {
-		if res[1] < 0 {
-			d.RetryAfter = rate.InfDuration
-		} else {
-			d.RetryAfter = time.Duration(res[1]) * time.Microsecond
-		}
-	}
-	return d
-}
-
 // newCall prepares the script call of one group decision (see all.lua), or returns the error of
 // a layer's key's policy.
 func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) {

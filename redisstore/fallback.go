@@ -89,12 +89,6 @@ func (s *Store) fail(ctx context.Context, key string, cost int, now time.Time, d
 	return s.local.decide(ctx, key, cost, now, err)
 }
 
-// Down returns, while the store knows Redis to be down, the error that showed it (wrapping
-// [ErrUnavailable]), and nil while Redis answers: for health checks and metrics, since with
-// [WithLocalFallback] an outage reaches no error hook.
-// On a cluster, it reports the first master found down.
-func (s *Store) Down() error { return s.health.downErr() }
-
 // FallingBack reports whether the store decides in memory because Redis is down: with
 // [WithLocalFallback], while [Store.Down] reports an error. For metrics and health checks.
 func (s *Store) FallingBack() bool { return s.local.on() && s.Down() != nil }

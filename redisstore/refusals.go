@@ -431,11 +431,6 @@ func (s *Store) LocalAnswers() uint64 {
 	return s.refusals.answered.Load()
 }
 
-// instant returns the instant of now (a request's send, an answer's arrival), for the memory of
-// refusals: on the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
-// the caller's now truncated to the microsecond, the instant the script decides at.
-func (s *Store) instant(now time.Time) int64 { return s.clock.instant(now) }
-
 // charged records that key was charged, or given quota back, so that its remembered refusal,
 // those of the groups of the Store, and the answers in flight meanwhile would tell a wrong wait.
 func (s *Store) charged(key string) {
@@ -444,4 +439,81 @@ func (s *Store) charged(key string) {
 		s.refusals.changed(key)
 		s.refusals.forget(key)
 	}
+}
+
+// recall answers a from the memory of refusals (done), or leaves it to Redis: as the lead of the
+// key's flight (a.lead), or after waiting for another's flight that did not answer it, with
+// what is left of the wait's budget (a.timeout).
+func (s *Store) recall(ctx context.Context, a *ask) (_ retryafter.Decision, done bool, _ error) {
+	if s.refusals == nil {
+		return retryafter.Decision{}, false, nil
+	}
+	if d, ok := s.refusals.answer(a.key, a.cost, a.at, 0, a.sig); ok {
+		s.refusals.answered.Add(1)
+		return d, true, nil
+	}
+	f, lead := s.refusals.board(a.key, a.cost, a.at, a.sig)
+	if lead {
+		a.lead = f
+	}
+	if lead || f == nil {
+		return retryafter.Decision{}, false, nil
+	}
+	b := s.budget(ctx)
+	if d, ok, err := s.ride(ctx, b, f, a.key, a.cost, a.now, a.sig); ok {
+		return d, true, err
+	}
+	if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
+		if a.timeout = time.Until(b.deadline); a.timeout <= 0 {
+			d, err := b.outOfTime(ctx, &s.local, a.key, a.cost, a.now)
+			return d, true, err
+		}
+	}
+	return retryafter.Decision{}, false, nil
+}
+
+// learn takes into the memory of refusals what Redis answered, res and its Decision d, to a
+// request of key of cost, whose answer arrived at now, of plan pl (its fingerprint sig), sent with
+// the ticket t: an admission that spent the key refreshes what is remembered, a refusal whose
+// wait is known is remembered (see WithRefusalMemory).
+func (s *Store) learn(key string, cost int, now time.Time, pl *plan, sig uint64, res []int64, d retryafter.Decision, t ticket) {
+	if s.refusals == nil {
+		return
+	}
+	// Timed from the answer's arrival, which is after Redis's reading: so a remembered wait is
+	// never shorter than Redis's (see WithRefusalMemory).
+	e := refusal{cost: cost, learned: s.instant(now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d}
+	switch {
+	case d.Allowed && cost > 0:
+		s.changes.Add(1)
+		s.refusals.refresh(key, e, t) // the request spent what the refusal remembered did not
+		s.refusals.changed(key)       // for the answers in flight meanwhile, which lack it
+	case !d.Allowed && d.RetryAfter < rate.InfDuration:
+		s.refusals.remember(key, e, t)
+	}
+}
+
+// ride waits, within the budget b, for f, the round trip in the air of another request of key
+// (see refusals.board), and answers this request as what that round trip taught the memory of
+// refusals says (ok); if the memory does not cover it, not (!ok), and the request then asks
+// Redis itself, within what is left of b. A round trip that met a failure of Redis fails the
+// requests waiting on it with its error (or has them decided locally, as it was), rather than
+// send them into the same failure.
+func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost int, now time.Time, plans uint64) (_ retryafter.Decision, ok bool, _ error) {
+	if testHookBoarded != nil {
+		testHookBoarded(ctx)
+	}
+	if !b.wait(f) {
+		d, err := b.outOfTime(ctx, &s.local, key, cost, now)
+		return d, true, err
+	}
+	if f.err != nil && f.down {
+		d, err := s.local.decide(ctx, key, cost, now, f.err)
+		return d, true, err
+	}
+	if d, ok := s.refusals.answer(key, cost, s.instant(now), 0, plans); ok {
+		s.refusals.answered.Add(1)
+		return d, true, nil
+	}
+	return retryafter.Decision{}, false, nil
 }

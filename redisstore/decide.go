@@ -1,0 +1,247 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/retryafter/retryafter"
+)
+
+//go:embed decide.lua
+var decideLua string
+
+// decideScript decides a request on one key. It and the other scripts run by EVALSHA, falling
+// back to EVAL when the server does not have them cached (the first call, or after a restart).
+var decideScript = newScript(assemble(decideLua))
+
+// Decide implements [retryafter.Limiter] in one round trip to Redis (two the first time a
+// server sees the script, which it then caches): at Redis's clock it takes
+// cost tokens from key's bucket if it holds them, and otherwise leaves the bucket as it was and
+// reports how long until it will. RetryAfter is exact to the microsecond, Redis's resolution: a
+// request of the same cost that reaches Redis that much later is admitted, unless other
+// requests spent the key's tokens meanwhile, and one a microsecond earlier would not be. It is
+// rate.InfDuration for a cost above the burst. Limit, Remaining and Reset are always filled, and
+// Policy is the store's rate and burst, with no name, or the key's own ([WithPolicyFunc]).
+//
+// A cost of 0 spends nothing and writes nothing to Redis: it reports the key's quota, and is
+// admitted unless the key owes more than its bucket holds. A negative cost is an error wrapping
+// [retryafter.ErrNegativeCost], decided without asking Redis.
+//
+// A key that [Store.Charge] put into debt is refused every request, even of cost 0, until the
+// debt is repaid, with the exact wait.
+//
+// When Redis's clock steps back (an NTP step, a failover to a host whose clock is behind), a key
+// written before the step would owe the whole step; the first decision that finds it so repairs
+// it to an empty bucket as of then, even a refused one or a peek. So a step back of any size
+// admits nothing that an empty bucket would not, refuses no request for longer than a refill of
+// its cost, and normal counting resumes within one refill of the burst. A key in debt keeps the
+// debt it had when it was last charged instead (see Charge). A step forward credits each key at
+// most the one burst that its bucket holds.
+//
+// now is not used for the decision (see [Store]). ctx's values reach the client, and its
+// deadline bounds the round trip if it is sooner than the store's timeout; its cancellation does
+// not: a request whose client hangs up is decided, and counted, like any other, within the
+// timeout. Decide returns an error wrapping [ErrUnavailable], never a partial Decision, when
+// Redis does not answer within the timeout (see [WithTimeout]) or answers with an error, and at
+// once while the store knows Redis to be down (see [WithProbeInterval]), unless it decides
+// locally then (see [WithLocalFallback]); one wrapping [ErrKeyState] when key holds another
+// program's value in Redis; and one wrapping
+// [retryafter.ErrNegativeCost] when cost is negative. A request whose answer was lost to the
+// timeout may still have been counted, as with any store reached over a network.
+func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time) (retryafter.Decision, error) {
+	if cost < 0 {
+		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
+	}
+	pl, err := s.planOf(key)
+	if err != nil {
+		return retryafter.Decision{}, err
+	}
+	if pl.unlimited() {
+		return pl.unlimitedDecision(), nil
+	}
+	a := ask{key: key, cost: cost, now: now, at: s.instant(now), sig: pl.mix(0), timeout: s.timeout}
+	if d, done, err := s.recall(ctx, &a); done { // answer from memory
+		return d, err
+	}
+	if a.lead != nil {
+		defer func() { s.refusals.land(key, a.lead, a.failure) }()
+	}
+	carried, err := s.takeCharges(ctx, key) // take what is carried
+	if err != nil {
+		return s.fail(ctx, key, cost, now, errors.Is(err, ErrUnavailable), err)
+	}
+	var tr trip
+	defer func() { s.landed(key, carried, tr.again()) }()
+	c := s.newCall(key, cost, now, &pl)
+	if carried.f != nil {
+		c.extend(carried.tokens, max(a.at-carried.at, 0))
+	}
+	t := s.refusals.ticketOf(key, carried.f != nil)
+	rt, cancel := newRoundTrip(ctx, a.timeout)
+	defer cancel()
+	rt.short = a.timeout < s.timeout
+	if tr, err = s.run(ctx, rt, decideScript, c.keys[:], c.args[:c.nargs], 4); err != nil { // send
+		if tr.down {
+			a.failure = err
+		}
+		return s.fail(ctx, key, cost, now, tr.down, err)
+	}
+	d := decision(tr.res, pl.policy)
+	s.learn(key, cost, now, &pl, a.sig, tr.res, d, t) // learn
+	return d, nil
+}
+
+// An ask is one request of [Store.Decide] on its way to Redis.
+type ask struct {
+	key     string
+	cost    int
+	now     time.Time
+	at      int64         // now's instant (see Store.instant)
+	sig     uint64        // the fingerprint of the key's plan (see plan.mix)
+	timeout time.Duration // what the round trip may take: the store's, or what a wait left of it
+	lead    *flight       // the key's flight that the request leads (see refusals.board), to land
+	failure error         // the failure of Redis its round trip met, for lead's waiters
+}
+
+// A trip is the outcome of one script call (see Store.run).
+type trip struct {
+	res    []int64
+	health *health // of the node the call went to
+	at     int64   // the call's instant on health's clock (see health.admit)
+	sent   bool    // the call went out: what it carried may have been made
+	down   bool    // its error is a failure of Redis (see failed)
+	cause  error   // its error as the client returned it
+}
+
+// again reports whether the charges that the call carried (see takeCharges) are to be held
+// again: it failed before it was sent, or in a way that made none of them (see resend).
+func (t *trip) again() bool {
+	return t.cause != nil && (!t.sent || resend(t.cause))
+}
+
+// run makes the one script call of a decision, a charge or a lease on keys, within rt: it asks
+// the health of the node of keys[0] (and fails at once while that is down), runs script, checks
+// that the answer holds want integers (0: any answer), and learns from the outcome: the node is
+// up, or the failure is evidence against it, or the key's own (see failed). Every script call of
+// the store but a flush's pipeline goes through it, and it sends through send.
+func (s *Store) run(ctx context.Context, rt roundTrip, script *script, keys []string, args []any, want int) (trip, error) {
+	t := trip{health: s.health.of(rt.ctx, keys[0])}
+	var err error
+	if t.at, err = t.health.admit(); err != nil {
+		t.down, t.cause = true, err
+		return t, err
+	}
+	cmd, sent := s.send(rt.ctx, script, keys, args)
+	t.sent = sent
+	if want == 0 {
+		err = cmd.Err()
+	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != want {
+		err = fmt.Errorf("script answered %d values, want %d", len(t.res), want)
+	}
+	if err != nil {
+		t.cause = err
+		if !sent { // its time ran out in the queue: no evidence against Redis
+			return t, unsent(rt, err)
+		}
+		err, t.down = s.failed(ctx, rt, t.health, t.at, err)
+		return t, err
+	}
+	t.health.ok()
+	return t, nil
+}
+
+// A call is the key and the script's arguments of one round trip, in one allocation.
+type call struct {
+	keys  [1]string
+	args  [9]any
+	nargs int
+}
+
+// optional are the values of the optional arguments of decide.lua and charge.lua that mean "not
+// given", for a call that gives later ones.
+var optional = [7]any{3: "", 4: 0, 5: "", 6: ""}
+
+// extend appends vals to c's arguments after the optional ones of decide.lua and charge.lua,
+// giving those c has not.
+func (c *call) extend(vals ...any) {
+	for i := c.nargs; i < len(optional); i++ {
+		c.args[i] = optional[i]
+	}
+	c.nargs = len(optional) + copy(c.args[len(optional):], vals)
+}
+
+// newCall prepares the script call of one decision of key's plan pl (see decide.lua).
+func (s *Store) newCall(key string, cost int, now time.Time, pl *plan) *call {
+	c := &call{nargs: 3}
+	c.keys[0] = s.prefix + key
+	c.args[0], c.args[1], c.args[2] = pl.args[0], pl.args[1], cost
+	if s.clock.caller {
+		c.args[3], c.args[4] = now.UnixMicro(), s.clock.tolerance
+		c.nargs = 5
+	}
+	if s.policyOf != nil {
+		if !s.clock.caller {
+			c.args[3], c.args[4] = "", 0
+		}
+		c.args[5], c.args[6] = s.own.args[0], s.own.args[1]
+		c.nargs = 7
+	}
+	return c
+}
+
+// A roundTrip is the context of one round trip: the caller's values, and a deadline, the
+// store's timeout from now or the caller's own if sooner, which the caller's cancellation does
+// not shorten (see [Store.Decide]).
+type roundTrip struct {
+	ctx      context.Context
+	deadline time.Time
+	own      bool // the deadline is the caller's
+	short    bool // the round trip has what a wait for another's left of the store's timeout
+}
+
+// newRoundTrip returns the round trip of a call of the caller's ctx with the store's timeout,
+// and the function that releases its timer.
+func newRoundTrip(ctx context.Context, timeout time.Duration) (roundTrip, context.CancelFunc) {
+	rt := roundTrip{deadline: time.Now().Add(timeout)}
+	if d, ok := ctx.Deadline(); ok && d.Before(rt.deadline) {
+		rt.deadline, rt.own = d, true
+	}
+	var cancel context.CancelFunc
+	rt.ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), rt.deadline)
+	return rt, cancel
+}
+
+// unsent returns the error of a call of rt whose deadline passed before it was sent (err): the
+// caller's own deadline's, or Redis's failure to answer within the store's timeout, which is
+// no evidence that Redis is down (see batcher).
+func unsent(rt roundTrip, err error) error {
+	if rt.own {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return &unavailableError{cause: err}
+}
+
+// decision returns the Decision of one layer of policy p from the four integers the scripts
+// answer for it.
+func decision(res []int64, p retryafter.Policy) retryafter.Decision {
+	d := retryafter.Decision{
+		Policy:    p,
+		Allowed:   res[0] == 1,
+		Limit:     p.Burst,
+		Remaining: int(res[2]),
+		Reset:     time.Duration((res[3]+999)/1000) * time.Microsecond, // d, ns, rounded up to µs
+	}
+	if !d.Allowed {
+		if res[1] < 0 {
+			d.RetryAfter = rate.InfDuration
+		} else {
+			d.RetryAfter = time.Duration(res[1]) * time.Microsecond
+		}
+	}
+	return d
+}
