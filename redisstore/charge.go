@@ -72,7 +72,7 @@ func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time,
 	}
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
-	if tr, err := s.run(ctx, rt, chargeScript, c.keys[:], c.args[:c.nargs], 0); err != nil {
+	if tr, err := s.run(ctx, rt, c.of(chargeScript, 0)); err != nil {
 		if !tr.down {
 			return err
 		}

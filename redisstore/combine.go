@@ -228,7 +228,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	defer func() { g.landed(c, tr.again()) }()
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
-	if tr, err = lead.run(ctx, rt, allScript, c.keys, c.args, 4*n); err != nil { // send
+	if tr, err = lead.run(ctx, rt, scriptCall{allScript, c.keys, c.args, 4 * n}); err != nil { // send
 		g.failed(rt, c, tr)
 		return g.fail(ctx, key, cost, now, tr.down, err)
 	}

@@ -85,7 +85,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	rt, cancel := newRoundTrip(ctx, a.timeout)
 	defer cancel()
 	rt.short = a.timeout < s.timeout
-	if tr, err = s.run(ctx, rt, decideScript, c.keys[:], c.args[:c.nargs], 4); err != nil { // send
+	if tr, err = s.run(ctx, rt, c.of(decideScript, 4)); err != nil { // send
 		if tr.down {
 			a.failure = err
 		}
@@ -124,24 +124,24 @@ func (t *trip) again() bool {
 	return t.cause != nil && (!t.sent || resend(t.cause))
 }
 
-// run makes the one script call of a decision, a charge or a lease on keys, within rt: it asks
-// the health of the node of keys[0] (and fails at once while that is down), runs script, checks
-// that the answer holds want integers (0: any answer), and learns from the outcome: the node is
-// up, or the failure is evidence against it, or the key's own (see failed). Every script call of
-// the store but a flush's pipeline goes through it, and it sends through send.
-func (s *Store) run(ctx context.Context, rt roundTrip, script *script, keys []string, args []any, want int) (trip, error) {
-	t := trip{health: s.health.of(rt.ctx, keys[0])}
+// run makes sc, the one script call of a decision, a charge or a lease, within rt: it asks the
+// health of the node of sc's first key (and fails at once while that is down), runs the script,
+// checks that the answer holds sc.want integers, and learns from the outcome: the node is up, or
+// the failure is evidence against it, or the key's own (see failed). Every script call of the
+// store but a flush's pipeline goes through it, and it sends through send.
+func (s *Store) run(ctx context.Context, rt roundTrip, sc scriptCall) (trip, error) {
+	t := trip{health: s.health.of(rt.ctx, sc.keys[0])}
 	var err error
 	if t.at, err = t.health.admit(); err != nil {
 		t.down, t.cause = true, err
 		return t, err
 	}
-	cmd, sent := s.send(rt.ctx, script, keys, args)
+	cmd, sent := s.send(rt.ctx, sc)
 	t.sent = sent
-	if want == 0 {
+	if sc.want == 0 {
 		err = cmd.Err()
-	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != want {
-		err = fmt.Errorf("script answered %d values, want %d", len(t.res), want)
+	} else if t.res, err = cmd.Int64Slice(); err == nil && len(t.res) != sc.want {
+		err = fmt.Errorf("script answered %d values, want %d", len(t.res), sc.want)
 	}
 	if err != nil {
 		t.cause = err
@@ -153,6 +153,20 @@ func (s *Store) run(ctx context.Context, rt roundTrip, script *script, keys []st
 	}
 	t.health.ok()
 	return t, nil
+}
+
+// A scriptCall is one call of a script: its keys, its arguments, and how many integers its
+// answer holds (0: any answer).
+type scriptCall struct {
+	script *script
+	keys   []string
+	args   []any
+	want   int
+}
+
+// of returns the call of script with c's key and arguments, whose answer holds want integers.
+func (c *call) of(script *script, want int) scriptCall {
+	return scriptCall{script: script, keys: c.keys[:], args: c.args[:c.nargs], want: want}
 }
 
 // A call is the key and the script's arguments of one round trip, in one allocation.

@@ -455,11 +455,10 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	if b.own {
 		timeout = s.timeout // ctx's deadline, which newRoundTrip reads, is the sooner
 	}
-	keys, args := l.leaseCall(key, op, now)
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
 	rt.short = b.waited && !b.own
-	tr, err := s.run(ctx, rt, leaseScript, keys, args, 4)
+	tr, err := s.run(ctx, rt, l.leaseCall(key, op, now))
 	if tr.sent {
 		l.trips.Add(1)
 	}
@@ -470,9 +469,9 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	return res, false, true, nil
 }
 
-// leaseCall returns the keys and arguments of lease.lua for op on key: the one place that knows
-// the store's script arguments.
-func (l *Leased) leaseCall(key string, op leaseOp, now time.Time) ([]string, []any) {
+// leaseCall returns the call of lease.lua for op on key: the one place that knows the store's
+// script arguments.
+func (l *Leased) leaseCall(key string, op leaseOp, now time.Time) scriptCall {
 	s := l.s
 	charge := "0"
 	if op.charge {
@@ -482,7 +481,7 @@ func (l *Leased) leaseCall(key string, op leaseOp, now time.Time) ([]string, []a
 	if s.clock.caller {
 		args = append(args, now.UnixMicro(), s.clock.tolerance)
 	}
-	return []string{s.prefix + key}, args
+	return scriptCall{script: leaseScript, keys: []string{s.prefix + key}, args: args, want: 4}
 }
 
 // decision returns the Decision of a request on a key whose bucket, with the lease, is full dp
