@@ -232,7 +232,7 @@ func (s *Store) Flush(ctx context.Context) error {
 	var errs []error
 	for i := 0; i < len(held); i += maxBatch {
 		part := held[i:min(i+maxBatch, len(held))]
-		errs = append(errs, s.sendCharges(ctx, part, again[i:i+len(part)]))
+		errs = append(errs, s.sendCharges(ctx, &chargeBatch{held: part, again: again[i : i+len(part)]}))
 	}
 	q.land(s, held, again, f)
 	if s.refusals != nil {
