@@ -64,7 +64,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if pl.unlimited() {
 		return pl.unlimitedDecision(), nil
 	}
-	a := ask{key: key, cost: cost, now: now, at: s.instant(now), sig: pl.mix(0), timeout: s.timeout}
+	a := ask{request: request{key, cost, now}, at: s.instant(now), sig: pl.mix(0), timeout: s.timeout}
 	if d, done, err := s.recall(ctx, &a); done { // answer from memory
 		return d, err
 	}
@@ -73,7 +73,7 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	carried, err := s.takeCharges(ctx, key) // take what is carried
 	if err != nil {
-		return s.fail(ctx, key, cost, now, errors.Is(err, ErrUnavailable), err)
+		return s.fail(ctx, &a.request, errors.Is(err, ErrUnavailable), err)
 	}
 	var tr trip
 	defer func() { s.landed(key, carried, tr.again()) }()
@@ -89,18 +89,23 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 		if tr.down {
 			a.failure = err
 		}
-		return s.fail(ctx, key, cost, now, tr.down, err)
+		return s.fail(ctx, &a.request, tr.down, err)
 	}
 	d := decision(tr.res, pl.policy)
 	s.learn(key, cost, now, &pl, a.sig, tr.res, d, t) // learn
 	return d, nil
 }
 
+// A request is what a decision or a charge is asked: a key, a cost, and the caller's now.
+type request struct {
+	key  string
+	cost int
+	now  time.Time
+}
+
 // An ask is one request of [Store.Decide] on its way to Redis.
 type ask struct {
-	key     string
-	cost    int
-	now     time.Time
+	request
 	at      int64         // now's instant (see Store.instant)
 	sig     uint64        // the fingerprint of the key's plan (see plan.mix)
 	timeout time.Duration // what the round trip may take: the store's, or what a wait left of it

@@ -465,7 +465,7 @@ func (s *Store) recall(ctx context.Context, a *ask) (_ retryafter.Decision, done
 	}
 	if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
 		if a.timeout = time.Until(b.deadline); a.timeout <= 0 {
-			d, err := b.outOfTime(ctx, &s.local, a.key, a.cost, a.now)
+			d, err := b.outOfTime(ctx, &s.local, &a.request)
 			return d, true, err
 		}
 	}
@@ -504,11 +504,11 @@ func (s *Store) ride(ctx context.Context, b budget, f *flight, key string, cost 
 		testHookBoarded(ctx)
 	}
 	if !b.wait(f) {
-		d, err := b.outOfTime(ctx, &s.local, key, cost, now)
+		d, err := b.outOfTime(ctx, &s.local, &request{key, cost, now})
 		return d, true, err
 	}
 	if f.err != nil && f.down {
-		d, err := s.local.decide(ctx, key, cost, now, f.err)
+		d, err := s.local.decide(ctx, &request{key, cost, now}, f.err)
 		return d, true, err
 	}
 	if d, ok := s.refusals.answer(key, cost, s.instant(now), 0, plans); ok {
