@@ -438,7 +438,9 @@ func (g *group) take(c groupCall, at int64) *flight {
 func (g *group) landed(c groupCall, again bool) {
 	for i := range g.layers {
 		st := g.layers[i].store
-		st.landed(strings.TrimPrefix(c.keys[i], st.prefix), c.carried[i], again)
+		cr := c.carried[i]
+		cr.again = again
+		st.landed(strings.TrimPrefix(c.keys[i], st.prefix), &cr)
 	}
 }
 

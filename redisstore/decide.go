@@ -57,42 +57,34 @@ func (s *Store) Decide(ctx context.Context, key string, cost int, now time.Time)
 	if cost < 0 {
 		return retryafter.Decision{}, fmt.Errorf("redisstore: %w: %d", retryafter.ErrNegativeCost, cost)
 	}
-	pl, err := s.planOf(key)
+	pl, err := s.planOf(key) // plan
 	if err != nil {
 		return retryafter.Decision{}, err
 	}
 	if pl.unlimited() {
 		return pl.unlimitedDecision(), nil
 	}
-	a := ask{request: request{key, cost, now}, at: s.instant(now), sig: pl.mix(0), timeout: s.timeout}
-	if d, done, err := s.recall(ctx, &a); done { // answer from memory
-		return d, err
-	}
-	if a.lead != nil {
-		defer func() { s.refusals.land(key, a.lead, a.failure) }()
-	}
-	carried, err := s.takeCharges(ctx, key) // take what is carried
-	if err != nil {
-		return s.fail(ctx, &a.request, errors.Is(err, ErrUnavailable), err)
-	}
-	var tr trip
-	defer func() { s.landed(key, carried, tr.again()) }()
-	c := s.newCall(key, cost, now, &pl)
-	if carried.f != nil {
-		c.extend(carried.tokens, max(a.at-carried.at, 0))
-	}
-	t := s.refusals.ticketOf(key, carried.f != nil)
-	rt, cancel := newRoundTrip(ctx, a.timeout)
-	defer cancel()
-	rt.short = a.timeout < s.timeout
-	if tr, err = s.run(ctx, rt, c.of(decideScript, 4)); err != nil { // send
-		if tr.down {
-			a.failure = err
+	a := ask{request: request{key, cost, now}, plan: pl, at: s.instant(now), timeout: s.timeout}
+	if s.refusals != nil { // a refusal remembered may answer (refusals.go)
+		if d, done, err := s.recall(ctx, &a); done {
+			return d, err
 		}
-		return s.fail(ctx, &a.request, tr.down, err)
+		defer s.refusals.land(&a)
 	}
-	d := decision(tr.res, pl.policy)
-	s.learn(key, cost, now, &pl, a.sig, tr.res, d, t) // learn
+	if s.deferred != nil { // the charges held for key go with the call (deferred.go)
+		if a.carried, err = s.takeCharges(ctx, key); err != nil {
+			return s.fail(ctx, &a.request, errors.Is(err, ErrUnavailable), err)
+		}
+		defer s.landed(key, &a.carried)
+	}
+	res, err := s.call(ctx, &a) // one call
+	if err != nil {
+		return s.fail(ctx, &a.request, a.failure != nil, err)
+	}
+	d := decision(res, pl.policy) // decision
+	if s.refusals != nil {
+		s.learn(&a, res, d)
+	}
 	return d, nil
 }
 
@@ -106,11 +98,41 @@ type request struct {
 // An ask is one request of [Store.Decide] on its way to Redis.
 type ask struct {
 	request
+	plan    plan          // the key's
 	at      int64         // now's instant (see Store.instant)
-	sig     uint64        // the fingerprint of the key's plan (see plan.mix)
 	timeout time.Duration // what the round trip may take: the store's, or what a wait left of it
-	lead    *flight       // the key's flight that the request leads (see refusals.board), to land
-	failure error         // the failure of Redis its round trip met, for lead's waiters
+	carried carry         // what the key owed, that the call carries (see takeCharges)
+	failure error         // the failure of Redis the call met, if any
+	// The memory of refusals' (see recall): the fingerprint of the key's plan (see plan.mix), the
+	// key's flight that the request leads (see refusals.board), to land, and the call's ticket.
+	sig    uint64
+	lead   *flight
+	ticket ticket
+}
+
+// call makes a's one script call, carrying what a's key owed, and returns Redis's answer, or
+// the error of a call that failed, recording in a whether it was a failure of Redis and
+// whether what it carried is to be held again (see trip.again).
+func (s *Store) call(ctx context.Context, a *ask) ([]int64, error) {
+	c := s.newCall(a.key, a.cost, a.now, &a.plan)
+	if a.carried.f != nil {
+		c.extend(a.carried.tokens, max(a.at-a.carried.at, 0))
+	}
+	if s.refusals != nil {
+		a.ticket = s.refusals.ticket(a.key, a.carried.f != nil)
+	}
+	rt, cancel := newRoundTrip(ctx, a.timeout)
+	defer cancel()
+	rt.short = a.timeout < s.timeout
+	tr, err := s.run(ctx, rt, c.of(decideScript, 4))
+	if err != nil {
+		if tr.down {
+			a.failure = err
+		}
+		a.carried.again = tr.again()
+		return nil, err
+	}
+	return tr.res, nil
 }
 
 // A trip is the outcome of one script call (see Store.run).
@@ -129,11 +151,11 @@ func (t *trip) again() bool {
 	return t.cause != nil && (!t.sent || resend(t.cause))
 }
 
-// run makes sc, the one script call of a decision, a charge or a lease, within rt: it asks the
-// health of the node of sc's first key (and fails at once while that is down), runs the script,
-// checks that the answer holds sc.want integers, and learns from the outcome: the node is up, or
-// the failure is evidence against it, or the key's own (see failed). Every script call of the
-// store but a flush's pipeline goes through it, and it sends through send.
+// run makes the one script call of a decision, a charge or a lease on keys, within rt: it asks
+// the health of the node of keys[0] (and fails at once while that is down), runs script, checks
+// that the answer holds want integers (0: any answer), and learns from the outcome: the node is
+// up, or the failure is evidence against it, or the key's own (see failed). Every script call of
+// the store but a flush's pipeline goes through it, and it sends through send.
 func (s *Store) run(ctx context.Context, rt roundTrip, sc scriptCall) (trip, error) {
 	t := trip{health: s.health.of(rt.ctx, sc.keys[0])}
 	var err error
