@@ -151,11 +151,11 @@ func (t *trip) again() bool {
 	return t.cause != nil && (!t.sent || resend(t.cause))
 }
 
-// run makes the one script call of a decision, a charge or a lease on keys, within rt: it asks
-// the health of the node of keys[0] (and fails at once while that is down), runs script, checks
-// that the answer holds want integers (0: any answer), and learns from the outcome: the node is
-// up, or the failure is evidence against it, or the key's own (see failed). Every script call of
-// the store but a flush's pipeline goes through it, and it sends through send.
+// run makes sc, the one script call of a decision, a charge or a lease, within rt: it asks the
+// health of the node of sc's first key (and fails at once while that is down), runs the script,
+// checks that the answer holds sc.want integers, and learns from the outcome: the node is up, or
+// the failure is evidence against it, or the key's own (see failed). Every script call of the
+// store but a flush's pipeline goes through it, and it sends through send.
 func (s *Store) run(ctx context.Context, rt roundTrip, sc scriptCall) (trip, error) {
 	t := trip{health: s.health.of(rt.ctx, sc.keys[0])}
 	var err error
