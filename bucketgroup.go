@@ -117,11 +117,11 @@ func alignLines(locked []*table, now time.Time) time.Duration {
 	var lags [maxLayers]time.Duration
 	var lag time.Duration
 	for i, t := range locked {
-		_, lags[i] = t.at(now)
+		_, lags[i] = t.At(now)
 		lag = max(lag, lags[i])
 	}
 	for i, t := range locked {
-		t.latest = t.latest.Add(lag - lags[i])
+		t.Latest = t.Latest.Add(lag - lags[i])
 	}
 	return lag
 }
@@ -138,7 +138,7 @@ func (g *bucketGroup) reserve(st []layerState, cost int, maxWait time.Duration) 
 		if s.t == nil {
 			continue
 		}
-		s.at = s.t.latest
+		s.at = s.t.Latest
 		lim, full := g.buckets[i].bucket(s.t, s.key, s.pol, s.at, held)
 		if lim == nil {
 			admitted = false

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -24,13 +25,9 @@ import (
 // calls Header().Add keeps them.
 
 const (
-	headerExpose       = "Access-Control-Expose-Headers"
-	headerCredentials  = "Access-Control-Allow-Credentials"
-	headerAllowOrigin  = "Access-Control-Allow-Origin"
-	headerRequest      = "Access-Control-Request-Method"
-	headerAllowMethods = "Access-Control-Allow-Methods"
-	headerAllowHeaders = "Access-Control-Allow-Headers"
-	headerOrigin       = "Origin"
+	headerExpose      = "Access-Control-Expose-Headers"
+	headerCredentials = "Access-Control-Allow-Credentials"
+	headerAllowOrigin = "Access-Control-Allow-Origin"
 )
 
 // ErrCORSMountOrder reports CORS middleware mounted after the limiter (inside it): a response
@@ -45,19 +42,6 @@ const (
 // Access-Control-Expose-Headers, merging with what CORS middleware set there, so that a
 // cross-origin script may read them.
 var ErrCORSMountOrder = errors.New("retryafter: Access-Control-Allow-Origin is set inside the limiter, so its refusals go without it and browsers hide them from the page: mount CORS middleware before the limiter")
-
-// isPreflight reports whether r is a CORS preflight request: OPTIONS with an Origin and a
-// non-empty Access-Control-Request-Method. A browser's preflight always names a method (Fetch,
-// "CORS-preflight fetch"), and CORS middleware (go-chi/cors, rs/cors) takes an empty one for an
-// ordinary OPTIONS and passes it on; so must the limiter, or one such request would teach it
-// that the chain does not answer preflights.
-func isPreflight(r *http.Request) bool {
-	if r.Method != http.MethodOptions {
-		return false
-	}
-	_, origin := r.Header[headerOrigin]
-	return origin && r.Header.Get(headerRequest) != ""
-}
 
 // A corsOrderWatch tells, once, that Access-Control-Allow-Origin was set inside the middleware.
 // The zero value is ready to use.
@@ -85,7 +69,7 @@ func (c *corsOrderWatch) serve(next http.Handler, w http.ResponseWriter, r *http
 		}
 		return
 	}
-	log.Printf("%v (seen at %s %s from Origin %q)", ErrCORSMountOrder, r.Method, r.URL.Path, r.Header.Get(headerOrigin))
+	log.Printf("%v (seen at %s %s from Origin %q)", ErrCORSMountOrder, r.Method, r.URL.Path, r.Header.Get(door.HeaderOrigin))
 }
 
 // An exposeList is a set of header names to expose, with the header value that names them all
@@ -106,12 +90,6 @@ func newExposeList(names ...string) exposeList {
 // which a client needs to read a Retry-After in the HTTP-date form against the server's clock.
 var refusalExposed = exposeList{names: []string{header.RetryAfter, header.Date}, line: "Retry-After, Date"}
 
-// hasOrigin reports whether r is a cross-origin request as a browser sends it.
-func hasOrigin(r *http.Request) bool {
-	_, ok := r.Header[headerOrigin]
-	return ok
-}
-
 // expose adds to h's Access-Control-Expose-Headers the names of l that it does not list yet,
 // taking a new value from lines (nil: allocated apart).
 func (l *exposeList) expose(h http.Header, lines values) {
@@ -127,12 +105,12 @@ func (l *exposeList) expose(h http.Header, lines values) {
 		}
 		return
 	}
-	if listHas(have, "*") && !credentialed(h) {
+	if door.ListHas(have, "*") && !credentialed(h) {
 		return
 	}
 	var missing []string
 	for _, name := range l.names {
-		if !listHas(have, name) {
+		if !door.ListHas(have, name) {
 			missing = append(missing, name)
 		}
 	}
@@ -155,19 +133,4 @@ func (l *exposeList) expose(h http.Header, lines values) {
 func credentialed(h http.Header) bool {
 	v := h[headerCredentials]
 	return len(v) > 0 && strings.TrimSpace(v[0]) == "true"
-}
-
-// listHas reports whether the comma-separated lines of a list-valued field hold name,
-// compared case-insensitively, without allocating.
-func listHas(lines []string, name string) bool {
-	for _, line := range lines {
-		for line != "" {
-			var item string
-			item, line, _ = strings.Cut(line, ",")
-			if strings.EqualFold(strings.Trim(item, " \t"), name) {
-				return true
-			}
-		}
-	}
-	return false
 }

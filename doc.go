@@ -14,8 +14,8 @@
 // a dry run to roll a limit out ([WithDryRun]), exemptions and hooks.
 //
 // [Maintenance] answers every request with 503 and a Retry-After counting down to the announced
-// end of the work; [Concurrency] sheds overload with 503 and a wait measured from how fast
-// requests complete. When many clients are refused for one reason at once, each is told a
+// end of the work; package overload's Concurrency sheds overload with 503 and a wait measured
+// from how fast requests complete. When many clients are refused for one reason at once, each is told a
 // different, still honest wait ([Spread]), so that they come back at the rate the service takes.
 //
 // A client is its connection's address ([ClientIP]): forwarding headers count only from the
@@ -29,7 +29,7 @@
 // never runs for their refusals, and the page sees a network error rather than 429 and its
 // Retry-After ([ErrCORSMountOrder] reports that order). A CORS preflight that CORS middleware
 // answers, on either side, is never counted or refused; a request only shaped as one is counted,
-// takes a slot or is refused during maintenance as any other (preflight.go says how).
+// takes a slot or is refused during maintenance as any other (package internal/door says how).
 //
 // # The other side
 //

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -80,7 +81,7 @@ func (e *emitter) refuseUntil(w http.ResponseWriter, r *http.Request, respond Re
 
 // exposeRefusal names the refusal's fields in Access-Control-Expose-Headers when r has an Origin.
 func (e *emitter) exposeRefusal(h http.Header, r *http.Request, l values) {
-	if !hasOrigin(r) {
+	if !door.HasOrigin(r) {
 		return
 	}
 	if e.expose.names != nil {

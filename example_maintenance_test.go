@@ -6,8 +6,6 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/retryafter/retryafter"
 )
 
@@ -20,10 +18,10 @@ func ExampleMaintenance() {
 		Now:    now,
 		Exempt: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 	}
-	r := chi.NewRouter()
-	r.Use(m.Handler) // before any rate limiter, so that a 503 costs no quota
-	r.Get("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
-	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "healthy") })
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "healthy") })
+	r := m.Handler(mux) // before any rate limiter, so that a 503 costs no quota
 
 	get := func(path string) {
 		w := httptest.NewRecorder()

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
@@ -16,9 +15,9 @@ func ExampleLimit() {
 	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
 
-	r := chi.NewRouter()
-	r.Use(retryafter.Limit(rate.Every(2*time.Second), 1, retryafter.WithClock(now)))
-	r.Get("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	r := retryafter.Limit(rate.Every(2*time.Second), 1, retryafter.WithClock(now))(mux) // with chi: r.Use(...)
 
 	for _, wait := range []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond} {
 		clock = clock.Add(wait)

@@ -3,7 +3,6 @@ package retryafter
 import (
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/retryafter/retryafter/internal/testkit"
@@ -18,9 +17,7 @@ var (
 )
 
 // ok is a handler that answers 200 "ok".
-var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	w.Write([]byte("ok"))
-})
+var ok = testkit.OK
 
 // writeRefusal is the default plain text as a [Responder].
 func writeRefusal(w http.ResponseWriter, r *http.Request, f Refusal) { writePlain(w, r, f.Status, nil) }
@@ -61,17 +58,7 @@ func serveRequest(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 // package's prefix, as every construction-time misuse must.
 func wantPanics(t *testing.T, tests map[string]func()) {
 	t.Helper()
-	for name, f := range tests {
-		func() {
-			defer func() {
-				v := recover()
-				if msg, _ := v.(string); !strings.HasPrefix(msg, "retryafter: ") {
-					t.Errorf("%s: recovered %#v, want a panic starting %q", name, v, "retryafter: ")
-				}
-			}()
-			f()
-		}()
-	}
+	testkit.WantPanics(t, "retryafter: ", tests)
 }
 
 // testWriter is the one ResponseWriter double of the tests and benchmarks: it records the

@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/retryafter/retryafter/internal/clock"
+	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/downtime"
 )
 
@@ -80,7 +82,7 @@ type Maintenance struct {
 
 	state   atomic.Pointer[window] // nil while off
 	emit    emitter
-	returns returns // the seconds booked for clients after the end, with ReturnRate
+	returns clock.Returns // the seconds booked for clients after the end, with ReturnRate
 }
 
 // window is the state of a Maintenance that is on.
@@ -130,7 +132,7 @@ func (m *Maintenance) Handler(next http.Handler) http.Handler {
 		panic("retryafter: Maintenance.Handler(nil)")
 	}
 	h := &maintenanceHandler{m: m, next: next}
-	h.preflights.seed = maphash.MakeSeed()
+	h.preflights.Seed = maphash.MakeSeed()
 	return h
 }
 
@@ -138,7 +140,7 @@ func (m *Maintenance) Handler(next http.Handler) http.Handler {
 type maintenanceHandler struct {
 	m          *Maintenance
 	next       http.Handler
-	preflights preflightMemory // what next does with requests shaped as preflights
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -146,25 +148,25 @@ func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case win == nil:
 		h.next.ServeHTTP(w, r)
-		if isPreflight(r) {
+		if door.IsPreflight(r) {
 			// What next does with a request shaped as a preflight is learned while off, so
 			// that next need not run to show it while maintenance is on.
-			h.preflights.learn(r, answersPreflight(w.Header()))
+			h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 		}
 	case h.m.Exempt != nil && h.m.Exempt(r):
 		h.next.ServeHTTP(w, r)
-	case isPreflight(r) && h.preflights.pass(h, w, r):
-		// Free when it is one, which only the answer tells: see preflight.go.
+	case door.IsPreflight(r) && h.preflights.Pass(h, w, r):
+		// Free when it is one, which only the answer tells: see package internal/door.
 	default:
 		h.m.refuse(w, r, win.until)
 	}
 }
 
-// serve implements frontDoor.
-func (h *maintenanceHandler) serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
+// Serve implements door.Door.
+func (h *maintenanceHandler) Serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
 
-// enter implements frontDoor: r is refused while maintenance is on, unless it is exempt.
-func (h *maintenanceHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+// Enter implements door.Door: r is refused while maintenance is on, unless it is exempt.
+func (h *maintenanceHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	win := h.m.state.Load()
 	if win == nil || (h.m.Exempt != nil && h.m.Exempt(r)) {
 		return nil, true
@@ -191,13 +193,13 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 	spread := counting && m.ReturnRate > 0
 	if m.HTTPDate {
 		if spread {
-			end = time.Unix(m.returns.book(at, end, float64(m.ReturnRate), 0, 1, true), 0)
+			end = time.Unix(m.returns.Book(at, end, float64(m.ReturnRate), 0, 1, true), 0)
 		}
 		m.emit.refuseUntil(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable}, at, end)
 		return
 	}
 	if spread {
-		wait = m.returns.spreadWait(at, wait, float64(m.ReturnRate), 0, 1)
+		wait = m.returns.SpreadWait(at, wait, float64(m.ReturnRate), 0, 1)
 	}
 	m.emit.refuse(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: wait}, at, nil)
 }

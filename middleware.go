@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter/edge"
+	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -101,7 +102,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		panic("retryafter: Middleware.Handler(nil)")
 	}
 	h := &limitHandler{next: next, m: m}
-	h.preflights.seed = maphash.MakeSeed()
+	h.preflights.Seed = maphash.MakeSeed()
 	return h
 }
 
@@ -120,13 +121,13 @@ func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) b
 type limitHandler struct {
 	next       http.Handler
 	m          *Middleware
-	preflights preflightMemory // what next does with requests shaped as preflights
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Free when it is one, which only the answer tells: see preflight.go.
-	preflight := isPreflight(r)
-	if preflight && h.preflights.pass(h, w, r) {
+	// Free when it is one, which only the answer tells: see package internal/door.
+	preflight := door.IsPreflight(r)
+	if preflight && h.preflights.Pass(h, w, r) {
 		return
 	}
 	m := h.m
@@ -135,12 +136,12 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m.after == nil || v.Outcome == Exempt || v.Failure == edge.KeyFailed {
-		h.serve(w, r)
+		h.Serve(w, r)
 	} else {
 		h.serveCharged(w, r, v.Key)
 	}
 	if preflight {
-		h.preflights.learn(r, answersPreflight(w.Header()))
+		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 
@@ -150,20 +151,20 @@ func (h *limitHandler) serveCharged(w http.ResponseWriter, r *http.Request, key 
 	slot := new(chargeSlot)
 	r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))
 	defer h.m.chargeAfter(r, key, slot)
-	h.serve(w, r)
+	h.Serve(w, r)
 }
 
-// serve passes r to next, watching the order of CORS middleware when r is cross-origin.
-func (h *limitHandler) serve(w http.ResponseWriter, r *http.Request) {
-	if hasOrigin(r) {
+// Serve passes r to next, watching the order of CORS middleware when r is cross-origin.
+func (h *limitHandler) Serve(w http.ResponseWriter, r *http.Request) {
+	if door.HasOrigin(r) {
 		h.m.cors.serve(h.next, w, r, h.m.c.OnError)
 		return
 	}
 	h.next.ServeHTTP(w, r)
 }
 
-// enter implements frontDoor: r is decided as any request.
-func (h *limitHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+// Enter implements door.Door: r is decided as any request.
+func (h *limitHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	v := h.m.core.Decide(r.Context(), r)
 	return nil, h.m.answer(w, r, &v)
 }
@@ -201,7 +202,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, v *edge.Verd
 		lines = new(header.Lines)
 		hdr := w.Header()
 		m.fields.write(hdr, v.Decision, lines)
-		if v.Outcome != Refused && hasOrigin(r) {
+		if v.Outcome != Refused && door.HasOrigin(r) {
 			m.exposeAllowed.expose(hdr, lines)
 		}
 	}

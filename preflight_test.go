@@ -14,37 +14,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/testkit"
 	"golang.org/x/time/rate"
 )
 
-// corsMiddleware is a stand-in for CORS middleware such as github.com/go-chi/cors, allowing
-// every origin: it answers a preflight itself with 204 (or, with passthrough, sets its headers
-// and calls next, as go-chi/cors's OptionsPassthrough does), and sets Access-Control-Allow-Origin
-// and Access-Control-Expose-Headers on the actual request before calling next.
-func corsMiddleware(passthrough bool) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			origin := r.Header.Get("Origin")
-			if origin == "" {
-				next.ServeHTTP(w, r)
-				return
-			}
-			h := w.Header()
-			h.Set("Access-Control-Allow-Origin", origin)
-			if isPreflight(r) {
-				h.Set("Access-Control-Allow-Methods", r.Header.Get("Access-Control-Request-Method"))
-				if passthrough {
-					next.ServeHTTP(w, r)
-					return
-				}
-				w.WriteHeader(http.StatusNoContent)
-				return
-			}
-			h.Set("Access-Control-Expose-Headers", "X-Request-Id")
-			next.ServeHTTP(w, r)
-		})
-	}
-}
+// corsMiddleware is a stand-in for CORS middleware such as github.com/go-chi/cors.
+var corsMiddleware = testkit.CORS
 
 // corsRequest returns a request from the page at origin: a preflight when preflight is set.
 func corsRequest(method, origin string, preflight bool) *http.Request {
@@ -436,7 +411,7 @@ func TestPreflightShapedConcurrentAtStart(t *testing.T) {
 // does not allow). The browser's preflights are answered and free; a client over its limit that
 // sends requests shaped as preflights from another origin to the same route, each right after
 // one of the browser's, reaches the handler once, the first such request the middleware is ever
-// sent (see preflight.go), and never again: what the chain answered for one origin says nothing
+// sent (see package internal/door), and never again: what the chain answered for one origin says nothing
 // of another.
 func TestPreflightOriginRemembered(t *testing.T) {
 	var other atomic.Int64
@@ -476,66 +451,6 @@ func preflightShaped(remote string) *http.Request {
 	r := corsRequest(http.MethodOptions, "http://page.test", true)
 	r.RemoteAddr = remote
 	return r
-}
-
-// TestPreflightShapedConcurrency sends waves of 20 requests shaped as CORS preflights at once
-// through a Concurrency of 2 slots to a handler that serves every method, with no CORS
-// middleware: the first request of the first wave is passed on to learn what the chain does
-// (see preflight.go), and from then on the handler never runs more than 2 at once, the others
-// refused 503. Until this was so, all 20 ran at once. A real preflight, answered by CORS
-// middleware on either side, is still answered while every slot is taken.
-func TestPreflightShapedConcurrency(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := &Concurrency{Max: 2}
-		g := newGate()
-		h := c.Handler(g)
-		for wave := range 3 {
-			g.open = make(chan struct{})
-			g.most = 0
-			var wg sync.WaitGroup
-			codes := make([]int, 20)
-			for i := range codes {
-				wg.Go(func() { codes[i] = serveRequest(h, preflightShaped("192.0.2.1:1")).Code })
-			}
-			synctest.Wait()
-			close(g.open)
-			wg.Wait()
-			most := c.Max
-			if wave == 0 {
-				most++ // the one passed on to learn, once for the life of the handler
-			}
-			if g.most > most {
-				t.Fatalf("wave %d: %d requests shaped as preflights ran the handler at once, want at most %d", wave, g.most, most)
-			}
-			if n := strings.Count(fmt.Sprint(codes), "503"); n < 20-most {
-				t.Fatalf("wave %d: %d of 20 refused, want at least %d: %v", wave, n, 20-most, codes)
-			}
-		}
-	})
-	for _, order := range []string{"CORS before", "CORS after"} {
-		t.Run(order, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				c := &Concurrency{Max: 1}
-				g := newGate()
-				var h http.Handler
-				if order == "CORS before" {
-					h = corsMiddleware(false)(c.Handler(g))
-				} else {
-					h = c.Handler(corsMiddleware(false)(g))
-				}
-				var wg sync.WaitGroup
-				concurrent(&wg, h, "192.0.2.1:1") // takes the one slot
-				synctest.Wait()
-				for i := range 20 {
-					if code := serveRequest(h, preflightShaped("198.51.100.1:1")).Code; code != http.StatusNoContent {
-						t.Fatalf("preflight %d with every slot taken: %d, want 204", i+1, code)
-					}
-				}
-				close(g.open)
-				wg.Wait()
-			})
-		})
-	}
 }
 
 // TestPreflightShapedMaintenance sends 10 requests shaped as CORS preflights, while maintenance

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -33,15 +34,14 @@ type ProblemDetails struct {
 
 	// Type returns the problem type URI and its title for a status. If nil, or when it returns
 	// "", the type is the [Refusal]'s: "about:blank", with the status's reason phrase as title,
-	// as RFC 9457 §4.2.1 asks, for every refusal but the 503 of a [Concurrency] at its limit,
-	// which is [ProblemReducedCapacity]. A type
-	// such as "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// as RFC 9457 §4.2.1 asks, for every refusal but the 503 of package overload's Concurrency
+	// at its limit, which is [ProblemReducedCapacity]. A type such as "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	// (draft-ietf-httpapi-ratelimit-headers-11 §5.1, not yet registered) goes here.
 	Type func(status int) (uri, title string)
 }
 
-// ProblemReducedCapacity is the problem type of a 503 from a [Concurrency] at its limit, which
-// [ProblemDetails] sends unless its Type names another (draft-ietf-httpapi-ratelimit-headers-11
+// ProblemReducedCapacity is the problem type of a 503 from package overload's Concurrency at
+// its limit, which [ProblemDetails] sends unless its Type names another (draft-ietf-httpapi-ratelimit-headers-11
 // §5.2, not yet registered).
 const ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 
@@ -65,7 +65,7 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, f Refusa
 	status := f.Status
 	if !p.Always {
 		h := w.Header()
-		if !listHas(h["Vary"], varyAccept) {
+		if !door.ListHas(h["Vary"], varyAccept) {
 			h.Add("Vary", varyAccept)
 		}
 		if !acceptsProblem(r.Header["Accept"], p.AcceptAny) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter/edge"
+	"github.com/retryafter/retryafter/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -39,7 +40,7 @@ type TokenBucket struct {
 	policy   Policy
 	policyOf func(key string) Policy // nil: every key has policy
 	seed     maphash.Seed
-	steps    steps // the steps back of the clock (see table.at)
+	steps    clock.Steps // the steps back of the clock (see clock.Line.At)
 	parts    [partCount]table
 }
 
@@ -202,7 +203,7 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 // A clock without monotonic readings (see [WithClock]) may step back, by any step: a now more
 // than a second behind is decided at the latest instant, crediting nothing, and once the
 // readings of the clock's new line have run on for 5 s, every bucket counts on from them,
-// neither frozen nor refilled for the step (steps.go says how a stale reading is told apart).
+// neither frozen nor refilled for the step (package internal/clock says how a stale reading is told apart).
 //
 // The Decision also carries the key's quota after this request and its Policy:
 //   - Limit is the burst, Remaining the whole tokens left (the largest cost Decide would admit
@@ -312,7 +313,7 @@ func (b *TokenBucket) lock(key string, now time.Time) (t *table, pol Policy, at 
 	}
 	t = b.part(key)
 	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
-	at, lag = t.at(now)
+	at, lag = t.At(now)
 	lim, full = b.bucket(t, key, pol, at, nil)
 	return t, pol, at, lag, full, lim
 }
@@ -472,7 +473,7 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 	t := b.part(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	at, _ := t.at(now)
+	at, _ := t.At(now)
 	if cost < 0 && t.keys[key] == nil {
 		return nil // a key not held has a full bucket: nothing to give back
 	}

@@ -8,8 +8,8 @@ import (
 )
 
 // A Refusal describes a refused request to the [Responder] that answers it: 429 from the rate
-// limiter, 503 from a [Concurrency] at its limit, a [Maintenance] or a limiter that failed
-// closed, 500 from a key function that failed. It is passed by value and holds no reference to
+// limiter, 503 from package overload's Concurrency at its limit, a [Maintenance] or a limiter
+// that failed closed, 500 from a key function that failed. It is passed by value and holds no reference to
 // the request.
 type Refusal struct {
 	// Status is the status code of the answer.
@@ -79,3 +79,17 @@ func refusalBody(status int) []byte {
 	}
 	return []byte(http.StatusText(status) + "\n")
 }
+
+// Refuse answers r with the refusal f as the middleware answers its own: Date set to now,
+// Retry-After to f.RetryAfter in delay-seconds, rounded up (none when it is 0 or
+// rate.InfDuration), both named in Access-Control-Expose-Headers for a cross-origin request,
+// then respond writes the status and body (nil: the default plain text). It is for a front door
+// of one's own, such as package overload's Concurrency, so that its refusals read as the
+// package's.
+func Refuse(w http.ResponseWriter, r *http.Request, f Refusal, respond Responder, now time.Time) {
+	refusals.refuse(w, r, respond, f, now, nil)
+}
+
+// refusals is the emitter of Refuse, shared: its Date, which changes once a second, is formatted
+// once for all.
+var refusals emitter

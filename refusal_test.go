@@ -5,21 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/testkit"
 	"golang.org/x/time/rate"
 )
 
 var updateRefusals = flag.Bool("update-refusals", false, "rewrite testdata/refusals.golden from the code under test")
 
 // TestRefusalsUnchanged writes every kind of refusal the package makes (the limiter's 429, a
-// request that can never be admitted, a limiter and a key function that fail, a Concurrency at
-// its limit, a Maintenance), each to a plain request, to one that asks for problem details from
+// request that can never be admitted, a limiter and a key function that fail, a Maintenance), each to a plain request, to one that asks for problem details from
 // a cross-origin script, and to a HEAD, through the default responder and through
 // ProblemDetails, and compares the whole responses (status, every header field, body) with
 // testdata/refusals.golden, which the code before the Refusal type wrote: what clients receive
@@ -65,13 +63,6 @@ func TestRefusalsUnchanged(t *testing.T) {
 		{"limiter error problem", func() http.Handler { return limit(failingLimiter{errTest}, WithProblemDetails(pd)) }, false},
 		{"key error plain", func() http.Handler { return limit(tb(1, 1), WithKeyFunc(badKey)) }, false},
 		{"key error problem", func() http.Handler { return limit(tb(1, 1), WithKeyFunc(badKey), WithProblemDetails(pd)) }, false},
-		{"concurrency plain", func() http.Handler { return concurrencyRefusal(&Concurrency{Max: 1, Now: now}) }, false},
-		{"concurrency problem", func() http.Handler {
-			return concurrencyRefusal(&Concurrency{Max: 1, Now: now, Respond: pd.Respond})
-		}, false},
-		{"concurrency key error", func() http.Handler {
-			return (&Concurrency{Max: 1, MaxPerKey: 1, Key: badKey, Now: now, Respond: pd.Respond}).Handler(ok)
-		}, false},
 		{"maintenance plain", func() http.Handler { return maintenanceRefusal(&Maintenance{Now: now}) }, false},
 		{"maintenance problem", func() http.Handler { return maintenanceRefusal(&Maintenance{Now: now, Respond: pd.Respond}) }, false},
 		{"maintenance date", func() http.Handler {
@@ -98,48 +89,7 @@ func TestRefusalsUnchanged(t *testing.T) {
 			fmt.Fprintf(&b, "=== %s, %s\n%s\n", c.name, v.name, dumpResponse(serveRequest(h, v.req())))
 		}
 	}
-	const golden = "testdata/refusals.golden"
-	if *updateRefusals {
-		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := b.String(); got != string(want) {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := range min(len(gl), len(wl)) {
-			if gl[i] != wl[i] {
-				t.Fatalf("responses differ from %s at line %d:\n got %q\nwant %q", golden, i+1, gl[i], wl[i])
-			}
-		}
-		t.Fatalf("responses differ from %s in length: %d lines, want %d", golden, len(gl), len(wl))
-	}
-}
-
-// concurrencyRefusal returns a handler whose request, admitted by c with its one slot, makes a
-// second one that c refuses, and answers with the refusal.
-func concurrencyRefusal(c *Concurrency) http.Handler {
-	var h http.Handler
-	h = c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Inner") != "" {
-			w.WriteHeader(http.StatusOK)
-			return
-		}
-		inner := r.Clone(r.Context())
-		inner.Header.Set("X-Inner", "1")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, inner)
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.Code)
-		w.Write(rec.Body.Bytes())
-	}))
-	return h
+	testkit.Golden(t, "testdata/refusals.golden", b.String(), *updateRefusals)
 }
 
 // maintenanceRefusal returns m's handler, in maintenance for an hour from t0.
@@ -149,23 +99,10 @@ func maintenanceRefusal(m *Maintenance) http.Handler {
 }
 
 // dumpResponse returns w's status, header fields in order of name, and body.
-func dumpResponse(w *httptest.ResponseRecorder) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d\n", w.Code)
-	names := make([]string, 0, len(w.Header()))
-	for k := range w.Header() {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		fmt.Fprintf(&b, "%s: %q\n", k, w.Header()[k])
-	}
-	fmt.Fprintf(&b, "body %q\n", w.Body.String())
-	return b.String()
-}
+var dumpResponse = testkit.DumpResponse
 
 // TestResponderToldRefusal checks what a Responder of the user's is told: the status, the wait
-// Retry-After states, the problem type of a Concurrency at its limit, and the policies a
+// Retry-After states, and the policies a
 // refusal of the limiter violated, which only WithProblemDetails was told before.
 func TestResponderToldRefusal(t *testing.T) {
 	now := func() time.Time { return t0 }
@@ -182,10 +119,6 @@ func TestResponderToldRefusal(t *testing.T) {
 	serve(h, "GET", "192.0.2.1:1")
 	if want := []string{"second", "minute"}; got.Status != 429 || got.RetryAfter != time.Minute || got.Type != "" || !slices.Equal(got.Violated, want) {
 		t.Errorf("limiter's refusal: %+v, want 429, 1m0s, no type, violated %q", got, want)
-	}
-	serveRequest(concurrencyRefusal(&Concurrency{Max: 1, Now: now, Respond: record}), newRequest("GET", "192.0.2.1:1"))
-	if got.Status != 503 || got.RetryAfter != time.Second || got.Type != ProblemReducedCapacity || got.Violated != nil {
-		t.Errorf("Concurrency's refusal: %+v, want 503, 1s, %s, none violated", got, ProblemReducedCapacity)
 	}
 	serve(maintenanceRefusal(&Maintenance{Now: now, Respond: record}), "GET", "192.0.2.1:1")
 	if got.Status != 503 || got.RetryAfter != time.Hour || got.Type != "" || got.Violated != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -122,7 +123,7 @@ func logUniformStep(rng *rand.Rand) time.Duration {
 // steps back and forward at random, by a second to ten years, through a TokenBucket and an All of
 // two: no sequence of steps admits more than the burst and the rate over the time the buckets
 // saw pass (a step forward is time passing, to a clock like this); no refusal is told more than
-// a second, the longest a cost of 1 can wait at 1/s, measured from a reading at most maxLag
+// a second, the longest a cost of 1 can wait at 1/s, measured from a reading at most clock.MaxLag
 // behind the latest instant, so that a step back costs no client more than it really has to
 // wait; and the key is admitted again within seconds of each step. Until
 // this was so, a step back of more than 366 days was never taken (0 of 60 admitted, told
@@ -152,8 +153,8 @@ func TestStepsAnyStep(t *testing.T) {
 				}
 				if d.Allowed {
 					admitted++
-				} else if d.RetryAfter > time.Second+maxLag {
-					t.Fatalf("trial %d, after steps %v: told %v, want at most %v", trial, steps, d.RetryAfter, time.Second+maxLag)
+				} else if d.RetryAfter > time.Second+clock.MaxLag {
+					t.Fatalf("trial %d, after steps %v: told %v, want at most %v", trial, steps, d.RetryAfter, time.Second+clock.MaxLag)
 				}
 			}
 			step := logUniformStep(rng)

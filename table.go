@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -25,9 +26,9 @@ import (
 //
 // A table must be locked (mu) for every method but init.
 type table struct {
-	mu        sync.Mutex
-	rank      uint64 // its place in the one order in which a decision of several locks its tables
-	clockLine        // the latest instant a decision in this table was made at, and the clock's steps
+	mu         sync.Mutex
+	rank       uint64 // its place in the one order in which a decision of several locks its tables
+	clock.Line        // the latest instant a decision in this table was made at, and the clock's steps
 
 	keys   map[string]*rate.Limiter
 	budget int // the most bytes it counts (see counted)
@@ -104,54 +105,12 @@ func grownBy(n int) int { return n/4 + 1 }
 var tableRanks atomic.Uint64
 
 // init readies t to hold budget bytes, its readings of the clock shifted by s.
-func (t *table) init(budget int, s *steps) {
+func (t *table) init(budget int, s *clock.Steps) {
 	t.rank = tableRanks.Add(1)
-	t.steps = s
+	t.Steps = s
 	t.budget = budget
 	t.keys = make(map[string]*rate.Limiter)
 }
-
-// A clockLine is the line of instants a table, or a schedule of returns, decides on: the
-// readings of its clock, shifted by the steps back the clock has taken, and never behind the
-// latest instant it has seen. It is not safe for concurrent use: its owner locks it.
-type clockLine struct {
-	steps  *steps    // the clock's steps back (see at), shared by the tables of a TokenBucket
-	latest time.Time // the latest instant a decision on the line was made at
-}
-
-// at returns the instant a decision of the caller's now is made at, the latest the line has
-// seen, and how far that is after now; it records it.
-//
-// A clock without monotonic readings (an injected one, or a wall clock that was set back) can
-// step back, and a reading can be stale. A now more than maxLag behind proposes a step to the
-// line's steps, shared by every table of its TokenBucket, and is decided at the latest instant;
-// the readings after it on the clock's new line count on from there, and the step is taken once
-// they confirm it (see steps): so the buckets count on from the new readings, in every part,
-// neither frozen nor credited for the step. Instants on the line never step back, so that what
-// a table knows of when buckets refill stays true. time.Now's readings are monotonic and never
-// step back.
-func (l *clockLine) at(now time.Time) (at time.Time, lag time.Duration) {
-	at = now
-	shift := l.steps.shift.Load()
-	if shift != 0 {
-		at = now.Add(time.Duration(shift))
-	}
-	lag = l.latest.Sub(at)
-	if (lag > maxLag || l.steps.pending.Load()) && now == now.Round(0) {
-		at = now.Add(time.Duration(l.steps.see(at, shift, l.latest)))
-		lag = l.latest.Sub(at)
-	}
-	if lag <= 0 {
-		l.latest = at
-		return at, 0
-	}
-	return l.latest, lag
-}
-
-// maxLag is how far behind the latest instant a table has seen a reading can be and still be
-// taken for a request that read the clock before another took the lock, rather than a step of
-// the clock.
-const maxLag = time.Second
 
 // add creates the bucket of key, a key the table does not hold, with limit and burst, full.
 // When there is no room for it and none of the keys held has refilled, it returns nil and how

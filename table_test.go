@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -342,7 +343,7 @@ func TestTableClockStepsBackInEveryPart(t *testing.T) {
 }
 
 // TestTableClockStepsBackConcurrently steps a clock without monotonic readings back an hour while
-// 8 goroutines decide keys in every part at the new readings, the step and confirmStep after it:
+// 8 goroutines decide keys in every part at the new readings, the step and clock.ConfirmStep after it:
 // the step is taken once, whichever part confirms it, by exactly the hour, so that a key spent at
 // t0 has had time to refill: admitted once, then refused for exactly a second.
 func TestTableClockStepsBackConcurrently(t *testing.T) {
@@ -357,7 +358,7 @@ func TestTableClockStepsBackConcurrently(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
-			for _, at := range []time.Time{back, back.Add(confirmStep)} {
+			for _, at := range []time.Time{back, back.Add(clock.ConfirmStep)} {
 				for i := range keys {
 					b.Decide(context.Background(), keys[(i+g*8)%len(keys)], 0, at)
 				}
@@ -365,13 +366,13 @@ func TestTableClockStepsBackConcurrently(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := time.Duration(b.steps.shift.Load()); got != time.Hour {
+	if got := b.steps.Shift(); got != time.Hour {
 		t.Fatalf("the readings are shifted by %v, want the step of an hour", got)
 	}
-	later := back.Add(confirmStep)
+	later := back.Add(clock.ConfirmStep)
 	for _, k := range keys {
 		if d := decide(t, b, k, 1, later); !d.Allowed {
-			t.Fatalf("a key spent at t0, %v after the step: %+v, want admitted", confirmStep, d)
+			t.Fatalf("a key spent at t0, %v after the step: %+v, want admitted", clock.ConfirmStep, d)
 		}
 		if d := decide(t, b, k, 1, later); d.Allowed || d.RetryAfter != time.Second-slack {
 			t.Fatalf("a key spent after the step, again: %+v, want refused for a second", d)
@@ -528,7 +529,7 @@ func TestKeyBytesCoverAllocation(t *testing.T) {
 // key that fits what is left exactly is held at once, without that wait.
 func TestTableExactFitBesideAWait(t *testing.T) {
 	var tb table
-	tb.init(2*(entryBytes(10)+slotBytes+dueBytes), new(steps))
+	tb.init(2*(entryBytes(10)+slotBytes+dueBytes), new(clock.Steps))
 	held, _ := tb.add(strings.Repeat("a", 10), t0, 1, 1, nil)
 	held.ReserveN(t0, 1) // full again a second on
 	if lim, wait := tb.add(strings.Repeat("l", 100), t0, 1, 1, nil); lim != nil || wait != time.Second {
@@ -546,7 +547,7 @@ func TestTableExactFit(t *testing.T) {
 	for _, n := range []int{10, 300, 40_000} {
 		key := strings.Repeat("k", n)
 		var tb table
-		tb.init(entryBytes(n)+slotBytes+dueBytes, new(steps))
+		tb.init(entryBytes(n)+slotBytes+dueBytes, new(clock.Steps))
 		if lim, wait := tb.add(key, t0, 1, 1, nil); lim == nil {
 			t.Fatalf("a key of %d bytes in a budget it fills exactly: refused for %v", n, wait)
 		}
@@ -569,7 +570,7 @@ func TestTableExactFit(t *testing.T) {
 		}
 		checkPart(t, &tb)
 		tb = table{}
-		tb.init(entryBytes(n)+slotBytes+dueBytes-1, new(steps))
+		tb.init(entryBytes(n)+slotBytes+dueBytes-1, new(clock.Steps))
 		if lim, wait := tb.add(key, t0, 1, 1, nil); lim != nil || wait != rate.InfDuration {
 			t.Fatalf("a key of %d bytes in a budget a byte short: %v, %v; want refused for ever", n, lim, wait)
 		}

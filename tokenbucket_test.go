@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -453,7 +454,7 @@ func TestTokenBucketBoundInBytes(t *testing.T) {
 }
 
 // TestTokenBucketClockStepsBack sets an injected clock, which has no monotonic readings, back an
-// hour: the buckets count on from the new reading once it is confirmed, confirmStep on, instead
+// hour: the buckets count on from the new reading once it is confirmed, clock.ConfirmStep on, instead
 // of deciding every key at the old latest instant until the clock has caught up an hour later.
 // Until then the reading is decided as a stale one would be, at the latest instant, its wait
 // measured from that instant: a reading that far behind may be the clock stepped back, whose
@@ -468,9 +469,9 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 	if d := decide(t, b, "spent", 1, now); d.Allowed || d.RetryAfter != time.Second-slack {
 		t.Fatalf("right after the step: %+v, want a refusal as at the latest instant, measured from it", d)
 	}
-	now = now.Add(confirmStep)
+	now = now.Add(clock.ConfirmStep)
 	if d := decide(t, b, "spent", 5, now); !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("%v after the step: %+v, want the bucket refilled for that long since the step", confirmStep, d)
+		t.Fatalf("%v after the step: %+v, want the bucket refilled for that long since the step", clock.ConfirmStep, d)
 	}
 	admitted := 0
 	for range 600 { // a fresh client polling once a second for ten minutes
@@ -490,9 +491,9 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 	if d := decide(t, b, "late", 1, now.Add(-500*time.Millisecond)); d.Allowed || d.RetryAfter != 1500*time.Millisecond-slack {
 		t.Fatalf("a reading half a second late: %+v, want refused until a token is due from the later instant", d)
 	}
-	// Exactly maxLag late is still late, not a step of the clock.
-	if d := decide(t, b, "late", 1, now.Add(-maxLag)); d.Allowed || d.RetryAfter != maxLag+time.Second-slack {
-		t.Fatalf("a reading %v late: %+v, want refused until a token is due from the later instant", maxLag, d)
+	// Exactly clock.MaxLag late is still late, not a step of the clock.
+	if d := decide(t, b, "late", 1, now.Add(-clock.MaxLag)); d.Allowed || d.RetryAfter != clock.MaxLag+time.Second-slack {
+		t.Fatalf("a reading %v late: %+v, want refused until a token is due from the later instant", clock.MaxLag, d)
 	}
 }
 

@@ -2,11 +2,10 @@ package grpclimit
 
 import (
 	"context"
-	"math"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/retryafter/retryafter/retryclient"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,19 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Defaults of [UnaryClientInterceptor].
-const (
-	defaultMaxAttempts = 4
-	defaultMaxWait     = 5 * time.Minute
-)
-
-// A ClientOption configures [UnaryClientInterceptor].
-type ClientOption func(*clientConfig)
-
-type clientConfig struct {
-	maxAttempts int
-	maxWait     time.Duration
-}
+// A ClientOption configures [UnaryClientInterceptor]; with none, it retries as retryclient.DefaultRPC says.
+type ClientOption func(*retryclient.RPC)
 
 // WithMaxAttempts sets the most tries of one call, the first included; 1 turns retrying off.
 // The default is 4. It panics if n is below 1.
@@ -34,7 +22,7 @@ func WithMaxAttempts(n int) ClientOption {
 	if n < 1 {
 		panic("grpclimit: WithMaxAttempts below 1")
 	}
-	return func(c *clientConfig) { c.maxAttempts = n }
+	return func(p *retryclient.RPC) { p.MaxAttempts = n }
 }
 
 // WithMaxWait caps the server's wait that the interceptor waits, so that a bogus one cannot hold
@@ -45,7 +33,7 @@ func WithMaxWait(wait time.Duration) ClientOption {
 	if wait <= 0 {
 		panic("grpclimit: WithMaxWait not above 0")
 	}
-	return func(c *clientConfig) { c.maxWait = wait }
+	return func(p *retryclient.RPC) { p.MaxWait = wait }
 }
 
 // UnaryClientInterceptor returns a client interceptor that retries a unary call ended with
@@ -62,59 +50,40 @@ func WithMaxWait(wait time.Duration) ClientOption {
 // call's context ends during a wait, its status is returned. Add it with
 // grpc.WithChainUnaryInterceptor.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c := clientConfig{maxAttempts: defaultMaxAttempts, maxWait: defaultMaxWait}
+	rpc := retryclient.DefaultRPC()
 	for _, o := range opts {
 		if o == nil {
 			panic("grpclimit: nil ClientOption")
 		}
-		o(&c)
+		o(&rpc)
 	}
+	ended := func(err error) error { return status.FromContextError(err).Err() }
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		var trailer metadata.MD
 		callOpts = append(slices.Clip(callOpts), grpc.Trailer(&trailer))
-		for attempt := 1; ; attempt++ {
+		return rpc.Do(ctx, func() (time.Duration, bool, error) {
 			trailer = nil
 			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if err == nil || attempt >= c.maxAttempts {
-				return err
-			}
 			wait, ok := serverWait(err, trailer)
-			if !ok || wait > c.maxWait {
-				return err
-			}
-			if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
-				return err
-			}
-			if err := sleep(ctx, wait); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// sleep waits for wait, or until ctx ends, and then returns its status.
-func sleep(ctx context.Context, wait time.Duration) error {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	case <-t.C:
-		return nil
+			return wait, ok, err
+		}, ended)
 	}
 }
 
 // serverWait returns the wait that the server of a call ended with err and trailer asked for,
-// at least a millisecond, and whether it asked for one: RESOURCE_EXHAUSTED or UNAVAILABLE with
+// and whether it asked for one: RESOURCE_EXHAUSTED or UNAVAILABLE with
 // a RetryInfo or a pushback, the longer of the two, and no pushback that says not to retry.
 func serverWait(err error, trailer metadata.MD) (time.Duration, bool) {
+	if err == nil {
+		return 0, false
+	}
 	st := status.Convert(err)
 	if st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable {
 		return 0, false
 	}
 	wait, ok := time.Duration(0), false
 	if v := trailer.Get(PushbackKey); len(v) > 0 {
-		p, retry := pushback(v)
+		p, retry := retryclient.Pushback(v)
 		if !retry {
 			return 0, false
 		}
@@ -127,23 +96,5 @@ func serverWait(err error, trailer metadata.MD) (time.Duration, bool) {
 			}
 		}
 	}
-	return max(wait, time.Millisecond), ok
-}
-
-// pushback reads the values of a pushback trailer as grpc-go does: one value of ASCII digits is
-// a wait in milliseconds (saturating, never wrapping); anything else says not to retry.
-func pushback(v []string) (wait time.Duration, retry bool) {
-	if len(v) != 1 || v[0] == "" {
-		return 0, false
-	}
-	for _, c := range []byte(v[0]) {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-	}
-	ms, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil || ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64, true // too large to fit: above any cap
-	}
-	return time.Duration(ms) * time.Millisecond, true
+	return wait, ok
 }

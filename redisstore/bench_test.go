@@ -89,7 +89,7 @@ func BenchmarkBareEvalSha(b *testing.B) {
 		keys := []string{p + "a:k", p + "b:all"}
 		b.ReportAllocs()
 		for b.Loop() {
-			res, err := client.EvalSha(ctx, allScript.Hash(), keys, "", 10, 1e6, 1, 0, 10, 1e6, 1, 0).Int64Slice()
+			res, err := client.EvalSha(ctx, allScript.Hash(), keys, "", 10, 1e6, 1, 0, "", "", 0, 0, 10, 1e6, 1, 0, "", "", 0, 0).Int64Slice()
 			if err != nil || res[0] != 1 || res[4] != 1 {
 				b.Fatal(res, err)
 			}

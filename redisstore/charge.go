@@ -72,7 +72,7 @@ func (s *Store) charge(ctx context.Context, key string, cost int, now time.Time,
 	}
 	rt, cancel := newRoundTrip(ctx, s.timeout)
 	defer cancel()
-	if tr, err := s.run(ctx, rt, chargeScript, c.keys[:], c.args[:c.nargs], 0); err != nil {
+	if tr, err := s.run(ctx, rt, c.of(chargeScript, 0)); err != nil {
 		if !tr.down {
 			return err
 		}
@@ -96,53 +96,63 @@ type pipedCharge struct {
 	now    time.Time
 }
 
-// sendCharges sends the charges of held (at most maxBatch) in one pipelined round trip, or one by
+// A chargeBatch is the held charges that one round trip of a flush sends, and for each whether
+// it is to be held again: again[i] is set to the charge of held[i] when it is (see resend).
+type chargeBatch struct {
+	held  []heldCharge
+	again []owed
+	rt    roundTrip       // the pipelined round trip's
+	pipe  redis.Pipeliner // that round trip's pipeline
+	sends []pipedCharge   // each charge as the pipeline carries it
+}
+
+// sendCharges sends the charges of b (at most maxBatch) in one pipelined round trip, or one by
 // one with a client that does not pipeline, and returns the errors of those that failed, each
-// answered as [Store.Charge] answers it; again[i] is set to the charge of held[i] when it is to
-// be held again (see resend).
-func (s *Store) sendCharges(ctx context.Context, held []heldCharge, again []owed) error {
+// answered as [Store.Charge] answers it, setting b.again for those to be held again.
+func (s *Store) sendCharges(ctx context.Context, b *chargeBatch) error {
 	p, ok := s.client.(pipeliner)
 	if !ok {
 		var errs []error
-		for i, h := range held {
+		for i, h := range b.held {
 			now, age := s.clock.heldAt(h.owed)
-			errs = append(errs, failedCharge(held, again, i, s.charge(ctx, h.key, int(h.tokens), now, age)))
+			errs = append(errs, b.failed(i, s.charge(ctx, h.key, int(h.tokens), now, age)))
 		}
 		return errors.Join(errs...)
 	}
-	rt, cancel := newRoundTrip(ctx, s.timeout)
+	var cancel context.CancelFunc
+	b.rt, cancel = newRoundTrip(ctx, s.timeout)
 	defer cancel()
-	pipe := p.Pipeline()
-	sends := make([]pipedCharge, len(held))
+	b.pipe = p.Pipeline()
+	b.sends = make([]pipedCharge, len(b.held))
 	var errs []error
-	for i, h := range held {
-		errs = append(errs, s.pipeCharge(ctx, rt, pipe, held, again, i, &sends[i]))
-		if sends[i].call != nil {
+	for i, h := range b.held {
+		errs = append(errs, s.pipeCharge(ctx, b, i))
+		if b.sends[i].call != nil {
 			defer s.charged(h.key) // after, as charge
 		}
 	}
-	execCharges(rt, p, pipe, sends)
-	for i := range sends {
-		if ps := &sends[i]; ps.cmd != nil {
-			errs = append(errs, s.chargeAnswered(ctx, rt, held, again, i, ps))
+	b.exec(p)
+	for i := range b.sends {
+		if b.sends[i].cmd != nil {
+			errs = append(errs, s.chargeAnswered(ctx, b, i))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// failedCharge returns err, the error of the charge of held[i], setting again[i] when the charge
+// failed returns err, the error of the charge of b.held[i], setting b.again[i] when the charge
 // is to be held again (see resend).
-func failedCharge(held []heldCharge, again []owed, i int, err error) error {
+func (b *chargeBatch) failed(i int, err error) error {
 	if err != nil && resend(err) {
-		again[i] = held[i].owed
+		b.again[i] = b.held[i].owed
 	}
 	return err
 }
 
-// pipeCharge puts the charge of held[i] into pipe as ps, within rt, or returns why it is not
-// sent: a policy it cannot keep (never to be made), or a node known to be down.
-func (s *Store) pipeCharge(ctx context.Context, rt roundTrip, pipe redis.Pipeliner, held []heldCharge, again []owed, i int, ps *pipedCharge) error {
-	h := held[i]
+// pipeCharge puts the charge of b.held[i] into b's pipeline as b.sends[i], or returns why it is
+// not sent: a policy it cannot keep (never to be made), or a node known to be down.
+func (s *Store) pipeCharge(ctx context.Context, b *chargeBatch, i int) error {
+	h, ps := b.held[i], &b.sends[i]
 	var age int64
 	ps.now, age = s.clock.heldAt(h.owed)
 	pl, err := s.planOf(h.key)
@@ -154,42 +164,44 @@ func (s *Store) pipeCharge(ctx context.Context, rt roundTrip, pipe redis.Pipelin
 	if age > 0 {
 		ps.call.extend(age)
 	}
-	ps.health = s.health.of(rt.ctx, ps.call.keys[0])
+	ps.health = s.health.of(b.rt.ctx, ps.call.keys[0])
 	if ps.sent, err = ps.health.admit(); err != nil {
-		return failedCharge(held, again, i, s.local.charge(ctx, h.key, int(h.tokens), ps.now, err))
+		return b.failed(i, s.local.charge(ctx, h.key, int(h.tokens), ps.now, err))
 	}
-	ps.cmd = chargeScript.queue(rt.ctx, pipe, false, ps.call.keys[:], ps.call.args[:ps.call.nargs])
+	ps.cmd = chargeScript.queue(b.rt.ctx, b.pipe, false, ps.call.keys[:], ps.call.args[:ps.call.nargs])
 	return nil
 }
 
-// chargeAnswered takes the answer of ps, the piped charge of held[i], as run takes a script's.
-func (s *Store) chargeAnswered(ctx context.Context, rt roundTrip, held []heldCharge, again []owed, i int, ps *pipedCharge) error {
+// chargeAnswered takes the answer of b.sends[i], the piped charge of b.held[i], as run takes a
+// script's.
+func (s *Store) chargeAnswered(ctx context.Context, b *chargeBatch, i int) error {
+	ps := &b.sends[i]
 	err := ps.cmd.Err()
 	if err == nil {
 		ps.health.ok()
 		return nil
 	}
-	err, down := s.failed(ctx, rt, ps.health, ps.sent, err)
+	err, down := s.failed(ctx, b.rt, ps.health, ps.sent, err)
 	if down {
-		err = s.local.charge(ctx, held[i].key, int(held[i].tokens), ps.now, err)
+		err = s.local.charge(ctx, b.held[i].key, int(b.held[i].tokens), ps.now, err)
 	}
-	return failedCharge(held, again, i, err)
+	return b.failed(i, err)
 }
 
-// execCharges sends pipe, the round trip of sends, and again by EVAL those that the server had
-// not the script for (the first flush, or after a restart), which loads it.
-func execCharges(rt roundTrip, p pipeliner, pipe redis.Pipeliner, sends []pipedCharge) {
-	if pipe.Len() == 0 {
+// exec sends b's pipeline, and again by EVAL the charges that the server had not the script for
+// (the first flush, or after a restart), which loads it; p is the client.
+func (b *chargeBatch) exec(p pipeliner) {
+	if b.pipe.Len() == 0 {
 		return
 	}
-	pipe.Exec(rt.ctx) // each command has its own error
+	b.pipe.Exec(b.rt.ctx) // each command has its own error
 	redo := p.Pipeline()
-	for i := range sends {
-		if ps := &sends[i]; ps.cmd != nil && redis.HasErrorPrefix(ps.cmd.Err(), "NOSCRIPT") {
-			ps.cmd = chargeScript.queue(rt.ctx, redo, true, ps.call.keys[:], ps.call.args[:ps.call.nargs])
+	for i := range b.sends {
+		if ps := &b.sends[i]; ps.cmd != nil && redis.HasErrorPrefix(ps.cmd.Err(), "NOSCRIPT") {
+			ps.cmd = chargeScript.queue(b.rt.ctx, redo, true, ps.call.keys[:], ps.call.args[:ps.call.nargs])
 		}
 	}
 	if redo.Len() > 0 {
-		redo.Exec(rt.ctx)
+		redo.Exec(b.rt.ctx)
 	}
 }

@@ -178,6 +178,8 @@ type layer struct {
 // layer, held by one allocation, a smallCall for the usual few layers or a largeCall for up to
 // maxLayers.
 type groupCall struct {
+	request
+	refunds uint64 // the count of refunds when it was sent (see refundCount)
 	keys    []string
 	args    []any
 	plans   []plan
@@ -209,30 +211,30 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 		return retryafter.Binding(g.inf...), nil
 	}
 	lead := g.layers[0].store
-	c, err := g.newCall(key, cost, now)
+	c, err := g.newCall(key, cost, now) // plan
 	if err != nil {
 		return retryafter.Decision{}, err
 	}
 	at := lead.instant(now)
-	refunds := g.refundCount()
-	if g.refusals != nil { // answer from memory
-		if d, ok := g.refusals.answer(key, cost, at, refunds, c.sig); ok {
+	c.refunds = g.refundCount()
+	if g.refusals != nil { // a refusal remembered may answer
+		if d, ok := g.refusals.answer(key, cost, at, c.refunds, c.sig); ok {
 			lead.refusals.answered.Add(1)
 			return d, nil
 		}
 	}
-	if err := g.carry(ctx, c, at); err != nil { // take what is carried
-		return g.fail(ctx, key, cost, now, errors.Is(err, ErrUnavailable), err)
+	if err := g.carry(ctx, c, at); err != nil { // the charges held for the keys go with the call
+		return g.fail(ctx, &c.request, errors.Is(err, ErrUnavailable), err)
 	}
 	var tr trip
 	defer func() { g.landed(c, tr.again()) }()
 	rt, cancel := newRoundTrip(ctx, g.timeout)
 	defer cancel()
-	if tr, err = lead.run(ctx, rt, allScript, c.keys, c.args, 4*n); err != nil { // send
+	if tr, err = lead.run(ctx, rt, scriptCall{allScript, c.keys, c.args, 4 * n}); err != nil { // one call
 		g.failed(rt, c, tr)
-		return g.fail(ctx, key, cost, now, tr.down, err)
+		return g.fail(ctx, &c.request, tr.down, err)
 	}
-	return g.learn(rt, key, cost, now, c, tr.res, refunds), nil // learn
+	return g.learn(rt, &c, tr.res), nil // decision
 }
 
 // failed records the failure of Redis that the round trip rt of c met, tr, as evidence against
@@ -248,10 +250,9 @@ func (g *group) failed(rt roundTrip, c groupCall, tr trip) {
 	}
 }
 
-// learn returns the Decision of the answer res of the round trip rt of c, to a request of key of
-// cost sent at now with the count of refunds then, and takes into the layers' health and the
-// memories of refusals what it told.
-func (g *group) learn(rt roundTrip, key string, cost int, now time.Time, c groupCall, res []int64, refunds uint64) retryafter.Decision {
+// learn returns the Decision of the answer res of the round trip rt of c, and takes into the
+// layers' health and the memories of refusals what it told.
+func (g *group) learn(rt roundTrip, c *groupCall, res []int64) retryafter.Decision {
 	n := len(g.layers)
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
@@ -262,20 +263,19 @@ func (g *group) learn(rt roundTrip, key string, cost int, now time.Time, c group
 	}
 	copy(ds[n:], g.inf)
 	d := retryafter.Binding(ds[:n+len(g.inf)]...)
-	at := g.layers[0].store.instant(now) // the answer's arrival, after Redis's reading (see WithRefusalMemory)
-	if d.Allowed && cost > 0 {
-		g.admitted(key, c, at, res, g.refundCount() == refunds)
+	at := g.layers[0].store.instant(c.now) // the answer's arrival, after Redis's reading (see WithRefusalMemory)
+	if d.Allowed && c.cost > 0 {
+		g.admitted(c, at, res, g.refundCount() == c.refunds)
 	}
-	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == refunds {
-		g.remember(key, cost, c, ds[:n], res, d, at, c.sig, refunds)
+	if !d.Allowed && g.refusals != nil && d.RetryAfter < rate.InfDuration && g.refundCount() == c.refunds {
+		g.remember(c, ds[:n], res, d, at)
 	}
 	return d
 }
 
-// remember takes into the group's memory the refusal d of a request of key of cost, by the call
-// c whose layers answered res and ds, which arrived at at; sig is the fingerprint of the call's
-// plans and refunds the count of refunds when it was sent.
-func (g *group) remember(key string, cost int, c groupCall, ds []retryafter.Decision, res []int64, d retryafter.Decision, at int64, sig, refunds uint64) {
+// remember takes into the group's memory the refusal d of the request of the call c, whose
+// layers answered res and ds, which arrived at at.
+func (g *group) remember(c *groupCall, ds []retryafter.Decision, res []int64, d retryafter.Decision, at int64) {
 	// The layer that binds, as Binding picks it: the first refused with the longest wait. Every
 	// refused layer's wait shortens with time as long as its key's bucket is not full (d > 0, as
 	// read): until the first of them is, the layer that binds stays the same and the group's wait
@@ -292,8 +292,8 @@ func (g *group) remember(key string, cost int, c groupCall, ds []retryafter.Deci
 	}
 	if pl := &c.plans[b]; valid > at {
 		// The group's own count of changes is refunds, checked by the caller and by answer.
-		g.refusals.remember(key, refusal{cost: cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
-			interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: sig, dec: d, refunds: refunds}, g.refusals.ticket(key, false))
+		g.refusals.remember(c.key, refusal{cost: c.cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
+			interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: c.sig, dec: d, refunds: c.refunds}, g.refusals.ticket(c.key, false))
 	}
 }
 
@@ -308,14 +308,14 @@ func (g *group) refundCount() uint64 {
 	return n
 }
 
-// admitted records that the group admitted a request for key at at, by the call c, whose
-// script answered res:
+// admitted records that the group admitted the request of the call c at at, whose script
+// answered res:
 // the group forgets its refusal of key, and each layer's Store that remembers a refusal of the
 // layer's key learns the key's new state, or forgets it unless fresh (no layer's Store gave
 // quota back, was charged or admitted meanwhile, which the answer may predate).
-func (g *group) admitted(key string, c groupCall, at int64, res []int64, fresh bool) {
+func (g *group) admitted(c *groupCall, at int64, res []int64, fresh bool) {
 	if g.refusals != nil {
-		g.refusals.forget(key)
+		g.refusals.forget(c.key)
 		if g.crossKeys {
 			g.spent.Add(1)
 		}
@@ -342,36 +342,16 @@ func (g *group) admitted(key string, c groupCall, at int64, res []int64, fresh b
 	}
 }
 
-// decision returns the Decision of one layer of policy p from the four integers the scripts
-// answer for it.
-func decision(res []int64, p retryafter.Policy) retryafter.Decision {
-	d := retryafter.Decision{
-		Policy:    p,
-		Allowed:   res[0] == 1,
-		Limit:     p.Burst,
-		Remaining: int(res[2]),
-		Reset:     time.Duration((res[3]+999)/1000) * time.Microsecond, // d, ns, rounded up to µs
-	}
-	if !d.Allowed {
-		if res[1] < 0 {
-			d.RetryAfter = rate.InfDuration
-		} else {
-			d.RetryAfter = time.Duration(res[1]) * time.Microsecond
-		}
-	}
-	return d
-}
-
 // newCall prepares the script call of one group decision (see all.lua), or returns the error of
 // a layer's key's policy.
 func (g *group) newCall(key string, cost int, now time.Time) (groupCall, error) {
-	var c groupCall
+	c := groupCall{request: request{key, cost, now}}
 	if n := len(g.layers); n <= 4 {
 		a := new(smallCall)
-		c = groupCall{keys: a.keys[:n], args: a.args[:1+8*n], plans: a.plans[:n], carried: a.carried[:n]}
+		c.keys, c.args, c.plans, c.carried = a.keys[:n], a.args[:1+8*n], a.plans[:n], a.carried[:n]
 	} else {
 		a := new(largeCall)
-		c = groupCall{keys: a.keys[:n], args: a.args[:1+8*n], plans: a.plans[:n], carried: a.carried[:n]}
+		c.keys, c.args, c.plans, c.carried = a.keys[:n], a.args[:1+8*n], a.plans[:n], a.carried[:n]
 	}
 	c.args[0] = ""
 	if g.caller {
@@ -446,7 +426,7 @@ func (g *group) take(c groupCall, at int64) *flight {
 			if st.refusals != nil {
 				st.refusals.begin(key)
 			}
-			c.carried[i] = carry{o, f}
+			c.carried[i] = carry{owed: o, f: f}
 			c.args[7+8*i], c.args[8+8*i] = o.tokens, max(at-o.at, 0)
 		}
 	}
@@ -458,18 +438,20 @@ func (g *group) take(c groupCall, at int64) *flight {
 func (g *group) landed(c groupCall, again bool) {
 	for i := range g.layers {
 		st := g.layers[i].store
-		st.landed(strings.TrimPrefix(c.keys[i], st.prefix), c.carried[i], again)
+		cr := c.carried[i]
+		cr.again = again
+		st.landed(strings.TrimPrefix(c.keys[i], st.prefix), &cr)
 	}
 }
 
-// fail returns the decision of a request whose round trip failed with err: err itself, unless
+// fail returns the decision of a request r whose round trip failed with err: err itself, unless
 // it is a failure of Redis (down) and every layer has a local fallback, whose combined decision
 // it then returns.
-func (g *group) fail(ctx context.Context, key string, cost int, now time.Time, down bool, err error) (retryafter.Decision, error) {
+func (g *group) fail(ctx context.Context, r *request, down bool, err error) (retryafter.Decision, error) {
 	if !down || g.local == nil {
 		return retryafter.Decision{}, err
 	}
-	d, err := g.local.Decide(ctx, key, cost, now)
+	d, err := g.local.Decide(ctx, r.key, r.cost, r.now)
 	if err != nil {
 		return d, err
 	}

@@ -151,7 +151,8 @@ func (q *deferred) land(s *Store, held []heldCharge, again []owed, f *flight) {
 // A carry is what a round trip carries of what one key owed, and the flight it is in.
 type carry struct {
 	owed
-	f *flight // nil for nothing carried
+	f     *flight // nil for nothing carried
+	again bool    // the round trip failed so that it is to be held again (see trip.again)
 }
 
 // takeCharges removes and returns what key owes, for a round trip to carry: a change in flight
@@ -159,9 +160,6 @@ type carry struct {
 // on its way to Redis, it waits for its answer first, within the budget of a request of ctx, and
 // returns that budget's error if it runs out.
 func (s *Store) takeCharges(ctx context.Context, key string) (carry, error) {
-	if s.deferred == nil {
-		return carry{}, nil
-	}
 	var b *budget
 	for {
 		o, f, wait := s.deferred.take(key)
@@ -169,7 +167,7 @@ func (s *Store) takeCharges(ctx context.Context, key string) (carry, error) {
 			if f != nil && s.refusals != nil {
 				s.refusals.begin(key)
 			}
-			return carry{o, f}, nil
+			return carry{owed: o, f: f}, nil
 		}
 		if b == nil {
 			nb := s.budget(ctx)
@@ -182,14 +180,14 @@ func (s *Store) takeCharges(ctx context.Context, key string) (carry, error) {
 }
 
 // landed records that the round trip that carried c, what key owed (see takeCharges), has
-// landed, its answer remembered if it was to be, or was never sent; again says whether to hold
-// it again. It does nothing for a round trip that carried nothing.
-func (s *Store) landed(key string, c carry, again bool) {
+// landed, its answer remembered if it was to be, or was never sent, holding it again if c says
+// so. It does nothing for a round trip that carried nothing.
+func (s *Store) landed(key string, c *carry) {
 	if c.f == nil {
 		return
 	}
 	var back []owed
-	if again {
+	if c.again {
 		back = []owed{c.owed}
 	}
 	s.deferred.land(s, []heldCharge{{key, c.owed}}, back, c.f)
@@ -232,7 +230,7 @@ func (s *Store) Flush(ctx context.Context) error {
 	var errs []error
 	for i := 0; i < len(held); i += maxBatch {
 		part := held[i:min(i+maxBatch, len(held))]
-		errs = append(errs, s.sendCharges(ctx, part, again[i:i+len(part)]))
+		errs = append(errs, s.sendCharges(ctx, &chargeBatch{held: part, again: again[i : i+len(part)]}))
 	}
 	q.land(s, held, again, f)
 	if s.refusals != nil {

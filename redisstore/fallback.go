@@ -63,13 +63,13 @@ func share(p retryafter.Policy, replicas int) retryafter.Policy {
 	return retryafter.Policy{Name: p.Name, Limit: p.Limit / rate.Limit(replicas), Burst: max(1, p.Burst/replicas)}
 }
 
-// decide returns the decision of a request that met err, a failure of Redis: err without a
+// decide returns the decision of a request r that met err, a failure of Redis: err without a
 // fallback, the local decision with one.
-func (f *fallback) decide(ctx context.Context, key string, cost int, now time.Time, err error) (retryafter.Decision, error) {
+func (f *fallback) decide(ctx context.Context, r *request, err error) (retryafter.Decision, error) {
 	if !f.on() {
 		return retryafter.Decision{}, err
 	}
-	return f.TokenBucket.Decide(ctx, key, cost, now) // its Decision tells the share's Policy
+	return f.TokenBucket.Decide(ctx, r.key, r.cost, r.now) // its Decision tells the share's Policy
 }
 
 // charge returns err, a failure of Redis, or charges the local bucket when there is a fallback.
@@ -80,20 +80,14 @@ func (f *fallback) charge(ctx context.Context, key string, cost int, now time.Ti
 	return f.TokenBucket.Charge(ctx, key, cost, now)
 }
 
-// fail returns the decision of a request whose round trip failed with err: err itself, unless
+// fail returns the decision of a request r whose round trip failed with err: err itself, unless
 // it is a failure of Redis (down), which the local fallback then decides.
-func (s *Store) fail(ctx context.Context, key string, cost int, now time.Time, down bool, err error) (retryafter.Decision, error) {
+func (s *Store) fail(ctx context.Context, r *request, down bool, err error) (retryafter.Decision, error) {
 	if !down {
 		return retryafter.Decision{}, err
 	}
-	return s.local.decide(ctx, key, cost, now, err)
+	return s.local.decide(ctx, r, err)
 }
-
-// Down returns, while the store knows Redis to be down, the error that showed it (wrapping
-// [ErrUnavailable]), and nil while Redis answers: for health checks and metrics, since with
-// [WithLocalFallback] an outage reaches no error hook.
-// On a cluster, it reports the first master found down.
-func (s *Store) Down() error { return s.health.downErr() }
 
 // FallingBack reports whether the store decides in memory because Redis is down: with
 // [WithLocalFallback], while [Store.Down] reports an error. For metrics and health checks.

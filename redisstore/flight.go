@@ -52,14 +52,14 @@ func (b *budget) wait(f *flight) bool {
 	}
 }
 
-// outOfTime answers a request of key whose budget b ran out as it waited for another's round
+// outOfTime answers a request r whose budget b ran out as it waited for another's round
 // trip, as Decide answers one whose own round trip timed out: the caller's deadline's error, or
 // Redis's failure to answer within the timeout, which the local fallback f then decides.
-func (b budget) outOfTime(ctx context.Context, f *fallback, key string, cost int, now time.Time) (retryafter.Decision, error) {
+func (b budget) outOfTime(ctx context.Context, f *fallback, r *request) (retryafter.Decision, error) {
 	if b.own {
 		return retryafter.Decision{}, b.expired()
 	}
-	return f.decide(ctx, key, cost, now, b.expired())
+	return f.decide(ctx, r, b.expired())
 }
 
 // expired returns the error of a request whose budget ran out: the caller's own deadline, or

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,3 +160,57 @@ func (n *nodes) downErr() error {
 	})
 	return err
 }
+
+// starved returns how long after the deadline of a round trip of the store's timeout its failure
+// may be seen before it is taken to show a process starved of CPU rather than a Redis down.
+func starved(timeout time.Duration) time.Duration {
+	return max(timeout/10, time.Millisecond)
+}
+
+// isTimeout reports whether err is a round trip's deadline passing, as the context or the
+// connection reports it.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// failed returns the error of a round trip rt of the caller's ctx, sent at sent (from
+// health.admit), that failed with err, and whether it was a failure of Redis, which it then
+// records in health: not when the caller's own deadline ended it, nor when the failure is a
+// key's (see [ErrKeyState]), the one place that tells them apart.
+func (s *Store) failed(ctx context.Context, rt roundTrip, health *health, sent int64, err error) (error, bool) {
+	err = s.dials.cause(err, rt.deadline.Add(-s.timeout))
+	if isKeyState(err) {
+		health.ok() // Redis answered: the failure is the key's (see ErrKeyState)
+		return &keyStateError{cause: err}, false
+	}
+	if rt.own && (ctx.Err() != nil || !time.Now().Before(rt.deadline)) {
+		return fmt.Errorf("redisstore: %w", err), false
+	}
+	if rt.short && isTimeout(err) {
+		// The round trip had only what a wait for another's left of the timeout: that it ran
+		// out says nothing of Redis, which the round trip waited for may have.
+		return &unavailableError{cause: err}, true
+	}
+	if late := time.Since(rt.deadline); late > starved(s.timeout) && isTimeout(err) {
+		// The timeout was seen long after the deadline: this process did not run in time to
+		// read the answer, and that says nothing of Redis. A probe so failed is asked again by
+		// the next decision. Other errors (a refused connection) count however late.
+		health.reprobe()
+		return &unavailableError{cause: err}, true
+	}
+	if s.health.cluster != nil {
+		// go-redis reloads the slot map only on a MOVED reply or once a minute, and a master
+		// that is down sends none: without this, its keys would fail for up to a minute after
+		// its replica took over. Failures are at most one probe per interval and master, and
+		// go-redis coalesces the reloads.
+		s.health.cluster.ReloadState(ctx)
+	}
+	return health.failed(sent, err), true
+}
+
+// Down returns, while the store knows Redis to be down, the error that showed it (wrapping
+// [ErrUnavailable]), and nil while Redis answers: for health checks and metrics, since with
+// [WithLocalFallback] an outage reaches no error hook.
+// On a cluster, it reports the first master found down.
+func (s *Store) Down() error { return s.health.downErr() }

@@ -182,7 +182,7 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 	if s.own.unlimited() {
 		return retryafter.Decision{Allowed: true, Limit: s.own.policy.Burst, Remaining: s.own.policy.Burst, Policy: s.own.policy}, nil
 	}
-	r := leaseAsk{key: key, cost: cost, now: now, at: s.instant(now), b: s.budget(ctx)}
+	r := leaseAsk{request: request{key, cost, now}, at: s.instant(now), b: s.budget(ctx)}
 	for {
 		e := l.entry(key, r.at)
 		if e == nil {
@@ -203,10 +203,10 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 				testHookBoarded(ctx)
 			}
 			if !r.b.wait(f) {
-				return r.b.outOfTime(ctx, &s.local, key, cost, now)
+				return r.b.outOfTime(ctx, &s.local, &r.request)
 			}
 			if f.err != nil && f.down {
-				return s.local.decide(ctx, key, cost, now, f.err)
+				return s.local.decide(ctx, &r.request, f.err)
 			}
 			r.fresh = f.err == nil
 			continue
@@ -217,9 +217,7 @@ func (l *Leased) Decide(ctx context.Context, key string, cost int, now time.Time
 
 // A leaseAsk is one request of [Leased.Decide].
 type leaseAsk struct {
-	key   string
-	cost  int
-	now   time.Time
+	request
 	at    int64 // now's instant (see Store.instant)
 	b     budget
 	fresh bool // a call that began after this request arrived answered the key
@@ -266,10 +264,10 @@ func (l *Leased) ask(ctx context.Context, e *lease, r *leaseAsk) (retryafter.Dec
 			op.lot = max(l.lot, r.cost)
 		}
 	}
-	res, down, err := l.lead(ctx, e, r.key, r.at, r.now, r.b, op)
+	res, down, err := l.lead(ctx, e, r, op)
 	if err != nil {
 		e.mu.Unlock()
-		return s.fail(ctx, r.key, r.cost, r.now, down, err)
+		return s.fail(ctx, &r.request, down, err)
 	}
 	allowed := res[0] == 1
 	if allowed && r.cost > 0 {
@@ -299,10 +297,9 @@ func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time
 	if cost == 0 || s.own.unlimited() {
 		return nil
 	}
-	at := s.instant(now)
-	b := l.s.budget(ctx)
+	r := leaseAsk{request: request{key, cost, now}, at: s.instant(now), b: s.budget(ctx)}
 	for {
-		e := l.entry(key, at)
+		e := l.entry(key, r.at)
 		if e == nil {
 			return s.Charge(ctx, key, cost, now)
 		}
@@ -311,21 +308,21 @@ func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time
 			e.mu.Unlock()
 			continue
 		}
-		if l.chargeLease(e, cost, at) {
+		if l.chargeLease(e, cost, r.at) {
 			e.mu.Unlock()
 			return nil
 		}
 		if f := e.flight; f != nil {
 			e.mu.Unlock()
-			if !b.wait(f) {
-				return b.expired()
+			if !r.b.wait(f) {
+				return r.b.expired()
 			}
 			if f.err != nil && f.down {
 				return s.local.charge(ctx, key, cost, now, f.err)
 			}
 			continue
 		}
-		return l.chargeRedis(ctx, e, key, cost, at, now, b)
+		return l.chargeRedis(ctx, e, &r)
 	}
 }
 
@@ -345,18 +342,18 @@ func (l *Leased) chargeLease(e *lease, cost int, at int64) bool {
 	return false
 }
 
-// chargeRedis charges cost to key's bucket in Redis in one round trip, which gives back e's
-// lease (e locked, and unlocked on return).
-func (l *Leased) chargeRedis(ctx context.Context, e *lease, key string, cost int, at int64, now time.Time, b budget) error {
-	op := leaseOp{cost: max(cost, 0), back: -int64(cost) * l.s.own.interval, charge: true}
-	if cost > 0 {
+// chargeRedis charges r's cost to its key's bucket in Redis in one round trip, which gives back
+// e's lease (e locked, and unlocked on return).
+func (l *Leased) chargeRedis(ctx context.Context, e *lease, r *leaseAsk) error {
+	op := leaseOp{cost: max(r.cost, 0), back: -int64(r.cost) * l.s.own.interval, charge: true}
+	if r.cost > 0 {
 		op.back, op.leased = e.held, true
 		e.held = 0
 	}
-	_, down, err := l.lead(ctx, e, key, at, now, b, op)
+	_, down, err := l.lead(ctx, e, r, op)
 	e.mu.Unlock()
 	if err != nil && down {
-		return l.s.local.charge(ctx, key, cost, now, err)
+		return l.s.local.charge(ctx, r.key, r.cost, r.now, err)
 	}
 	return err
 }
@@ -392,12 +389,12 @@ func (l *Leased) Release(ctx context.Context) error {
 		e.held = 0
 		// A give-back needs no instant of the caller's: it is timed as the lease was, but a
 		// lease taken at the caller's instants (tests) is given back at the last of them.
-		at := l.s.instant(now)
+		r := leaseAsk{request: request{key: key, now: now}, at: l.s.instant(now), b: b}
 		if l.s.clock.caller {
-			at = e.learned
-			now = time.UnixMicro(e.learned / 1000)
+			r.at = e.learned
+			r.now = time.UnixMicro(e.learned / 1000)
 		}
-		_, _, err := l.lead(ctx, e, key, at, now, b, op)
+		_, _, err := l.lead(ctx, e, &r, op)
 		e.mu.Unlock()
 		if err != nil && first == nil {
 			first = err
@@ -415,21 +412,22 @@ func (e *lease) settle(t int64) int64 {
 	return left
 }
 
-// lead makes the round trip op on key for e, locked, as its flight: it unlocks e while the call is
-// in flight and locks it again before it returns. On success, e knows the key's state as of at;
+// lead makes the round trip op on r's key for e, locked, as its flight: it unlocks e while the
+// call is in flight and locks it again before it returns. On success, e knows the key's state as
+// of r.at;
 // on failure, what was given back is the lease's again if the call was never sent, and is taken
 // as given back otherwise. down says whether the error is a failure of Redis.
-func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now time.Time, b budget, op leaseOp) (res [4]int64, down bool, err error) {
+func (l *Leased) lead(ctx context.Context, e *lease, r *leaseAsk, op leaseOp) (res [4]int64, down bool, err error) {
 	f := &flight{done: make(chan struct{})}
 	e.flight = f
 	e.mu.Unlock()
-	res, down, sent, err := l.call(ctx, key, op, now, b)
+	res, down, sent, err := l.call(ctx, r, op)
 	e.mu.Lock()
 	e.flight = nil
 	switch {
 	case err == nil:
-		e.known, e.learned, e.full = true, at, at+res[3]
-		e.late = l.s.instant(now) + res[3]
+		e.known, e.learned, e.full = true, r.at, r.at+res[3]
+		e.late = l.s.instant(r.now) + res[3]
 	case !sent:
 		if op.leased {
 			e.held += op.back // nothing was given back
@@ -443,11 +441,11 @@ func (l *Leased) lead(ctx context.Context, e *lease, key string, at int64, now t
 	return res, down, err
 }
 
-// call sends op on key to Redis within the budget b, and returns the script's answer, or an
+// call sends op on r's key to Redis within r's budget, and returns the script's answer, or an
 // error, whether it is a failure of Redis (see Store.failed), and whether the call was sent, so
 // far as it may have been made (see trip.again).
-func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time, b budget) (res [4]int64, down, sent bool, err error) {
-	s := l.s
+func (l *Leased) call(ctx context.Context, r *leaseAsk, op leaseOp) (res [4]int64, down, sent bool, err error) {
+	s, b := l.s, r.b
 	timeout := time.Until(b.deadline)
 	if timeout <= 0 {
 		return res, !b.own, false, b.expired() // a failure of Redis unless the deadline is the caller's
@@ -455,11 +453,10 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	if b.own {
 		timeout = s.timeout // ctx's deadline, which newRoundTrip reads, is the sooner
 	}
-	keys, args := l.leaseCall(key, op, now)
 	rt, cancel := newRoundTrip(ctx, timeout)
 	defer cancel()
 	rt.short = b.waited && !b.own
-	tr, err := s.run(ctx, rt, leaseScript, keys, args, 4)
+	tr, err := s.run(ctx, rt, l.leaseCall(r, op))
 	if tr.sent {
 		l.trips.Add(1)
 	}
@@ -470,9 +467,9 @@ func (l *Leased) call(ctx context.Context, key string, op leaseOp, now time.Time
 	return res, false, true, nil
 }
 
-// leaseCall returns the keys and arguments of lease.lua for op on key: the one place that knows
-// the store's script arguments.
-func (l *Leased) leaseCall(key string, op leaseOp, now time.Time) ([]string, []any) {
+// leaseCall returns the call of lease.lua for op on r's key: the one place that knows the
+// store's script arguments.
+func (l *Leased) leaseCall(r *leaseAsk, op leaseOp) scriptCall {
 	s := l.s
 	charge := "0"
 	if op.charge {
@@ -480,9 +477,9 @@ func (l *Leased) leaseCall(key string, op leaseOp, now time.Time) ([]string, []a
 	}
 	args := []any{s.own.interval, s.own.policy.Burst, op.cost, op.lot, op.back, charge}
 	if s.clock.caller {
-		args = append(args, now.UnixMicro(), s.clock.tolerance)
+		args = append(args, r.now.UnixMicro(), s.clock.tolerance)
 	}
-	return []string{s.prefix + key}, args
+	return scriptCall{script: leaseScript, keys: []string{s.prefix + r.key}, args: args, want: 4}
 }
 
 // decision returns the Decision of a request on a key whose bucket, with the lease, is full dp

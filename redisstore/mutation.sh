@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # mutation.sh runs the mutation test of the redisstore package (TESTING.md says what it does and
-# what it found): gremlins plants one bug at a time in the package's Go code and runs the tests
+# how to read it): gremlins plants one bug at a time in the package's Go code and runs the tests
 # against each. It starts a redis-server and a Redis Cluster of its own on free loopback ports
 # (unless REDIS_ADDR and REDIS_CLUSTER_ADDRS name ones), and stops them when it ends.
 #
-#	./mutation.sh                   # the whole package: 530 mutants, over an hour on two cores
+#	./mutation.sh                   # the whole package: over an hour on two cores
 #	./mutation.sh -o results.json   # and gremlins's results as JSON
 #	./mutation.sh --dry-run         # only list the mutants and whether the tests cover them
 #

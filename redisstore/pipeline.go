@@ -49,13 +49,11 @@ type queue struct {
 type shared struct {
 	ctx    context.Context // the round trip's, with the call's deadline (see newRoundTrip)
 	client pipeliner       // the store's
-	script *script
-	keys   []string
-	args   []any
-	taken  bool          // in a round trip: sent, or on its way (under the queue's mu)
-	gone   bool          // its caller left before it was taken: never to be sent (same)
-	cmd    *redis.Cmd    // its answer, set before done is closed
-	done   chan struct{} // closed when the round trip that carried it is back
+	scriptCall
+	taken bool          // in a round trip: sent, or on its way (under the queue's mu)
+	gone  bool          // its caller left before it was taken: never to be sent (same)
+	cmd   *redis.Cmd    // its answer, set before done is closed
+	done  chan struct{} // closed when the round trip that carried it is back
 }
 
 // newBatcher returns the batcher of a store whose client is on one server (oneServer) or a
@@ -73,12 +71,12 @@ func newBatcher(oneServer bool, cluster *redis.ClusterClient) *batcher {
 // of its own, or shared with the calls to the same server (see batcher). It is what script.Run
 // does, the round trip shared, and reports whether the call was sent: one that waited in the
 // queue until its deadline was not.
-func (s *Store) send(ctx context.Context, script *script, keys []string, args []any) (*redis.Cmd, bool) {
+func (s *Store) send(ctx context.Context, sc scriptCall) (*redis.Cmd, bool) {
 	p, ok := s.client.(pipeliner)
 	if s.batch == nil || !ok {
-		return script.run(ctx, s.client, keys, args), true
+		return sc.script.run(ctx, s.client, sc.keys, sc.args), true
 	}
-	return s.batch.queueOf(ctx, keys[0]).send(ctx, s.client, p, script, keys, args)
+	return s.batch.queueOf(ctx, sc.keys[0]).send(ctx, s.client, p, sc)
 }
 
 // queueOf returns the queue of the server that holds key: on a cluster its slot's master.
@@ -101,20 +99,20 @@ func (b *batcher) queueOf(ctx context.Context, key string) *queue {
 // it would not leave the call time to spare (see worth), and otherwise queues it for the next,
 // until ctx's deadline. It reports whether the call was sent.
 // client is the store's, and p the same.
-func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, script *script, keys []string, args []any) (*redis.Cmd, bool) {
+func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, sc scriptCall) (*redis.Cmd, bool) {
 	q.mu.Lock()
 	if !q.busy {
 		q.busy, q.since = true, time.Now()
 		q.mu.Unlock()
-		cmd := script.run(ctx, client, keys, args)
+		cmd := sc.script.run(ctx, client, sc.keys, sc.args)
 		q.next(time.Now())
 		return cmd, true
 	}
 	if !q.worth(ctx) {
 		q.mu.Unlock()
-		return script.run(ctx, client, keys, args), true // beside the round trip in flight
+		return sc.script.run(ctx, client, sc.keys, sc.args), true // beside the round trip in flight
 	}
-	c := &shared{ctx: ctx, client: p, script: script, keys: keys, args: args, done: make(chan struct{})}
+	c := &shared{ctx: ctx, client: p, scriptCall: sc, done: make(chan struct{})}
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
 	select {

@@ -235,17 +235,21 @@ func (r *refusals) board(key string, cost int, at int64, plans uint64) (f *fligh
 	return e.flight, true
 }
 
-// land ends f, the flight of key that the caller led, once its answer is remembered, with the
-// failure of Redis that it met, if any, which its waiters share.
-func (r *refusals) land(key string, f *flight, failure error) {
-	sh := r.shard(key)
+// land ends a's flight, if a led one, once its answer is remembered, with the failure of Redis
+// that it met, if any, which its waiters share.
+func (r *refusals) land(a *ask) {
+	f := a.lead
+	if f == nil {
+		return
+	}
+	sh := r.shard(a.key)
 	sh.mu.Lock()
-	if e, ok := sh.m[key]; ok && e.flight == f {
+	if e, ok := sh.m[a.key]; ok && e.flight == f {
 		e.flight = nil
-		sh.m[key] = e
+		sh.m[a.key] = e
 	}
 	sh.mu.Unlock()
-	f.err, f.down = failure, failure != nil
+	f.err, f.down = a.failure, a.failure != nil
 	close(f.done)
 }
 
@@ -271,15 +275,6 @@ func (r *refusals) ticket(key string, own bool) ticket {
 		t.own = 1
 	}
 	return t
-}
-
-// ticketOf is ticket, for a Store that may have no memory (r nil), whose tickets are then
-// never used.
-func (r *refusals) ticketOf(key string, own bool) ticket {
-	if r == nil {
-		return ticket{}
-	}
-	return r.ticket(key, own)
 }
 
 // valid reports whether an answer to the round trip of t may be taken.
@@ -431,11 +426,6 @@ func (s *Store) LocalAnswers() uint64 {
 	return s.refusals.answered.Load()
 }
 
-// instant returns the instant of now (a request's send, an answer's arrival), for the memory of
-// refusals: on the local monotonic clock, in nanoseconds since the Store was made; with the caller's clock,
-// the caller's now truncated to the microsecond, the instant the script decides at.
-func (s *Store) instant(now time.Time) int64 { return s.clock.instant(now) }
-
 // charged records that key was charged, or given quota back, so that its remembered refusal,
 // those of the groups of the Store, and the answers in flight meanwhile would tell a wrong wait.
 func (s *Store) charged(key string) {
@@ -444,4 +434,76 @@ func (s *Store) charged(key string) {
 		s.refusals.changed(key)
 		s.refusals.forget(key)
 	}
+}
+
+// recall answers a from the memory of refusals (done), or leaves it to Redis: as the lead of the
+// key's flight (a.lead), or after waiting for another's flight that did not answer it, with
+// what is left of the wait's budget (a.timeout).
+func (s *Store) recall(ctx context.Context, a *ask) (_ retryafter.Decision, done bool, _ error) {
+	a.sig = a.plan.mix(0)
+	if d, ok := s.refusals.answer(a.key, a.cost, a.at, 0, a.sig); ok {
+		s.refusals.answered.Add(1)
+		return d, true, nil
+	}
+	f, lead := s.refusals.board(a.key, a.cost, a.at, a.sig)
+	if lead {
+		a.lead = f
+	}
+	if lead || f == nil {
+		return retryafter.Decision{}, false, nil
+	}
+	b := s.budget(ctx)
+	if d, ok, err := s.ride(ctx, b, f, a); ok {
+		return d, true, err
+	}
+	if !b.own { // then ctx's deadline is the sooner, which newRoundTrip reads
+		if a.timeout = time.Until(b.deadline); a.timeout <= 0 {
+			d, err := b.outOfTime(ctx, &s.local, &a.request)
+			return d, true, err
+		}
+	}
+	return retryafter.Decision{}, false, nil
+}
+
+// learn takes into the memory of refusals what Redis answered to a, res and its Decision d: an
+// admission that spent the key refreshes what is remembered, a refusal whose wait is known is
+// remembered (see WithRefusalMemory), if a's ticket is still valid.
+func (s *Store) learn(a *ask, res []int64, d retryafter.Decision) {
+	// Timed from the answer's arrival, which is after Redis's reading: so a remembered wait is
+	// never shorter than Redis's (see WithRefusalMemory).
+	pl := &a.plan
+	e := refusal{cost: a.cost, learned: s.instant(a.now), d: res[3], interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: a.sig, dec: d}
+	switch {
+	case d.Allowed && a.cost > 0:
+		s.changes.Add(1)
+		s.refusals.refresh(a.key, e, a.ticket) // the request spent what the refusal remembered did not
+		s.refusals.changed(a.key)              // for the answers in flight meanwhile, which lack it
+	case !d.Allowed && d.RetryAfter < rate.InfDuration:
+		s.refusals.remember(a.key, e, a.ticket)
+	}
+}
+
+// ride waits, within the budget b, for f, the round trip in the air of another request of a's
+// key (see refusals.board), and answers a as what that round trip taught the memory of
+// refusals says (ok); if the memory does not cover it, not (!ok), and the request then asks
+// Redis itself, within what is left of b. A round trip that met a failure of Redis fails the
+// requests waiting on it with its error (or has them decided locally, as it was), rather than
+// send them into the same failure.
+func (s *Store) ride(ctx context.Context, b budget, f *flight, a *ask) (_ retryafter.Decision, ok bool, _ error) {
+	if testHookBoarded != nil {
+		testHookBoarded(ctx)
+	}
+	if !b.wait(f) {
+		d, err := b.outOfTime(ctx, &s.local, &a.request)
+		return d, true, err
+	}
+	if f.err != nil && f.down {
+		d, err := s.local.decide(ctx, &a.request, f.err)
+		return d, true, err
+	}
+	if d, ok := s.refusals.answer(a.key, a.cost, s.instant(a.now), 0, a.sig); ok {
+		s.refusals.answered.Add(1)
+		return d, true, nil
+	}
+	return retryafter.Decision{}, false, nil
 }

@@ -41,6 +41,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/overload"
 )
 
 func main() {
@@ -58,7 +59,7 @@ func main() {
 	r.Use(middleware.Logger)
 	if *maxConcurrent > 0 {
 		// Outside the rate limit: a request shed for want of a slot costs no quota.
-		r.Use((&retryafter.Concurrency{Max: *maxConcurrent, Queue: 10 * *maxConcurrent, ServiceTime: 100 * time.Millisecond}).Handler)
+		r.Use((&overload.Concurrency{Max: *maxConcurrent, Queue: 10 * *maxConcurrent, ServiceTime: 100 * time.Millisecond}).Handler)
 	}
 	r.Mount("/", newRouter(maintenance, newLimiter(rate.Every(time.Second), 5),
 		retryafter.WithDryRun(*dryRun), retryafter.WithLimitedHook(logLimited)))

@@ -3,8 +3,12 @@
 package testkit
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,4 +108,95 @@ func RoundTrip(t testing.TB, h http.Handler, clk *Clock, requests int, next func
 		}
 	}
 	return refusals
+}
+
+// OK is a handler that answers 200 "ok".
+var OK = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Write([]byte("ok"))
+})
+
+// WantPanics runs each function and checks that it panics with a message that starts with
+// prefix, as every construction-time misuse must.
+func WantPanics(t testing.TB, prefix string, tests map[string]func()) {
+	t.Helper()
+	for name, f := range tests {
+		func() {
+			defer func() {
+				v := recover()
+				if msg, _ := v.(string); !strings.HasPrefix(msg, prefix) {
+					t.Errorf("%s: recovered %#v, want a panic starting %q", name, v, prefix)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// CORS is a stand-in for CORS middleware such as github.com/go-chi/cors, allowing every origin:
+// it answers a preflight itself with 204 (or, with passthrough, sets its headers and calls next,
+// as go-chi/cors's OptionsPassthrough does), and sets Access-Control-Allow-Origin and
+// Access-Control-Expose-Headers on the actual request before calling next.
+func CORS(passthrough bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			origin := r.Header.Get("Origin")
+			if origin == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				h.Set("Access-Control-Allow-Methods", r.Header.Get("Access-Control-Request-Method"))
+				if passthrough {
+					next.ServeHTTP(w, r)
+					return
+				}
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			h.Set("Access-Control-Expose-Headers", "X-Request-Id")
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// DumpResponse returns w's status, header fields in order of name, and body, for a golden file.
+func DumpResponse(w *httptest.ResponseRecorder) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d\n", w.Code)
+	names := make([]string, 0, len(w.Header()))
+	for k := range w.Header() {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		fmt.Fprintf(&b, "%s: %q\n", k, w.Header()[k])
+	}
+	fmt.Fprintf(&b, "body %q\n", w.Body.String())
+	return b.String()
+}
+
+// Golden compares got with the golden file, or, when update is set, writes got to it.
+func Golden(t testing.TB, golden, got string, update bool) {
+	t.Helper()
+	if update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("responses differ from %s at line %d:\n got %q\nwant %q", golden, i+1, gl[i], wl[i])
+			}
+		}
+		t.Fatalf("responses differ from %s in length: %d lines, want %d", golden, len(gl), len(wl))
+	}
 }

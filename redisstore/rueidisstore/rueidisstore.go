@@ -1,8 +1,7 @@
 // Package rueidisstore builds a [redisstore.Store] that reaches Redis through rueidis, whose
-// auto-pipelining sends the commands of concurrent decisions together on shared connections:
-// under many concurrent requests, it decides several times as many per CPU second as go-redis
-// (redisstore/BENCHMARKS.md), and unlike go-redis's own AutoPipeliner it holds the store's
-// timeout.
+// auto-pipelining sends the commands of concurrent decisions together on shared connections, as
+// the store shares round trips over go-redis (redisstore/BENCHMARKS.md has both side by side),
+// and unlike go-redis's own AutoPipeliner it holds the store's timeout.
 //
 //	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 //	r.Use(retryafter.LimitWith(rueidisstore.New(client, rate.Every(200*time.Millisecond), 10)))

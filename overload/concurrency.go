@@ -1,4 +1,4 @@
-package retryafter
+package overload
 
 import (
 	"container/list"
@@ -7,6 +7,10 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/clock"
+	"github.com/retryafter/retryafter/internal/door"
 )
 
 // Defaults of a [Concurrency].
@@ -21,10 +25,10 @@ const serviceWeight = 1.0 / 16
 
 // A Concurrency lets at most Max requests run at once, may hold a bounded queue of others for a
 // bounded time, and answers the rest 503 Service Unavailable with a Retry-After and a Date from
-// one clock reading: a limit on what the server can do at once, where [Limit] is one on what a
-// client may ask.
+// one clock reading: a limit on what the server can do at once, where [retryafter.Limit] is one
+// on what a client may ask.
 //
-//	c := &retryafter.Concurrency{Max: 64, Queue: 256}
+//	c := &overload.Concurrency{Max: 64, Queue: 256}
 //	r.Use(c.Handler)
 //	r.Use(retryafter.Limit(rate.Every(200*time.Millisecond), 10))
 //
@@ -34,15 +38,16 @@ const serviceWeight = 1.0 / 16
 // changes the pace by its share at most. A refused request is told the whole number of seconds,
 // never 0, after which a slot should have freed for it; clients refused together are told
 // different seconds, each second as many as the slots free in one, so that they come back as fast
-// as requests complete (see [Spread]). Each comes back at the fraction of a second it was refused
-// at: of a flood refused at one instant, those beyond the slots and the queue are refused again.
+// as requests complete (see [retryafter.Spread]). Each comes back at the fraction of a second it
+// was refused at: of a flood refused at one instant, those beyond the slots and the queue are
+// refused again.
 //
 // A request that finds every slot taken waits in the queue, first come first served, until a
 // slot frees, QueueWait passes (it is then refused), or the client hangs up (it leaves the
 // queue). A handler that panics frees its slot. A CORS preflight that CORS middleware answers is
 // passed on uncounted; a request only shaped as one takes a slot as any other. Mount it with
-// [Limit] in either order: outside, a request it refuses costs no quota; inside, only admitted
-// requests take a slot. A [Maintenance] goes before both.
+// [retryafter.Limit] in either order: outside, a request it refuses costs no quota; inside, only
+// admitted requests take a slot. A [retryafter.Maintenance] goes before both.
 //
 // A Concurrency is configured by its fields, which must be set before its Handler is first
 // called; Max must be at least 1 and the zero value is not ready. One Concurrency may guard
@@ -58,9 +63,9 @@ type Concurrency struct {
 	MaxPerKey int
 
 	// Key names the client a request counts against for MaxPerKey. If nil, the default is
-	// [ClientIP] with no trusted proxy. A request whose key function fails is answered 500
+	// [retryafter.ClientIP] with no trusted proxy. A request whose key function fails is answered 500
 	// Internal Server Error. It is called only when MaxPerKey is set.
-	Key KeyFunc
+	Key retryafter.KeyFunc
 
 	// Queue is the most requests that wait for a slot. If zero, none waits: a request that
 	// finds every slot taken is refused at once.
@@ -81,9 +86,9 @@ type Concurrency struct {
 	Now func() time.Time
 
 	// Respond writes the status line and body of the 503. If nil, the default is a short plain
-	// text; set it to a [ProblemDetails]' Respond method for RFC 9457 problem objects, of type
-	// temporary-reduced-capacity.
-	Respond Responder
+	// text; set it to a [retryafter.ProblemDetails]' Respond method for RFC 9457 problem
+	// objects, of type temporary-reduced-capacity.
+	Respond retryafter.Responder
 
 	// OnShed is told of every request refused with a 503, before it is answered, for logs and
 	// metrics. It runs on the request's goroutine and must be safe for concurrent use. If nil,
@@ -91,11 +96,10 @@ type Concurrency struct {
 	OnShed func(r *http.Request, s Shed)
 
 	once  sync.Once
-	key   KeyFunc
+	key   retryafter.KeyFunc
 	mu    sync.Mutex
 	state concurrencyState
-	ret   returns
-	emit  emitter
+	ret   clock.Returns
 }
 
 // A Shed describes a request that a [Concurrency] refused, for its OnShed hook.
@@ -219,12 +223,12 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 	c.once.Do(func() {
 		c.key = c.Key
 		if c.key == nil {
-			c.key = ClientIP()
+			c.key = retryafter.ClientIP()
 		}
 		c.state.base = c.now()
 	})
 	h := &concurrencyHandler{c: c, next: next}
-	h.preflights.seed = maphash.MakeSeed()
+	h.preflights.Seed = maphash.MakeSeed()
 	return h
 }
 
@@ -232,13 +236,13 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 type concurrencyHandler struct {
 	c          *Concurrency
 	next       http.Handler
-	preflights preflightMemory // what next does with requests shaped as preflights
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Free when it is one, which only the answer tells: see preflight.go.
-	preflight := isPreflight(r)
-	if preflight && h.preflights.pass(h, w, r) {
+	// Free when it is one, which only the answer tells: see package internal/door.
+	preflight := door.IsPreflight(r)
+	if preflight && h.preflights.Pass(h, w, r) {
 		return
 	}
 	k, slot, ok := h.c.admit(w, r)
@@ -248,15 +252,15 @@ func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.c.release(k, slot)
 	h.next.ServeHTTP(w, r)
 	if preflight {
-		h.preflights.learn(r, answersPreflight(w.Header()))
+		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 
-// serve implements frontDoor.
-func (h *concurrencyHandler) serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
+// Serve implements door.Door.
+func (h *concurrencyHandler) Serve(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
 
-// enter implements frontDoor: r takes a slot, which it frees once next has returned.
-func (h *concurrencyHandler) enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
+// Enter implements door.Door: r takes a slot, which it frees once next has returned.
+func (h *concurrencyHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	k, slot, ok := h.c.admit(w, r)
 	if !ok {
 		return nil, false
@@ -271,7 +275,7 @@ func (c *Concurrency) admit(w http.ResponseWriter, r *http.Request) (*keySlots, 
 	if c.MaxPerKey > 0 {
 		var err error
 		if key, err = c.key(r); err != nil {
-			c.emit.refuse(w, r, c.Respond, Refusal{Status: http.StatusInternalServerError}, c.now(), nil)
+			retryafter.Refuse(w, r, retryafter.Refusal{Status: http.StatusInternalServerError}, c.Respond, c.now())
 			return nil, held{}, false
 		}
 	}
@@ -480,7 +484,7 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 		// the returns of that pace, the held slots' share in it, and no cap of its own.
 		perSecond := c.pace(now, nil)
 		wait = fromSeconds(float64(st.queue.Len()+1) / perSecond)
-		wait = c.ret.spreadWait(now, wait, perSecond, 0, 1)
+		wait = c.ret.SpreadWait(now, wait, perSecond, 0, 1)
 	}
 	sh := Shed{Reason: reason, RetryAfter: wait, Running: st.running, Queued: st.queue.Len(), ServiceTime: fromSeconds(c.serviceTime(now))}
 	if k != nil {
@@ -495,7 +499,7 @@ func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time
 	if c.OnShed != nil {
 		c.OnShed(r, sh)
 	}
-	c.emit.refuse(w, r, c.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: sh.RetryAfter, Type: ProblemReducedCapacity}, now, nil)
+	retryafter.Refuse(w, r, retryafter.Refusal{Status: http.StatusServiceUnavailable, RetryAfter: sh.RetryAfter, Type: retryafter.ProblemReducedCapacity}, c.Respond, now)
 }
 
 // fromSeconds converts s seconds to a Duration, saturating at 2^62 ns (146 years), which leaves

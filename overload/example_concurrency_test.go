@@ -1,4 +1,4 @@
-package retryafter_test
+package overload_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/overload"
 )
 
 // ExampleConcurrency lets one request run at a time, and refuses the one that arrives while
@@ -38,10 +39,10 @@ import (
 //	| no Retry-After: full-jitter backoff         |                   1.0% |            1.27× |           91.2 s |     7325 |
 func ExampleConcurrency() {
 	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	c := &retryafter.Concurrency{
+	c := &overload.Concurrency{
 		Max: 1,
 		Now: func() time.Time { return clock },
-		OnShed: func(r *http.Request, s retryafter.Shed) {
+		OnShed: func(r *http.Request, s overload.Shed) {
 			fmt.Println("shed:", s.Reason, "running", s.Running, "retry after", s.RetryAfter)
 		},
 	}

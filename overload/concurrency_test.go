@@ -1,4 +1,4 @@
-package retryafter
+package overload
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/internal/testkit"
 	"golang.org/x/time/rate"
 )
 
@@ -445,7 +447,7 @@ func TestConcurrencyServiceTime(t *testing.T) {
 
 func TestConcurrencyProblemDetails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := &Concurrency{Max: 1, Respond: ProblemDetails{Always: true}.Respond}
+		c := &Concurrency{Max: 1, Respond: retryafter.ProblemDetails{Always: true}.Respond}
 		g := newGate()
 		h := c.Handler(g)
 		var wg sync.WaitGroup
@@ -453,21 +455,21 @@ func TestConcurrencyProblemDetails(t *testing.T) {
 		synctest.Wait()
 		w := serve(h, "GET", "192.0.2.1:2")
 		wantRefusal(t, w, http.StatusServiceUnavailable, time.Now())
-		var p problem
+		var p problemObject
 		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 			t.Fatal(err)
 		}
-		if p.Type != ProblemReducedCapacity || p.Status != 503 || p.RetryAfter != 1 || p.Title != "Temporary Reduced Capacity" {
+		if p.Type != retryafter.ProblemReducedCapacity || p.Status != 503 || p.RetryAfter != 1 || p.Title != "Temporary Reduced Capacity" {
 			t.Errorf("problem %+v, want temporary-reduced-capacity, 503, retry-after 1", p)
 		}
 		close(g.open)
 		wg.Wait()
 	})
-	// A Maintenance's 503 keeps about:blank.
-	m := &Maintenance{Respond: ProblemDetails{Always: true}.Respond}
+	// A retryafter.Maintenance's 503 keeps about:blank.
+	m := &retryafter.Maintenance{Respond: retryafter.ProblemDetails{Always: true}.Respond}
 	m.Start(time.Time{})
 	w := serve(m.Handler(ok), "GET", "192.0.2.1:1")
-	var p problem
+	var p problemObject
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Type != "about:blank" {
 		t.Errorf("maintenance problem %+v (%v), want about:blank", p, err)
 	}
@@ -479,7 +481,7 @@ func TestConcurrencyWithLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &Concurrency{Max: 1}
 		g := newGate()
-		h := c.Handler(Limit(rate.Every(time.Minute), 2)(g))
+		h := c.Handler(retryafter.Limit(rate.Every(time.Minute), 2)(g))
 		var wg sync.WaitGroup
 		running := concurrent(&wg, h, "192.0.2.1:1")
 		synctest.Wait()
@@ -522,16 +524,16 @@ func TestConcurrencyPreflightPasses(t *testing.T) {
 
 func TestConcurrencyPanics(t *testing.T) {
 	wantPanics(t, map[string]func(){
-		"nil next":         func() { (&Concurrency{Max: 1}).Handler(nil) },
-		"zero Max":         func() { (&Concurrency{}).Handler(ok) },
-		"negative per key": func() { (&Concurrency{Max: 1, MaxPerKey: -1}).Handler(ok) },
-		"negative queue":   func() { (&Concurrency{Max: 1, Queue: -1}).Handler(ok) },
-		"negative wait":    func() { (&Concurrency{Max: 1, QueueWait: -1}).Handler(ok) },
-		"negative service": func() { (&Concurrency{Max: 1, ServiceTime: -1}).Handler(ok) },
-		"Spread(nil)":      func() { Spread(nil, 1, 1) },
-		"Spread limit < 0": func() { Spread(NewTokenBucket(1, 1), -1, 1) },
-		"Spread limit NaN": func() { Spread(NewTokenBucket(1, 1), rate.Limit(math.NaN()), 1) },
-		"Spread burst < 0": func() { Spread(NewTokenBucket(1, 1), 1, -1) },
+		"nil next":                    func() { (&Concurrency{Max: 1}).Handler(nil) },
+		"zero Max":                    func() { (&Concurrency{}).Handler(ok) },
+		"negative per key":            func() { (&Concurrency{Max: 1, MaxPerKey: -1}).Handler(ok) },
+		"negative queue":              func() { (&Concurrency{Max: 1, Queue: -1}).Handler(ok) },
+		"negative wait":               func() { (&Concurrency{Max: 1, QueueWait: -1}).Handler(ok) },
+		"negative service":            func() { (&Concurrency{Max: 1, ServiceTime: -1}).Handler(ok) },
+		"retryafter.Spread(nil)":      func() { retryafter.Spread(nil, 1, 1) },
+		"retryafter.Spread limit < 0": func() { retryafter.Spread(retryafter.NewTokenBucket(1, 1), -1, 1) },
+		"retryafter.Spread limit NaN": func() { retryafter.Spread(retryafter.NewTokenBucket(1, 1), rate.Limit(math.NaN()), 1) },
+		"retryafter.Spread burst < 0": func() { retryafter.Spread(retryafter.NewTokenBucket(1, 1), 1, -1) },
 	})
 	for r, want := range map[ShedReason]string{ShedFull: "full", ShedTimeout: "timeout", ShedKey: "key", ShedCanceled: "canceled", 0: "unknown"} {
 		if r.String() != want {
@@ -557,7 +559,7 @@ func TestConcurrencyInvariants(t *testing.T) {
 			running, most := 0, 0
 			perKey := map[string]int{}
 			h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				key, _ := ClientIP()(r)
+				key, _ := retryafter.ClientIP()(r)
 				mu.Lock()
 				running++
 				perKey[key]++
@@ -636,7 +638,7 @@ func BenchmarkConcurrencyAdmitted(b *testing.B) {
 		b.Run("MaxPerKey="+strconv.Itoa(perKey), func(b *testing.B) {
 			h := (&Concurrency{Max: 64, MaxPerKey: perKey}).Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			r := httptest.NewRequest("GET", "/", nil)
-			w := newTestWriter()
+			w := httptest.NewRecorder()
 			b.ReportAllocs()
 			for b.Loop() {
 				h.ServeHTTP(w, r)
@@ -656,9 +658,9 @@ var sleeper = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 func serveFor(h http.Handler, d time.Duration) int {
 	r := httptest.NewRequestWithContext(context.WithValue(context.Background(), sleepKey{}, d), "GET", "/", nil)
 	r.RemoteAddr = "192.0.2.1:1"
-	w := newTestWriter()
+	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	return max(w.code, http.StatusOK)
+	return w.Code
 }
 
 // slotLoop keeps one slot of h busy: it sends requests one after another, each holding its slot
@@ -1063,4 +1065,52 @@ func TestConcurrencyHeldSlotsPace(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The test helpers shared with the root package's tests.
+var (
+	t0             = testkit.T0
+	wantRefusal    = testkit.WantRefusal
+	serve          = testkit.Serve
+	ok             = testkit.OK
+	corsMiddleware = testkit.CORS
+)
+
+func wantPanics(t *testing.T, tests map[string]func()) {
+	t.Helper()
+	testkit.WantPanics(t, "retryafter: ", tests)
+}
+
+// problemObject is an RFC 9457 problem object as ProblemDetails writes it.
+type problemObject struct {
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Status     int    `json:"status"`
+	RetryAfter int64  `json:"retry-after,omitempty"`
+}
+
+// TestConcurrencyAfterAStepBack sets the clock of a Concurrency back a day: its refusals, a slot
+// freeing about every second, are told a second apart from the one before the step, not the
+// day.
+func TestConcurrencyAfterAStepBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := testkit.NewClock(t0)
+		c := &Concurrency{Max: 1, Now: clk.Now}
+		g := newGate()
+		h := c.Handler(g)
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1")
+		synctest.Wait()
+		serve(h, "GET", "192.0.2.2:1")
+		clk.Set(t0.Add(-24 * time.Hour))
+		for i := range 3 {
+			w := serve(h, "GET", "192.0.2.3:1")
+			// The refusals of one instant come back a second apart, the first refused before.
+			if got := wantRefusal(t, w, http.StatusServiceUnavailable, clk.Now()); got > time.Duration(i+2)*time.Second {
+				t.Errorf("refusal %d after the clock stepped back a day: Retry-After %v, want at most %ds", i+1, got, i+2)
+			}
+		}
+		close(g.open)
+		wg.Wait()
+	})
 }

@@ -1,4 +1,4 @@
-package retryafter
+package clock
 
 import (
 	"sync"
@@ -6,22 +6,22 @@ import (
 	"time"
 )
 
-// steps holds the steps back of a clock without monotonic readings that the tables of a
+// Steps holds the steps back of a clock without monotonic readings that the tables of a
 // TokenBucket have taken: a shift added to every reading, and a step proposed but not yet taken.
 //
-// A reading more than maxLag behind the latest instant of its table is either stale (a request
+// A reading more than MaxLag behind the latest instant of its table is either stale (a request
 // that read the clock long before it was decided) or the first of a clock stepped back. It
 // proposes a step by as much as makes it the latest instant, and is decided there. While the
 // step is proposed, the readings of the clock's new line are read with it, as far after the
 // latest instant as they are after the line's first reading: neither frozen nor credited for
 // the step, their waits measured from them. A reading of the old line drops the proposal (a
 // stale reading is followed by current ones at once), and is read as before; so a one-off stale
-// reading credits nothing. The step is taken once the new line has run on for confirmStep with
+// reading credits nothing. The step is taken once the new line has run on for ConfirmStep with
 // no reading of the old line in between. A reading behind the new line too proposes afresh.
 //
 // The shift is read with an atomic load; a table goes through mu only for a reading more than
-// maxLag behind or while a step is proposed, and with its own lock held, never the other way.
-type steps struct {
+// MaxLag behind or while a step is proposed, and with its own lock held, never the other way.
+type Steps struct {
 	shift   atomic.Int64 // added to every reading of the clock; only grows
 	pending atomic.Bool  // a step is proposed: the fields below hold it
 
@@ -32,10 +32,10 @@ type steps struct {
 	step  time.Duration // the step proposed: old, when proposed, less first
 }
 
-// confirmStep is how long a clock's new line of readings must run on, with no reading of the old
+// ConfirmStep is how long a clock's new line of readings must run on, with no reading of the old
 // line in between, before a step back to it is taken: longer than requests read the clock apart
 // and are still decided before any other, even on a machine that stalls for seconds.
-const confirmStep = 5 * time.Second
+const ConfirmStep = 5 * time.Second
 
 // maxShift bounds all the steps back taken together, short of the 292 years a Duration holds: a
 // reading further behind than that (the zero time.Time) is decided at the latest instant and
@@ -43,11 +43,11 @@ const confirmStep = 5 * time.Second
 const maxShift = 250 * 365 * 24 * time.Hour
 
 // see tells s of the reading at, shifted by shift, of a clock without monotonic readings, in a
-// table whose latest instant is latest, when a step is proposed or at is more than maxLag behind
+// table whose latest instant is latest, when a step is proposed or at is more than MaxLag behind
 // latest. It proposes a step, confirms it or drops it, and returns the shift at's reading is to
 // be read with: the shift, as a step taken since may have grown it, and the step proposed for a
 // reading of the new line.
-func (s *steps) see(at time.Time, shift int64, latest time.Time) int64 {
+func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now := s.shift.Load(); now != shift {
@@ -58,14 +58,14 @@ func (s *steps) see(at time.Time, shift int64, latest time.Time) int64 {
 			s.old = latest
 		}
 		switch {
-		case !at.Before(s.old.Add(-maxLag)):
+		case !at.Before(s.old.Add(-MaxLag)):
 			s.pending.Store(false) // a reading of the old line: the proposal was a stale reading
 			return shift
-		case !at.Before(s.last.Add(-maxLag)):
+		case !at.Before(s.last.Add(-MaxLag)):
 			if at.After(s.last) {
 				s.last = at
 			}
-			if s.last.Sub(s.first) < confirmStep {
+			if s.last.Sub(s.first) < ConfirmStep {
 				return shift + int64(s.step)
 			}
 			shift += int64(s.step)
@@ -75,10 +75,13 @@ func (s *steps) see(at time.Time, shift int64, latest time.Time) int64 {
 		}
 		// Behind the new line too: proposed afresh.
 	}
-	if lag := latest.Sub(at); lag > maxLag && time.Duration(shift) <= maxShift-lag {
+	if lag := latest.Sub(at); lag > MaxLag && time.Duration(shift) <= maxShift-lag {
 		s.old, s.first, s.last, s.step = latest, at, at, lag
 		s.pending.Store(true)
 		return shift + int64(lag)
 	}
 	return shift
 }
+
+// Shift returns the steps back taken so far, added to every reading.
+func (s *Steps) Shift() time.Duration { return time.Duration(s.shift.Load()) }

@@ -1,16 +1,28 @@
-package retryafter
+// Package door holds what the front doors of retryafter share (the handlers of the root
+// package's Middleware and Maintenance, and of package overload's Concurrency): the one rule
+// for requests shaped as CORS preflights.
+package door
 
 import (
 	"hash/maphash"
 	"net/http"
+	"strings"
 	"sync/atomic"
+)
+
+// Names of the CORS fields, canonical so that reading them is a plain map lookup.
+const (
+	HeaderRequest      = "Access-Control-Request-Method"
+	HeaderAllowMethods = "Access-Control-Allow-Methods"
+	HeaderAllowHeaders = "Access-Control-Allow-Headers"
+	HeaderOrigin       = "Origin"
 )
 
 // A request shaped as a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
 // is free when it is one: when CORS middleware answers it as its preflight. Whether it is, only
 // the answer tells, and a limit is there to protect the handler, which must not run for a
 // client more often than the limit admits. So each front door (the handler of a Middleware, of a
-// Concurrency, of a Maintenance: a frontDoor) learns what next does with such requests, by one
+// Concurrency, of a Maintenance: a Door) learns what next does with such requests, by one
 // rule, where to be decided is to be counted by the limiter, to take a slot, or to be refused
 // while maintenance is on:
 //
@@ -45,13 +57,13 @@ import (
 // only when next answers a preflight to another route as one: once next has answered one other
 // than as a preflight, only an admitted request can do that.
 
-// answeredRoutes is how many routes whose preflights next answers a preflightMemory remembers.
+// answeredRoutes is how many routes whose preflights next answers a Memory remembers.
 const answeredRoutes = 64
 
-// A preflightMemory is what the handler of a Middleware has learned of what next does with
-// requests shaped as preflights. It is safe for concurrent use; its seed is set before use.
-type preflightMemory struct {
-	seed     maphash.Seed
+// A Memory is what the handler of a Middleware has learned of what next does with
+// requests shaped as preflights. It is safe for concurrent use; its Seed is set before use.
+type Memory struct {
+	Seed     maphash.Seed
 	handled  atomic.Bool                   // next has answered one other than as a preflight
 	probing  atomic.Bool                   // one is passed on uncounted to learn what next does
 	answered [answeredRoutes]atomic.Uint64 // hashes of routes next answered preflights to, one a slot
@@ -59,7 +71,7 @@ type preflightMemory struct {
 
 // answers reports whether next is taken to answer r, shaped as a preflight, as CORS middleware
 // does: next answered a preflight to its route as one.
-func (p *preflightMemory) answers(r *http.Request) bool {
+func (p *Memory) answers(r *http.Request) bool {
 	k := p.route(r)
 	return p.answered[(k>>1)%answeredRoutes].Load() == k
 }
@@ -67,15 +79,15 @@ func (p *preflightMemory) answers(r *http.Request) bool {
 // probe reports whether r, shaped as a preflight, is to be passed on uncounted to learn what
 // next does with it: while next has answered none other than as a preflight, and no other is
 // being passed on so. The caller that is told true calls probed when next has answered.
-func (p *preflightMemory) probe() bool {
+func (p *Memory) probe() bool {
 	return !p.handled.Load() && p.probing.CompareAndSwap(false, true)
 }
 
 // probed ends what probe began.
-func (p *preflightMemory) probed() { p.probing.Store(false) }
+func (p *Memory) probed() { p.probing.Store(false) }
 
-// learn records whether next answered r, shaped as a preflight, as a preflight.
-func (p *preflightMemory) learn(r *http.Request, preflight bool) {
+// Learn records whether next answered r, shaped as a preflight, as a preflight.
+func (p *Memory) Learn(r *http.Request, preflight bool) {
 	k := p.route(r)
 	slot := &p.answered[(k>>1)%answeredRoutes]
 	if preflight {
@@ -88,37 +100,37 @@ func (p *preflightMemory) learn(r *http.Request, preflight bool) {
 
 // route returns the hash of r's route, its host and path, and its Origin: never 0, which is an
 // empty slot.
-func (p *preflightMemory) route(r *http.Request) uint64 {
+func (p *Memory) route(r *http.Request) uint64 {
 	var h maphash.Hash
-	h.SetSeed(p.seed)
+	h.SetSeed(p.Seed)
 	h.WriteString(r.Host)
 	h.WriteByte(0)
 	h.WriteString(r.URL.Path)
 	h.WriteByte(0)
-	h.WriteString(r.Header.Get(headerOrigin))
+	h.WriteString(r.Header.Get(HeaderOrigin))
 	return h.Sum64() | 1
 }
 
-// A frontDoor is a middleware that limits what reaches next ([Limit]'s, [Concurrency]'s,
+// A Door is a middleware that limits what reaches next ([Limit]'s, [Concurrency]'s,
 // [Maintenance]'s), as the preflight learning sees it: one rule for requests shaped as
 // preflights serves them all.
-type frontDoor interface {
-	// serve passes r to next.
-	serve(w http.ResponseWriter, r *http.Request)
+type Door interface {
+	// Serve passes r to next.
+	Serve(w http.ResponseWriter, r *http.Request)
 
-	// enter decides r as the request it is. If it admits r, it returns true and what to call
+	// Enter decides r as the request it is. If it admits r, it returns true and what to call
 	// once next has returned (nil: nothing); otherwise it has answered r and returns false.
-	enter(w http.ResponseWriter, r *http.Request) (leave func(), ok bool)
+	Enter(w http.ResponseWriter, r *http.Request) (leave func(), ok bool)
 }
 
-// pass passes r, shaped as a preflight, to d's next uncounted and reports true when it is taken
+// Pass passes r, shaped as a preflight, to d's next uncounted and reports true when it is taken
 // for one: answered by CORS middleware before d, or sent where next is taken to answer
 // preflights, or passed on to learn what next does. Otherwise it reports false, and d decides r
-// first, as any request, then calls learn if next ran.
-func (p *preflightMemory) pass(d frontDoor, w http.ResponseWriter, r *http.Request) bool {
+// first, as any request, then calls Learn if next ran.
+func (p *Memory) Pass(d Door, w http.ResponseWriter, r *http.Request) bool {
 	switch {
-	case answersPreflight(w.Header()):
-		d.serve(w, r)
+	case AnswersPreflight(w.Header()):
+		d.Serve(w, r)
 	case p.answers(r):
 		p.serve(d, w, r)
 	case p.probe():
@@ -131,10 +143,10 @@ func (p *preflightMemory) pass(d frontDoor, w http.ResponseWriter, r *http.Reque
 }
 
 // serve passes r, shaped as a preflight, to d's next through a preflightWriter.
-func (p *preflightMemory) serve(d frontDoor, w http.ResponseWriter, r *http.Request) {
+func (p *Memory) serve(d Door, w http.ResponseWriter, r *http.Request) {
 	pw := &preflightWriter{ResponseWriter: w, d: d, p: p, r: r, saved: w.Header().Clone()}
 	defer pw.left()
-	d.serve(pw, r)
+	d.Serve(pw, r)
 	pw.check() // a handler that wrote nothing: net/http sends 200, which is no preflight answer
 }
 
@@ -142,11 +154,11 @@ func (p *preflightMemory) serve(d frontDoor, w http.ResponseWriter, r *http.Requ
 // it is.
 type preflightWriter struct {
 	http.ResponseWriter
-	d     frontDoor
-	p     *preflightMemory
+	d     Door
+	p     *Memory
 	r     *http.Request
 	saved http.Header // the header before next: a refusal starts from it
-	leave func()      // what d's enter asked to call once next has returned
+	leave func()      // what d's Enter asked to call once next has returned
 	state uint8       // 0 undecided, passing, or refused
 }
 
@@ -159,8 +171,8 @@ const (
 func (w *preflightWriter) check() bool {
 	if w.state == 0 {
 		w.state = preflightPassing
-		answered := answersPreflight(w.ResponseWriter.Header())
-		w.p.learn(w.r, answered)
+		answered := AnswersPreflight(w.ResponseWriter.Header())
+		w.p.Learn(w.r, answered)
 		if !answered && !w.admit() {
 			w.state = preflightRefused
 		}
@@ -168,20 +180,20 @@ func (w *preflightWriter) check() bool {
 	return w.state == preflightPassing
 }
 
-// left calls what d's enter asked to call once next has returned.
+// left calls what d's Enter asked to call once next has returned.
 func (w *preflightWriter) left() {
 	if w.leave != nil {
 		w.leave()
 	}
 }
 
-// answersPreflight reports whether h is the header of CORS middleware's answer to a preflight:
+// AnswersPreflight reports whether h is the header of CORS middleware's answer to a preflight:
 // it allows methods or headers, or varies by Access-Control-Request-Method, as go-chi/cors and
 // rs/cors set on every preflight they answer, those they turn down included.
-func answersPreflight(h http.Header) bool {
-	_, methods := h[headerAllowMethods]
-	_, headers := h[headerAllowHeaders]
-	return methods || headers || listHas(h["Vary"], headerRequest)
+func AnswersPreflight(h http.Header) bool {
+	_, methods := h[HeaderAllowMethods]
+	_, headers := h[HeaderAllowHeaders]
+	return methods || headers || ListHas(h["Vary"], HeaderRequest)
 }
 
 // admit decides the request as any other and reports whether its response may go out; if not,
@@ -190,7 +202,7 @@ func (w *preflightWriter) admit() bool {
 	h := w.ResponseWriter.Header()
 	theirs := h.Clone()
 	restore(h, w.saved)
-	leave, ok := w.d.enter(w.ResponseWriter, w.r)
+	leave, ok := w.d.Enter(w.ResponseWriter, w.r)
 	if ok {
 		w.leave = leave
 		for k, v := range theirs {
@@ -232,3 +244,37 @@ func (w *preflightWriter) Flush() {
 
 // Unwrap returns the ResponseWriter underneath, for [http.ResponseController].
 func (w *preflightWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// IsPreflight reports whether r is a CORS preflight request: OPTIONS with an Origin and a
+// non-empty Access-Control-Request-Method. A browser's preflight always names a method (Fetch,
+// "CORS-preflight fetch"), and CORS middleware (go-chi/cors, rs/cors) takes an empty one for an
+// ordinary OPTIONS and passes it on; so must the limiter, or one such request would teach it
+// that the chain does not answer preflights.
+func IsPreflight(r *http.Request) bool {
+	if r.Method != http.MethodOptions {
+		return false
+	}
+	_, origin := r.Header[HeaderOrigin]
+	return origin && r.Header.Get(HeaderRequest) != ""
+}
+
+// HasOrigin reports whether r is a cross-origin request as a browser sends it.
+func HasOrigin(r *http.Request) bool {
+	_, ok := r.Header[HeaderOrigin]
+	return ok
+}
+
+// ListHas reports whether the comma-separated lines of a list-valued field hold name,
+// compared case-insensitively, without allocating.
+func ListHas(lines []string, name string) bool {
+	for _, line := range lines {
+		for line != "" {
+			var item string
+			item, line, _ = strings.Cut(line, ",")
+			if strings.EqualFold(strings.Trim(item, " \t"), name) {
+				return true
+			}
+		}
+	}
+	return false
+}

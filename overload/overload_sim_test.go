@@ -1,4 +1,4 @@
-package retryafter
+package overload
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryafter/retryafter"
 	"golang.org/x/time/rate"
 )
 
@@ -37,7 +38,7 @@ type simStrategy struct {
 var (
 	// obey waits exactly what Retry-After says, read by the strict parser.
 	obey = simStrategy{"Retry-After as sent", func(w *httptest.ResponseRecorder, _ int, _ *rand.Rand) time.Duration {
-		d, ok := ParseRetryAfter(w.Header(), time.Now())
+		d, ok := retryafter.ParseRetryAfter(w.Header(), time.Now())
 		if !ok {
 			panic("no Retry-After on " + fmt.Sprint(w.Code))
 		}
@@ -178,7 +179,7 @@ func TestSimulationMaintenance(t *testing.T) {
 		{backoff, simCapacity, ""},
 	} {
 		synctest.Test(t, func(t *testing.T) {
-			m := &Maintenance{ReturnRate: rate.Limit(run.rate)}
+			m := &retryafter.Maintenance{ReturnRate: rate.Limit(run.rate)}
 			m.Start(time.Now().Add(window))
 			go func() {
 				time.Sleep(window)

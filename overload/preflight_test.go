@@ -1,0 +1,88 @@
+package overload
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+)
+
+// TestPreflightShapedConcurrency sends waves of 20 requests shaped as CORS preflights at once
+// through a Concurrency of 2 slots to a handler that serves every method, with no CORS
+// middleware: the first request of the first wave is passed on to learn what the chain does
+// (see package internal/door), and from then on the handler never runs more than 2 at once, the others
+// refused 503. Until this was so, all 20 ran at once. A real preflight, answered by CORS
+// middleware on either side, is still answered while every slot is taken.
+func TestPreflightShapedConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 2}
+		g := newGate()
+		h := c.Handler(g)
+		for wave := range 3 {
+			g.open = make(chan struct{})
+			g.most = 0
+			var wg sync.WaitGroup
+			codes := make([]int, 20)
+			for i := range codes {
+				wg.Go(func() { codes[i] = serveRequest(h, preflightShaped("192.0.2.1:1")).Code })
+			}
+			synctest.Wait()
+			close(g.open)
+			wg.Wait()
+			most := c.Max
+			if wave == 0 {
+				most++ // the one passed on to learn, once for the life of the handler
+			}
+			if g.most > most {
+				t.Fatalf("wave %d: %d requests shaped as preflights ran the handler at once, want at most %d", wave, g.most, most)
+			}
+			if n := strings.Count(fmt.Sprint(codes), "503"); n < 20-most {
+				t.Fatalf("wave %d: %d of 20 refused, want at least %d: %v", wave, n, 20-most, codes)
+			}
+		}
+	})
+	for _, order := range []string{"CORS before", "CORS after"} {
+		t.Run(order, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := &Concurrency{Max: 1}
+				g := newGate()
+				var h http.Handler
+				if order == "CORS before" {
+					h = corsMiddleware(false)(c.Handler(g))
+				} else {
+					h = c.Handler(corsMiddleware(false)(g))
+				}
+				var wg sync.WaitGroup
+				concurrent(&wg, h, "192.0.2.1:1") // takes the one slot
+				synctest.Wait()
+				for i := range 20 {
+					if code := serveRequest(h, preflightShaped("198.51.100.1:1")).Code; code != http.StatusNoContent {
+						t.Fatalf("preflight %d with every slot taken: %d, want 204", i+1, code)
+					}
+				}
+				close(g.open)
+				wg.Wait()
+			})
+		})
+	}
+}
+
+// preflightShaped returns a request shaped as a CORS preflight from remote.
+func preflightShaped(remote string) *http.Request {
+	r := httptest.NewRequest(http.MethodOptions, "http://api.test/", nil)
+	r.RemoteAddr = remote
+	r.Header.Set("Origin", "http://page.test")
+	r.Header.Set("Access-Control-Request-Method", "GET")
+	r.Header.Set("Access-Control-Request-Headers", "x-custom")
+	return r
+}
+
+// serveRequest sends r through h and returns what h answered.
+func serveRequest(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
