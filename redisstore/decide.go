@@ -101,6 +101,7 @@ type ask struct {
 	plan    plan          // the key's
 	at      int64         // now's instant (see Store.instant)
 	timeout time.Duration // what the round trip may take: the store's, or what a wait left of it
+	maxWait time.Duration // how far away a place may be promised (see Store.Reserve); 0: none
 	carried carry         // what the key owed, that the call carries (see takeCharges)
 	failure error         // the failure of Redis the call met, if any
 	// The memory of refusals' (see recall): the fingerprint of the key's plan (see plan.mix), the
@@ -117,6 +118,12 @@ func (s *Store) call(ctx context.Context, a *ask) ([]int64, error) {
 	c := s.newCall(a.key, a.cost, a.now, &a.plan)
 	if a.carried.f != nil {
 		c.extend(a.carried.tokens, max(a.at-a.carried.at, 0))
+	}
+	if a.maxWait > 0 {
+		if c.nargs < 9 {
+			c.extend(0, 0) // nothing carried
+		}
+		c.args[9], c.nargs = a.maxWait.Nanoseconds(), 10
 	}
 	if s.refusals != nil {
 		a.ticket = s.refusals.ticket(a.key, a.carried.f != nil)
@@ -199,7 +206,7 @@ func (c *call) of(script *script, want int) scriptCall {
 // A call is the key and the script's arguments of one round trip, in one allocation.
 type call struct {
 	keys  [1]string
-	args  [9]any
+	args  [10]any
 	nargs int
 }
 
@@ -277,12 +284,10 @@ func decision(res []int64, p retryafter.Policy) retryafter.Decision {
 		Remaining: int(res[2]),
 		Reset:     time.Duration((res[3]+999)/1000) * time.Microsecond, // d, ns, rounded up to µs
 	}
-	if !d.Allowed {
-		if res[1] < 0 {
-			d.RetryAfter = rate.InfDuration
-		} else {
-			d.RetryAfter = time.Duration(res[1]) * time.Microsecond
-		}
+	if res[1] < 0 {
+		d.RetryAfter = rate.InfDuration
+	} else {
+		d.RetryAfter = time.Duration(res[1]) * time.Microsecond // 0, or the wait until a place
 	}
 	return d
 }

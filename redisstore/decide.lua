@@ -14,8 +14,11 @@
 --          none).
 -- ARGV[8]  optional, with ARGV[9]: tokens a Store deferred charging (see carry in state.lua),
 --          and how many nanoseconds before now the last of those charges was made.
+-- ARGV[10] optional: how far away, in nanoseconds, a place may be promised: a request whose
+--          wait is at most that is admitted at its place, spent now as of then, and its wait
+--          returned (see Store.Reserve).
 --
--- Returns {allowed (1 or 0), wait in microseconds (-1: never; 0 when allowed),
+-- Returns {allowed (1 or 0), wait in microseconds (-1: never; 0 when allowed at once),
 --          remaining tokens after the request, d: nanoseconds until the bucket is full}. The
 --          store rounds d up to Reset's microseconds, and keeps it whole to answer a refusal it
 --          remembers as this script would later.
@@ -31,6 +34,11 @@ local allowed = 0
 local wait = -1
 if cost <= burst then
 	{{template "admit" "cost"}}
+	if allowed == 0 and ARGV[10] and (d - horizon) + cost * interval <= tonumber(ARGV[10]) then
+		allowed = 1
+		d = d + cost * interval
+		changed = true
+	end
 end
 if changed then
 	local tag
