@@ -277,55 +277,79 @@ type apart struct{ *TokenBucket }
 
 func (apart) Combine([]Layer) (Limiter, bool) { return nil, false }
 
+// reserver is a Limiter that promises places: edge.Reserver.
+type reserver interface {
+	Limiter
+	Reserve(context.Context, string, int, time.Time, time.Duration) (Decision, error)
+	Release(context.Context, string, int, time.Time) error
+}
+
+// reservers returns the Limiters of TestReserveProperty at limit and burst: a TokenBucket, an
+// All of two combined, and an All of two decided one store after the other.
+func reservers(t *testing.T, limit rate.Limit, burst int) []reserver {
+	apartAll := All(NewTokenBucket(limit*3, burst), Shared(apart{NewTokenBucket(limit, burst)}, "all")).(*all)
+	if len(apartAll.groups) != 2 {
+		t.Fatalf("%d groups", len(apartAll.groups))
+	}
+	return []reserver{
+		NewTokenBucket(limit, burst),
+		All(NewTokenBucket(limit, burst), Shared(NewTokenBucket(limit*3, burst), "all")).(*all),
+		apartAll,
+	}
+}
+
 // TestReserveProperty: over random policies, costs, waits and instants, through a TokenBucket
-// and an All of two, combined or not: Reserve admits at once, or at a place at most maxWait away, or refuses with
-// a wait beyond maxWait and spends nothing; Release of a place gives back what it spent.
+// and an All of two, combined or not: Reserve admits at a place exactly when it is at most
+// maxWait away, and otherwise refuses and spends nothing; Release of a place gives back what it
+// spent.
 func TestReserveProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(59, 1))
-	ctx := context.Background()
 	for trial := range 2000 {
-		limit := rate.Limit(0.05 + rng.Float64()*50)
-		burst := 1 + rng.IntN(10)
-		var l interface {
-			Limiter
-			Reserve(context.Context, string, int, time.Time, time.Duration) (Decision, error)
-			Release(context.Context, string, int, time.Time) error
-		}
-		switch trial % 3 {
-		case 0:
-			l = NewTokenBucket(limit, burst)
-		case 1:
-			l = All(NewTokenBucket(limit, burst), Shared(NewTokenBucket(limit*3, burst), "all")).(*all)
-		default: // decided one store after the other
-			a := All(NewTokenBucket(limit*3, burst), Shared(apart{NewTokenBucket(limit, burst)}, "all")).(*all)
-			if len(a.groups) != 2 {
-				t.Fatalf("%d groups", len(a.groups))
-			}
-			l = a
-		}
+		l := reservers(t, rate.Limit(0.05+rng.Float64()*50), 1+rng.IntN(10))[trial%3]
 		now := t0
 		for step := range 20 {
 			now = now.Add(time.Duration(rng.Int64N(int64(time.Second))))
-			cost, most := 1+rng.IntN(burst), time.Duration(rng.Int64N(int64(2*time.Second)))
-			before, _ := l.Decide(ctx, "k", 0, now)
-			d, err := l.Reserve(ctx, "k", cost, now, most)
-			after, _ := l.Decide(ctx, "k", 0, now)
-			switch {
-			case err != nil:
+			if err := reserveStep(l, rng, now); err != nil {
 				t.Fatalf("trial %d step %d: %v", trial, step, err)
-			case !d.Allowed && (d.RetryAfter <= most || after.Remaining != before.Remaining || after.Reset != before.Reset):
-				t.Fatalf("trial %d step %d: refused with %v (max %v), quota %+v then %+v", trial, step, d.RetryAfter, most, before, after)
-			case d.Allowed && d.RetryAfter > most:
-				t.Fatalf("trial %d step %d: a place %v away, max %v", trial, step, d.RetryAfter, most)
-			case d.Allowed && d.RetryAfter > 0 && rng.IntN(2) == 0:
-				if err := l.Release(ctx, "k", cost, now); err != nil {
-					t.Fatal(err)
-				}
-				back, _ := l.Decide(ctx, "k", 0, now)
-				if back.Remaining != before.Remaining || (back.Reset-before.Reset).Abs() > time.Microsecond {
-					t.Fatalf("trial %d step %d: released to %+v, want %+v", trial, step, back, before)
-				}
 			}
 		}
 	}
+}
+
+// reserveStep asks l for a random cost at now: when it is refused at once with a wait, a bound
+// a nanosecond short of the wait refuses and spends nothing, and a bound at or past it admits at
+// that very place; it may then release the place, which must give back what it spent.
+func reserveStep(l reserver, rng *rand.Rand, now time.Time) error {
+	ctx := context.Background()
+	before, _ := l.Decide(ctx, "k", 0, now)
+	cost := 1 + rng.IntN(before.Limit)
+	first, err := l.Reserve(ctx, "k", cost, now, 0)
+	if err != nil || first.Allowed || first.RetryAfter >= rate.InfDuration {
+		return err
+	}
+	before, _ = l.Decide(ctx, "k", 0, now)
+	short, err := l.Reserve(ctx, "k", cost, now, first.RetryAfter-1)
+	after, _ := l.Decide(ctx, "k", 0, now)
+	if err != nil || short.Allowed || after.Remaining != before.Remaining || after.Reset != before.Reset {
+		return fmt.Errorf("a nanosecond short of a wait of %v: %+v, %v; quota %+v then %+v", first.RetryAfter, short, err, before, after)
+	}
+	most := first.RetryAfter // the bound itself, or past it
+	if rng.IntN(2) == 0 {
+		most += time.Duration(rng.Int64N(int64(time.Second)))
+	}
+	d, err := l.Reserve(ctx, "k", cost, now, most)
+	if err != nil || !d.Allowed || d.RetryAfter != first.RetryAfter {
+		return fmt.Errorf("within %v of a place %v away: %+v, %v", most, first.RetryAfter, d, err)
+	}
+	if rng.IntN(2) == 0 {
+		return nil
+	}
+	if err := l.Release(ctx, "k", cost, now); err != nil {
+		return err
+	}
+	back, _ := l.Decide(ctx, "k", 0, now)
+	if back.Remaining != before.Remaining || (back.Reset-before.Reset).Abs() > time.Microsecond {
+		return fmt.Errorf("released to %+v, want %+v", back, before)
+	}
+	return nil
 }
