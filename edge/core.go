@@ -105,7 +105,7 @@ type Verdict struct {
 	Outcome  Outcome
 	Decision Decision  // the Limiter's; zero when it was not asked or failed
 	Key      string    // the client's key; "" for an exempt request or a failed key function
-	Now      time.Time // the clock's reading for the request; zero for an exempt one
+	Now      time.Time // the clock's reading for the request (once served, if it waited); 0 if exempt
 	Failure  Failure   // why a FailedOpen or FailedClosed request failed
 }
 
