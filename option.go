@@ -244,8 +244,9 @@ const (
 // client that hangs up while it waits gives its place back to the requests that come after it.
 // The wait counts against http.Server's WriteTimeout; mount the middleware outside
 // [Concurrency], so that a waiting request holds no slot. In a dry run a request that would wait is passed on at once, as [DryRunWaited]. Only a
-// limiter that can promise a place waits ([edge.Reserver]: a [TokenBucket], and [All] and
-// [Shared] of them); with others the option has no effect. At most [edge.DefaultMaxWaiting]
+// limiter that can promise a place waits ([edge.Reserver]: a [TokenBucket], [All] and [Shared]
+// of them, and package redisstore's Store, but not Stores that an All combines in one script);
+// with others the option has no effect. At most [edge.DefaultMaxWaiting]
 // requests wait at once unless [WithMaxWaiting] says otherwise; beyond, they are refused as
 // without WithWait. It panics if max is negative.
 func WithWait(max time.Duration) Option {
