@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"golang.org/x/time/rate"
 )
 
@@ -610,7 +611,7 @@ func (s *pairStore) Decide(context.Context, string, int, time.Time) (Decision, e
 
 func (s *pairStore) Charge(context.Context, string, int, time.Time) error { return nil }
 
-func (s *pairStore) Combine(layers []Layer) (Limiter, bool) {
+func (s *pairStore) Combine(layers []edge.Layer) (Limiter, bool) {
 	if len(layers) > 2 {
 		return nil, false
 	}
@@ -805,12 +806,12 @@ func TestBinding(t *testing.T) {
 			}
 			ds[i] = d
 		}
-		got, want := Binding(ds...), model(ds)
+		got, want := edge.Binding(ds...), model(ds)
 		if plain(got) != want {
-			t.Fatalf("Binding(%+v) = %+v, want %+v", ds, got, want)
+			t.Fatalf("edge.Binding(%+v) = %+v, want %+v", ds, got, want)
 		}
 		if layers := got.Layers(); (len(ds) > 1) != (layers != nil) || (layers != nil && !slices.Equal(layers, ds)) {
-			t.Fatalf("Binding(%+v) lists the layers %+v", ds, layers)
+			t.Fatalf("edge.Binding(%+v) lists the layers %+v", ds, layers)
 		}
 	}
 }
@@ -1005,9 +1006,9 @@ func TestAllKeepsItsBucketsAtTheBound(t *testing.T) {
 // Decision that lists its layers only when there are several.
 func TestCombineLayers(t *testing.T) {
 	b := NewTokenBucket(1, 10)
-	layers := make([]Layer, 17)
+	layers := make([]edge.Layer, 17)
 	for i := range layers {
-		layers[i] = Layer{Limiter: b}
+		layers[i] = edge.Layer{Limiter: b}
 	}
 	if _, ok := b.Combine(layers[:16]); !ok {
 		t.Fatal("16 layers not combined")
@@ -1049,7 +1050,7 @@ func TestAllLayersOfAGroup(t *testing.T) {
 // its type that it decides through others, and which, and that a store does not.
 func TestCompositeUnwrap(t *testing.T) {
 	a, b := NewTokenBucket(1, 1), NewTokenBucket(2, 2)
-	g, _ := a.Combine([]Layer{{Limiter: a}, {Limiter: b}})
+	g, _ := a.Combine([]edge.Layer{{Limiter: a}, {Limiter: b}})
 	for name, tt := range map[string]struct {
 		l    Limiter
 		want []Limiter
@@ -1060,15 +1061,15 @@ func TestCompositeUnwrap(t *testing.T) {
 		"Peek":         {Peek(a), []Limiter{a}},
 		"Combine":      {g, []Limiter{a, b}},
 	} {
-		c, ok := tt.l.(Composite)
+		c, ok := tt.l.(edge.Composite)
 		if !ok {
-			t.Fatalf("%s is not a Composite", name)
+			t.Fatalf("%s is not a edge.Composite", name)
 		}
 		if got := c.Unwrap(); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: Unwrap() = %v, want %v", name, got, tt.want)
 		}
 	}
-	if _, ok := Limiter(a).(Composite); ok {
-		t.Error("a TokenBucket is a Composite")
+	if _, ok := Limiter(a).(edge.Composite); ok {
+		t.Error("a TokenBucket is a edge.Composite")
 	}
 }

@@ -10,14 +10,17 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Combine implements [Combiner]: TokenBuckets combine with each other, whichever their rates,
+// Combine implements [edge.Combiner]: TokenBuckets combine with each other, whichever their rates,
 // bursts and policies, and decide a request under the locks of every part it touches, taken in
 // one fixed order.
-func (b *TokenBucket) Combine(layers []Layer) (Limiter, bool) {
+func (b *TokenBucket) Combine(layers []edge.Layer) (Limiter, bool) {
 	if len(layers) > maxLayers {
 		return nil, false
 	}
-	g := &bucketGroup{layers: append([]Layer(nil), layers...)}
+	g := &bucketGroup{layers: make([]layer, len(layers))}
+	for i, l := range layers {
+		g.layers[i] = layer(l)
+	}
 	for _, l := range layers {
 		tb, ok := l.Limiter.(*TokenBucket)
 		if !ok {
@@ -30,11 +33,11 @@ func (b *TokenBucket) Combine(layers []Layer) (Limiter, bool) {
 
 // A bucketGroup is the layers of TokenBuckets that an All decides in one step.
 type bucketGroup struct {
-	layers  []Layer
+	layers  []layer
 	buckets []*TokenBucket
 }
 
-// Unwrap implements [Composite]: the Limiter of each layer.
+// Unwrap implements [edge.Composite]: the Limiter of each layer.
 func (g *bucketGroup) Unwrap() []Limiter { return unwrapLayers(g.layers) }
 
 // layerState is what a bucketGroup's decision holds for one layer.
@@ -52,7 +55,7 @@ type layerState struct {
 // layer's cost at one instant and, if any reservation is not due then, cancels every one of them
 // at that instant, so that the refusal spends nothing in any layer. Layers on the same bucket
 // and key count together, as if reserved one after the other. The Decision is the binding
-// layer's (see [Binding]).
+// layer's (see [edge.Binding]).
 func (g *bucketGroup) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
 	return g.Reserve(ctx, key, cost, now, 0)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"golang.org/x/time/rate"
 )
 
@@ -162,7 +163,7 @@ func TestDryRunMirrorsEnforcing(t *testing.T) {
 					t.Fatalf("round %d, request %d: %s %q enforcing, %q dry", round, i, f, we.Header().Get(f), wd.Header().Get(f))
 				}
 			}
-			if (we.Code == http.StatusTooManyRequests) != (outcomes[i] == DryRunRefused) {
+			if (we.Code == http.StatusTooManyRequests) != (outcomes[i] == edge.DryRunRefused) {
 				t.Fatalf("round %d, request %d: enforcing answered %d, the dry run's outcome %v", round, i, we.Code, outcomes[i])
 			}
 		}
@@ -195,7 +196,7 @@ func TestExempt(t *testing.T) {
 			t.Fatalf("an exempt request: %d %q", w.Code, w.Header())
 		}
 	}
-	if len(l.keys) != 0 || len(outcomes) != 10 || outcomes[0] != Exempt {
+	if len(l.keys) != 0 || len(outcomes) != 10 || outcomes[0] != edge.Exempt {
 		t.Fatalf("exempt requests counted %d times, outcomes %v", len(l.keys), outcomes)
 	}
 	h = LimitWith(l, WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(ok)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // ExampleWithWait serves requests a little early at their place, as nginx's limit_req delays
@@ -19,7 +20,7 @@ func ExampleWithWait() {
 		retryafter.WithWait(25*time.Millisecond),
 		retryafter.WithClock(func() time.Time { return clock }),
 		retryafter.WithDecisionHook(func(_ *http.Request, o retryafter.Outcome, d retryafter.Decision) {
-			if o == retryafter.Waited {
+			if o == edge.Waited {
 				fmt.Printf("waited %v, ", d.RetryAfter.Round(time.Millisecond))
 			}
 		}),

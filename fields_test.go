@@ -74,7 +74,7 @@ func TestQuotaFieldsWrite(t *testing.T) {
 	b5x10 := Policy{Limit: rate.Every(200 * time.Millisecond), Burst: 10}
 	// The largest int, clamped to the largest sf-integer where it is larger (64-bit platforms).
 	huge := strconv.FormatInt(min(int64(math.MaxInt), maxSFInt), 10)
-	twoLayers := Binding(
+	twoLayers := edge.Binding(
 		Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 520 * time.Millisecond, Policy: b5x10},
 		Decision{Allowed: true, Limit: 1000, Remaining: 990, Reset: 36 * time.Second, Policy: Policy{Name: "hour", Limit: rate.Every(3600 * time.Millisecond), Burst: 1000}},
 	)

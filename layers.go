@@ -13,24 +13,12 @@ import (
 	"github.com/retryafter/retryafter/edge"
 )
 
-// A Layer is one limit of a request that [All] decides in several Limiters: a Limiter, the key
-// it counts the request against, and when it is charged. [Shared] and [ChargedAfter] make
-// layers; All takes them apart into this form for the Limiters that decide several layers at
-// once ([Combiner]).
-type Layer struct {
-	// Limiter decides the layer.
-	Limiter Limiter
-
-	// Key returns the key the layer counts a request of key k against. If nil, it is k.
-	Key func(k string) string
-
-	// Deferred marks a layer that admits a request while its key is not in debt, deciding at
-	// cost 0, and is charged the request's real cost afterwards (see [ChargedAfter]).
-	Deferred bool
-}
+// A layer is an [edge.Layer] as All holds it: one limit of a request, its Limiter, the key it
+// counts the request against, and when it is charged.
+type layer edge.Layer
 
 // key returns the key the layer counts a request of key k against.
-func (l *Layer) key(k string) string {
+func (l *layer) key(k string) string {
 	if l.Key == nil {
 		return k
 	}
@@ -38,26 +26,11 @@ func (l *Layer) key(k string) string {
 }
 
 // cost returns what the layer is charged at admission for a request of cost.
-func (l *Layer) cost(cost int) int {
+func (l *layer) cost(cost int) int {
 	if l.Deferred {
 		return 0
 	}
 	return cost
-}
-
-// A Combiner is a Limiter that can decide several layers of its own kind in one atomic step:
-// all admit and each spends, or none spends. [All] uses it: [TokenBucket] combines with the
-// other TokenBuckets of the process, and redisstore with the Stores of the same Redis, in one
-// script. Implementing it is for Limiters that keep their counts where one step can reach them
-// all.
-type Combiner interface {
-	Limiter
-
-	// Combine returns a Limiter that decides a request in every one of layers, all or nothing,
-	// in one atomic step, with the Decision of the layer that binds (see [All]); ok is false
-	// when it cannot take them all (a layer of another kind or another store). Its Decide must
-	// keep the contract of [Limiter] for the request as a whole.
-	Combine(layers []Layer) (l Limiter, ok bool)
 }
 
 // A Charger is a Limiter that can charge a key after the fact: a cost known only once a
@@ -72,19 +45,17 @@ type Charger interface {
 	Charge(ctx context.Context, key string, cost int, now time.Time) error
 }
 
-// A Composite is a Limiter that decides through others: what [All], [Shared], [ChargedAfter]
-// and [Peek] return. The middleware sees the layers of a Composite, so a Limiter that wraps
-// another to observe it (package otelmetrics) wraps those a Composite is made of, not the
-// Composite.
-type Composite interface {
-	Limiter
-
-	// Unwrap returns, in a new slice, the Limiters it decides through, in order.
-	Unwrap() []Limiter
+// edgeLayers returns layers as a Combiner takes them.
+func edgeLayers(layers []layer) []edge.Layer {
+	ls := make([]edge.Layer, len(layers))
+	for i, l := range layers {
+		ls[i] = edge.Layer(l)
+	}
+	return ls
 }
 
 // unwrapLayers returns the Limiters of layers, for Unwrap.
-func unwrapLayers(layers []Layer) []Limiter {
+func unwrapLayers(layers []layer) []Limiter {
 	ls := make([]Limiter, len(layers))
 	for i := range layers {
 		ls[i] = layers[i].Limiter
@@ -123,7 +94,7 @@ const maxLayers = 16
 // All panics if limiters is empty, holds nil, holds more than 16 layers in all, or mixes
 // stores and more than one of them cannot give back what it spent.
 func All(limiters ...Limiter) Limiter {
-	var layers []Layer
+	var layers []layer
 	for _, l := range limiters {
 		layers = appendLayers(layers, l)
 	}
@@ -160,28 +131,28 @@ func All(limiters ...Limiter) Limiter {
 	return a
 }
 
-// Unwrap implements [Composite]: the Limiter of each layer.
+// Unwrap implements [edge.Composite]: the Limiter of each layer.
 func (a *all) Unwrap() []Limiter { return unwrapLayers(a.layers) }
 
 // appendLayers appends the layers of l to layers: its own, or those of an All it is.
-func appendLayers(layers []Layer, l Limiter) []Layer {
+func appendLayers(layers []layer, l Limiter) []layer {
 	switch l := l.(type) {
 	case nil:
 		panic("retryafter: nil Limiter")
 	case *all:
 		return append(layers, l.layers...)
 	case *layered:
-		return append(layers, l.Layer)
+		return append(layers, l.layer)
 	}
-	return append(layers, Layer{Limiter: l})
+	return append(layers, layer{Limiter: l})
 }
 
 // combine returns the group of layers that layers[i]'s kind decides in one step, wherever they
 // stand in layers, and marks them grouped: the most of them, in order, that its Combine takes,
 // or layers[i] alone (a nil Limiter: decided by its own Limiter, with its key and cost).
-func combine(layers []Layer, i int, grouped []bool) group {
+func combine(layers []layer, i int, grouped []bool) group {
 	grouped[i] = true
-	c, ok := layers[i].Limiter.(Combiner)
+	c, ok := layers[i].Limiter.(edge.Combiner)
 	if !ok {
 		return group{layers: layers[i : i+1]}
 	}
@@ -193,11 +164,11 @@ func combine(layers []Layer, i int, grouped []bool) group {
 		}
 	}
 	for n := len(same); n >= 1; n-- {
-		g := make([]Layer, n)
+		g := make([]layer, n)
 		for k, j := range same[:n] {
 			g[k] = layers[j]
 		}
-		if l, ok := c.Combine(g); ok {
+		if l, ok := c.Combine(edgeLayers(g)); ok {
 			for _, j := range same[:n] {
 				grouped[j] = true
 			}
@@ -209,7 +180,7 @@ func combine(layers []Layer, i int, grouped []bool) group {
 
 // all is the Limiter that All returns.
 type all struct {
-	layers []Layer
+	layers []layer
 	groups []group
 	one    Limiter // the one combined Limiter that decides every layer, if there is one
 }
@@ -218,7 +189,7 @@ type all struct {
 // one layer's own Limiter.
 type group struct {
 	Limiter
-	layers []Layer
+	layers []layer
 }
 
 // refundable reports whether what the group spends can be given back.
@@ -243,7 +214,7 @@ func (g group) decide(ctx context.Context, key string, cost int, now time.Time, 
 
 // reserve decides the request of key and cost in the layer, with a place within maxWait when its
 // Limiter can give one and it is not charged afterwards.
-func (l *Layer) reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
+func (l *layer) reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
 	if l.Deferred {
 		maxWait = 0 // admitted while not in debt, without a wait
 	}
@@ -354,12 +325,8 @@ func (g group) release(ctx context.Context, key string, cost int, now time.Time)
 	return g.refund(ctx, key, cost, now)
 }
 
-// Binding returns the Decision of a request decided in several layers: [edge.Binding], for the
-// Limiters that decide several layers at once ([Combiner]).
-func Binding(ds ...Decision) Decision { return edge.Binding(ds...) }
-
 // layered is a Limiter that decides one Layer: what Shared and ChargedAfter return.
-type layered struct{ Layer }
+type layered struct{ layer }
 
 // Decide implements [Limiter]: the layer's Limiter decides at the layer's key and cost.
 func (l *layered) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
@@ -375,7 +342,7 @@ func (l *layered) Reserve(ctx context.Context, key string, cost int, now time.Ti
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	return l.Layer.reserve(ctx, key, cost, now, maxWait)
+	return l.layer.reserve(ctx, key, cost, now, maxWait)
 }
 
 // Release implements [edge.Reserver]: it gives the layer's cost back, when its Limiter can.
@@ -386,7 +353,7 @@ func (l *layered) Release(ctx context.Context, key string, cost int, now time.Ti
 // release gives back at now what the layer spent on a request of key and cost, when its
 // Limiter can give back: as a Charger (a wrapped Limiter may promise places only through the
 // one it wraps), or by its Release.
-func (l *Layer) release(ctx context.Context, key string, cost int, now time.Time) error {
+func (l *layer) release(ctx context.Context, key string, cost int, now time.Time) error {
 	c := l.cost(cost)
 	if c <= 0 {
 		return nil
@@ -400,7 +367,7 @@ func (l *Layer) release(ctx context.Context, key string, cost int, now time.Time
 	return nil
 }
 
-// Unwrap implements [Composite]: the layer's Limiter.
+// Unwrap implements [edge.Composite]: the layer's Limiter.
 func (l *layered) Unwrap() []Limiter { return []Limiter{l.Limiter} }
 
 // Shared returns a Limiter that counts every request against the one key key in l, whatever key
@@ -414,9 +381,9 @@ func Shared(l Limiter, key string) Limiter {
 	if l == nil {
 		panic("retryafter: Shared(nil)")
 	}
-	lay := Layer{Limiter: l}
+	lay := layer{Limiter: l}
 	if s, ok := l.(*layered); ok {
-		lay = s.Layer
+		lay = s.layer
 	}
 	lay.Key = func(string) string { return key }
 	return &layered{lay}
@@ -430,9 +397,9 @@ func Shared(l Limiter, key string) Limiter {
 //
 // It panics if l is not a [Charger] (an [All], a [Peek]): it could not be charged afterwards.
 func ChargedAfter(l Limiter) Limiter {
-	lay := Layer{Limiter: l}
+	lay := layer{Limiter: l}
 	if s, ok := l.(*layered); ok {
-		lay = s.Layer
+		lay = s.layer
 	}
 	if _, ok := lay.Limiter.(Charger); !ok {
 		panic("retryafter: ChargedAfter needs a Charger (a TokenBucket, a store, or Shared or Spread of one): an All or a Peek cannot be charged afterwards, and would let every request through uncharged")
@@ -464,20 +431,20 @@ func chargeDeferred(l Limiter, ctx context.Context, key string, cost int, now ti
 }
 
 // deferred reports whether the layer is charged afterwards, or wraps layers that are.
-func (l *Layer) deferred() bool { return l.Deferred || hasDeferred(l.Limiter) }
+func (l *layer) deferred() bool { return l.Deferred || hasDeferred(l.Limiter) }
 
 // chargeAfter charges the layer, or the layers it wraps, cost afterwards, for a request of key.
-func (l *Layer) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
+func (l *layer) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
 	if l.Deferred {
 		return l.Limiter.(Charger).Charge(ctx, l.key(key), cost, now)
 	}
 	return chargeDeferred(l.Limiter, ctx, l.key(key), cost, now)
 }
 
-func (l *layered) deferred() bool { return l.Layer.deferred() }
+func (l *layered) deferred() bool { return l.layer.deferred() }
 
 func (l *layered) chargeAfter(ctx context.Context, key string, cost int, now time.Time) error {
-	return l.Layer.chargeAfter(ctx, key, cost, now)
+	return l.layer.chargeAfter(ctx, key, cost, now)
 }
 
 func (a *all) deferred() bool {
@@ -552,7 +519,7 @@ func Peek(l Limiter) Limiter {
 
 type peek struct{ l Limiter }
 
-// Unwrap implements [Composite]: the Limiter it peeks at.
+// Unwrap implements [edge.Composite]: the Limiter it peeks at.
 func (p peek) Unwrap() []Limiter { return []Limiter{p.l} }
 
 // Decide implements [Limiter]: l's quota at cost 0, admitted whatever l says.

@@ -135,7 +135,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !m.answer(w, r, &v) {
 		return
 	}
-	if m.after == nil || v.Outcome == Exempt || v.Failure == edge.KeyFailed {
+	if m.after == nil || v.Outcome == edge.Exempt || v.Failure == edge.KeyFailed {
 		h.Serve(w, r)
 	} else {
 		h.serveCharged(w, r, v.Key)
@@ -187,9 +187,9 @@ func (m *Middleware) chargeAfter(r *http.Request, key string, slot *chargeSlot) 
 // may reach next.
 func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, v *edge.Verdict) bool {
 	switch v.Outcome {
-	case Exempt, FailedOpen:
+	case edge.Exempt, edge.FailedOpen:
 		return true
-	case FailedClosed:
+	case edge.FailedClosed:
 		status := http.StatusServiceUnavailable
 		if v.Failure == edge.KeyFailed {
 			status = http.StatusInternalServerError
@@ -202,11 +202,11 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, v *edge.Verd
 		lines = new(header.Lines)
 		hdr := w.Header()
 		m.fields.write(hdr, v.Decision, lines)
-		if v.Outcome != Refused && door.HasOrigin(r) {
+		if v.Outcome != edge.Refused && door.HasOrigin(r) {
 			m.exposeAllowed.expose(hdr, lines)
 		}
 	}
-	if v.Outcome != Refused {
+	if v.Outcome != edge.Refused {
 		return true
 	}
 	f := Refusal{Status: http.StatusTooManyRequests, RetryAfter: v.Decision.RetryAfter}

@@ -144,7 +144,7 @@ func WithFailOpen(open bool) Option {
 //
 // A would-be refusal spends nothing, exactly as a real one, so that the dry run shows what
 // enforcing would do; the hooks of [WithLimitedHook] are told of it with its Decision, and those
-// of [WithDecisionHook] with [DryRunRefused]. The response next writes carries no Retry-After;
+// of [WithDecisionHook] with [edge.DryRunRefused]. The response next writes carries no Retry-After;
 // the rate-limit fields, when on, are sent as they would be. To roll a limit out: run it dry,
 // watch the hook, then enforce.
 func WithDryRun(on bool) Option {
@@ -217,38 +217,27 @@ func WithLegacyRateLimitFields(on bool) Option {
 }
 
 // An Outcome is what the middleware did with a request, for the hooks of [WithDecisionHook]:
-// [edge.Outcome].
+// [edge.Outcome], with its values (edge.Admitted, edge.Refused, ...).
 type Outcome = edge.Outcome
-
-// The outcomes of a request, as [edge.Outcome] lists them.
-const (
-	Admitted      = edge.Admitted
-	Refused       = edge.Refused
-	DryRunRefused = edge.DryRunRefused
-	Exempt        = edge.Exempt
-	FailedOpen    = edge.FailedOpen
-	FailedClosed  = edge.FailedClosed
-	Waited        = edge.Waited
-	DryRunWaited  = edge.DryRunWaited
-)
 
 // WithWait makes the middleware serve a request that is only a little early, as nginx's
 // limit_req delays one within its burst: a request whose wait is at most max, and whose context
 // would still be alive when the wait ends, waits in the server for its place, promised when it
 // began to wait, and is then passed to next; the hooks of [WithDecisionHook] are told of it as
-// [Waited], its Decision's RetryAfter the time it waited, and the rate-limit fields are those of
-// when it is served. A longer wait is refused at once, as without it. The default, and a max of
-// 0, is not to wait.
+// [edge.Waited], its Decision's RetryAfter the time it waited, and the rate-limit fields are
+// those of when it is served. A longer wait is refused at once, as without it. The default, and
+// a max of 0, is not to wait.
 //
 // The requests of one client that wait at once are at most what its limit admits in max. A
 // client that hangs up while it waits gives its place back to the requests that come after it.
-// The wait counts against http.Server's WriteTimeout; mount the middleware outside
-// [Concurrency], so that a waiting request holds no slot. In a dry run a request that would wait is passed on at once, as [DryRunWaited]. Only a
-// limiter that can promise a place waits ([edge.Reserver]: a [TokenBucket], [All] and [Shared]
-// of them, and package redisstore's Store, but not Stores that an All combines in one script);
-// with others the option has no effect. At most [edge.DefaultMaxWaiting]
-// requests wait at once unless [WithMaxWaiting] says otherwise; beyond, they are refused as
-// without WithWait. It panics if max is negative.
+// The wait counts against http.Server's WriteTimeout; mount the middleware outside package
+// overload's Concurrency, so that a waiting request holds no slot. In a dry run a request that
+// would wait is passed on at once, as [edge.DryRunWaited]. Only a limiter that can promise a
+// place waits ([edge.Reserver]: a [TokenBucket], [All] and [Shared] of them, and package
+// redisstore's Store, but not Stores that an All combines in one script); with others the
+// option has no effect. At most [edge.DefaultMaxWaiting] requests wait at once unless
+// [WithMaxWaiting] says otherwise; beyond, they are refused as without WithWait. It panics if
+// max is negative.
 func WithWait(max time.Duration) Option {
 	if max < 0 {
 		panic("retryafter: WithWait: negative wait")

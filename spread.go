@@ -47,7 +47,7 @@ func Spread(l Limiter, limit rate.Limit, burst int) Limiter {
 	if lay, ok := l.(*layered); ok {
 		// Spread the Limiter of a Shared or ChargedAfter layer, so that the layer keeps its
 		// key and its charges, and stays a layer for All.
-		lay := lay.Layer
+		lay := lay.layer
 		lay.Limiter = Spread(lay.Limiter, limit, burst)
 		return &layered{lay}
 	}

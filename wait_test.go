@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"golang.org/x/time/rate"
 )
 
@@ -170,7 +171,7 @@ func TestWaitHangUp(t *testing.T) {
 				if got := time.Since(start); got != 100*time.Millisecond-slack {
 					t.Errorf("the next request was served at %v, want at 100 ms (its place given back)", got)
 				}
-				want := []Outcome{Admitted, FailedClosed, Waited}
+				want := []Outcome{edge.Admitted, edge.FailedClosed, edge.Waited}
 				if fmt.Sprint(outcomes) != fmt.Sprint(want) {
 					t.Errorf("outcomes %v, want %v", outcomes, want)
 				}
@@ -185,7 +186,7 @@ func TestWaitCapAcrossKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var waitedHook atomic.Int64
 		hook := WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) {
-			if o == Waited {
+			if o == edge.Waited {
 				waitedHook.Add(1)
 			}
 		})
@@ -204,7 +205,7 @@ func TestWaitCapAcrossKeys(t *testing.T) {
 			}
 		}
 		if waited > 5 || waited < 1 || served > 6 || int64(waited) != waitedHook.Load() {
-			t.Errorf("%d served, %d of them after a wait (%d told as Waited); want at most 5 waiting", served, waited, waitedHook.Load())
+			t.Errorf("%d served, %d of them after a wait (%d told as edge.Waited); want at most 5 waiting", served, waited, waitedHook.Load())
 		}
 	})
 }
@@ -221,7 +222,7 @@ func TestWaitDryRun(t *testing.T) {
 				t.Errorf("dry run: %d", w.Code)
 			}
 		}
-		want := []Outcome{Admitted, DryRunWaited, DryRunWaited}
+		want := []Outcome{edge.Admitted, edge.DryRunWaited, edge.DryRunWaited}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("outcomes %v, want %v", got, want)
 		}
@@ -237,7 +238,7 @@ func TestWaitFields(t *testing.T) {
 		var mu sync.Mutex
 		var waited []time.Duration
 		hook := WithDecisionHook(func(_ *http.Request, o Outcome, d Decision) {
-			if o == Waited {
+			if o == edge.Waited {
 				mu.Lock()
 				waited = append(waited, d.RetryAfter)
 				mu.Unlock()
@@ -275,7 +276,7 @@ func BenchmarkWaitOnAllowed(b *testing.B) {
 // apart is a TokenBucket that combines with none.
 type apart struct{ *TokenBucket }
 
-func (apart) Combine([]Layer) (Limiter, bool) { return nil, false }
+func (apart) Combine([]edge.Layer) (Limiter, bool) { return nil, false }
 
 // reserver is a Limiter that promises places: edge.Reserver.
 type reserver interface {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/connectlimit"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // The clients' tests wait for real: the server's wait is short (50 ms), and what they hold is
@@ -39,7 +40,7 @@ func countedServer(t *testing.T) (*service, *atomic.Int64) {
 	}
 	count := connectlimit.WithDecisionHook(func(_ connectlimit.Call, o retryafter.Outcome, _ retryafter.Decision) {
 		tries.Add(1)
-		if o == retryafter.Refused {
+		if o == edge.Refused {
 			at := time.Now()
 			refusedAt.CompareAndSwap(nil, &at)
 		}

@@ -104,7 +104,7 @@ func WithFailOpen(open bool) Option {
 
 // WithDryRun makes the interceptor decide and report every call as usual but never refuse: a
 // call that would have been refused proceeds, and the hooks of [WithDecisionHook] are told of
-// it with [retryafter.DryRunRefused]. A would-be refusal spends nothing, exactly as a real one.
+// it with [edge.DryRunRefused]. A would-be refusal spends nothing, exactly as a real one.
 func WithDryRun(on bool) Option {
 	return func(c *config) { c.DryRun = on }
 }

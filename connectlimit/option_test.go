@@ -15,6 +15,7 @@ import (
 
 	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/connectlimit"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/testkit"
 )
 
@@ -141,7 +142,7 @@ func TestCanceled(t *testing.T) {
 	}
 	select {
 	case o := <-outcomes:
-		if o != retryafter.FailedClosed {
+		if o != edge.FailedClosed {
 			t.Fatalf("a call canceled while the limiter decided: %v, want failed_closed", o)
 		}
 	case err := <-errs:

@@ -35,7 +35,7 @@ const (
 func (i *interceptor) refusal(ctx context.Context, v *edge.Verdict, call Call) error {
 	code, msg := connect.CodeUnavailable, "rate limiter unavailable"
 	switch {
-	case v.Outcome == retryafter.Refused:
+	case v.Outcome == edge.Refused:
 		code, msg = connect.CodeResourceExhausted, "rate limited"
 	case v.Failure == edge.KeyFailed:
 		return connect.NewError(connect.CodeInternal, errors.New("rate limiter: no key for the call"))
@@ -73,7 +73,7 @@ func (i *interceptor) refusal(ctx context.Context, v *edge.Verdict, call Call) e
 
 // refusalFields sets the RateLimit fields of a refusal in err's metadata, when they are on.
 func (i *interceptor) refusalFields(err *connect.Error, v *edge.Verdict) {
-	if i.c.fields != nil && v.Outcome == retryafter.Refused {
+	if i.c.fields != nil && v.Outcome == edge.Refused {
 		i.setFields(err.Meta(), v.Decision)
 	}
 }

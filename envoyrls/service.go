@@ -367,12 +367,12 @@ func (s *Service) report(domain string, items []*item, admitted bool) {
 		if it.rule == nil || it.rule.Unlimited {
 			continue
 		}
-		o := retryafter.Admitted
+		o := edge.Admitted
 		switch {
 		case it.rule.ShadowMode && !it.d.Allowed:
-			o = retryafter.DryRunRefused
+			o = edge.DryRunRefused
 		case !it.d.Allowed || !admitted:
-			o = retryafter.Refused
+			o = edge.Refused
 		}
 		s.decided(Report{Domain: domain, Rule: it.rule, Outcome: o, Decision: it.d})
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // t0 is the instant the tests start at.
@@ -299,7 +300,7 @@ func TestShadow(t *testing.T) {
 			t.Fatal("shadow mode refused")
 		}
 	}
-	want := []retryafter.Outcome{retryafter.Admitted, retryafter.DryRunRefused, retryafter.DryRunRefused}
+	want := []retryafter.Outcome{edge.Admitted, edge.DryRunRefused, edge.DryRunRefused}
 	if len(reports) != 3 {
 		t.Fatalf("%d reports, want 3", len(reports))
 	}

@@ -106,18 +106,18 @@ type admission struct {
 // the error that ends it, with the trailer to send in the admission.
 func (s *server) admit(ctx context.Context, fullMethod string) (admission, error) {
 	v := s.core.Decide(ctx, call{ctx, fullMethod})
-	a := admission{key: v.Key, counted: v.Outcome != retryafter.Exempt && v.Failure != edge.KeyFailed}
+	a := admission{key: v.Key, counted: v.Outcome != edge.Exempt && v.Failure != edge.KeyFailed}
 	var md metadata.MD
 	if s.c.fields != nil {
 		md = fields(s.c.fields, v.Decision)
 	}
 	switch v.Outcome {
-	case retryafter.Exempt, retryafter.FailedOpen:
+	case edge.Exempt, edge.FailedOpen:
 		return a, nil
-	case retryafter.Admitted, retryafter.DryRunRefused, retryafter.Waited, retryafter.DryRunWaited:
+	case edge.Admitted, edge.DryRunRefused, edge.Waited, edge.DryRunWaited:
 		a.header = md
 		return a, nil
-	case retryafter.Refused:
+	case edge.Refused:
 		st, trailer := s.refusal(v.Decision)
 		a.trailer = trailer
 		if md != nil {

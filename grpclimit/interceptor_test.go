@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/grpclimit"
 )
 
@@ -30,7 +31,7 @@ type lastWait struct {
 }
 
 func (w *lastWait) hook(ctx context.Context, method string, o retryafter.Outcome, d retryafter.Decision) {
-	if o != retryafter.Refused {
+	if o != edge.Refused {
 		return
 	}
 	key, _ := keyFromMetadata(ctx, method)

@@ -110,7 +110,7 @@ func WithFailOpen(open bool) Option {
 
 // WithDryRun makes the interceptor decide and report every call as usual but never refuse: a
 // call that would have been refused proceeds, and the hooks of [WithDecisionHook] are told of
-// it with [retryafter.DryRunRefused]. A would-be refusal spends nothing, exactly as a real one.
+// it with [edge.DryRunRefused]. A would-be refusal spends nothing, exactly as a real one.
 func WithDryRun(on bool) Option {
 	return func(c *config) { c.DryRun = on }
 }
@@ -119,10 +119,10 @@ func WithDryRun(on bool) Option {
 // [retryafter.WithWait] does a request: a call whose wait is at most max, and whose deadline
 // (grpc-timeout) would not pass before the wait ends, waits for its place, promised when it
 // began to wait, and then proceeds; the hooks of [WithDecisionHook] are told of it as
-// [retryafter.Waited], its Decision's RetryAfter the time it waited. A longer wait is refused at
+// [edge.Waited], its Decision's RetryAfter the time it waited. A longer wait is refused at
 // once, as without it, and a call cancelled while it waits gives its place back and ends with
 // its context's status. In a dry run a call that would wait proceeds at once, as
-// [retryafter.DryRunWaited]. Only a Limiter that can promise a place waits ([edge.Reserver]). At
+// [edge.DryRunWaited]. Only a Limiter that can promise a place waits ([edge.Reserver]). At
 // most [edge.DefaultMaxWaiting] calls wait at once unless [WithMaxWaiting] says otherwise. The
 // default, and a max of 0, is not to wait. It panics if max is negative.
 func WithWait(max time.Duration) Option {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/grpclimit"
 )
 
@@ -48,7 +49,7 @@ func TestWaitUnary(t *testing.T) {
 		var mu sync.Mutex
 		var waited, at []time.Duration
 		hook := grpclimit.WithDecisionHook(func(_ context.Context, _ string, o retryafter.Outcome, d retryafter.Decision) {
-			if o == retryafter.Waited {
+			if o == edge.Waited {
 				mu.Lock()
 				waited = append(waited, d.RetryAfter)
 				mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // The cost of the allowed path, with the module off and on, on the SDK's own aggregation:
@@ -79,6 +80,6 @@ func BenchmarkCallDecided(b *testing.B) {
 	d := retryafter.Decision{Allowed: true, Limit: 100, Remaining: 99}
 	b.ReportAllocs()
 	for b.Loop() {
-		m.CallDecided(ctx, "/grpc.testing.TestService/EmptyCall", retryafter.Admitted, d)
+		m.CallDecided(ctx, "/grpc.testing.TestService/EmptyCall", edge.Admitted, d)
 	}
 }

@@ -46,7 +46,7 @@ type FallbackReporter interface {
 // decision, under the first one's name): wrap every Limiter of an All or none, and list those
 // of one store together. Wrap the stores, not what All, Shared, ChargedAfter or Peek make of
 // them, whose layers the middleware must see: Limiter panics when given one, or any other
-// [retryafter.Composite]. It also panics if
+// [edge.Composite]. It also panics if
 // l is nil, or name is empty, longer than 64 bytes, outside printable ASCII, or given before.
 func (m *Metrics) Limiter(name string, l retryafter.Limiter) retryafter.Limiter {
 	if l == nil {
@@ -55,7 +55,7 @@ func (m *Metrics) Limiter(name string, l retryafter.Limiter) retryafter.Limiter 
 	if name == "" || !validPolicy(name) {
 		panic("otelmetrics: Limiter name empty, longer than 64 bytes or outside printable ASCII")
 	}
-	if _, ok := l.(retryafter.Composite); ok {
+	if _, ok := l.(edge.Composite); ok {
 		panic("otelmetrics: Limiter of an All, Shared, ChargedAfter, Peek or other Composite: wrap the Limiters inside it")
 	}
 	set := attribute.NewSet(limiterKey.String(name))
@@ -179,15 +179,15 @@ func (t *timed) record(ctx context.Context, start time.Time, err error) {
 	t.m.duration.Record(ctx, elapsed.Seconds(), opts...)
 }
 
-// Combine implements [retryafter.Combiner]: the Limiters wrapped in layers, combined as l
+// Combine implements [edge.Combiner]: the Limiters wrapped in layers, combined as l
 // combines them, timed as one under the first one's name; ok is false when l does not combine,
 // or a layer is not wrapped by a Metrics.
-func (t *timed) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
-	c, ok := t.l.(retryafter.Combiner)
+func (t *timed) Combine(layers []edge.Layer) (retryafter.Limiter, bool) {
+	c, ok := t.l.(edge.Combiner)
 	if !ok {
 		return nil, false
 	}
-	inner := make([]retryafter.Layer, len(layers))
+	inner := make([]edge.Layer, len(layers))
 	for i, lay := range layers {
 		switch w := lay.Limiter.(type) {
 		case *timed:

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/limitertest"
 )
 
@@ -120,7 +121,7 @@ func TestLimiterInAll(t *testing.T) {
 // with no TokenBucket.
 type otherStore struct{ *retryafter.TokenBucket }
 
-func (o otherStore) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) { return nil, false }
+func (o otherStore) Combine(layers []edge.Layer) (retryafter.Limiter, bool) { return nil, false }
 
 // TestLimiterInAllOfKinds checks that wrapped Limiters of one kind listed together still combine
 // beside a wrapped Limiter of another kind: two TokenBuckets decided in one step, the other

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/header"
 )
 
@@ -146,7 +147,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 // Option returns the [retryafter.Option] that instruments a middleware: a
 // [retryafter.WithDecisionHook] that records every request's outcome, the Retry-After of each
 // 429, the admitted requests near their limit, and how long each request that waited for its
-// place ([retryafter.Waited]) waited. Hooks add up, so the middleware's other
+// place ([edge.Waited]) waited. Hooks add up, so the middleware's other
 // hooks ([retryafter.WithLimitedHook], [retryafter.WithErrorHook], another decision hook) are
 // called as well, each in the order given, whichever comes first.
 func (m *Metrics) Option() retryafter.Option {
@@ -184,17 +185,17 @@ func (m *Metrics) record(ctx context.Context, k attrKey, d retryafter.Decision) 
 	a := m.attrs.get(k)
 	m.decisions.Add(ctx, 1, a.decision...)
 	switch k.outcome {
-	case retryafter.Refused:
+	case edge.Refused:
 		// The middleware sends no Retry-After for a wait of 0 or less, grpclimit a wait of a
 		// millisecond; neither sends one that is never over.
 		if (d.RetryAfter > 0 || k.rpc) && d.RetryAfter < rate.InfDuration {
 			m.retryAfter.Record(ctx, header.DelaySeconds(d.RetryAfter), a.retryAfter...) // rounded up, at least 1
 		}
-	case retryafter.Admitted:
+	case edge.Admitted:
 		if d.Limit > 0 && float64(d.Remaining) < m.near*float64(d.Limit) {
 			m.nearLimit.Add(ctx, 1, a.quota...)
 		}
-	case retryafter.Waited:
+	case edge.Waited:
 		m.waited.Record(ctx, d.RetryAfter.Seconds(), a.retryAfter...)
 	}
 }
@@ -203,7 +204,7 @@ func (m *Metrics) record(ctx context.Context, k attrKey, d retryafter.Decision) 
 // Decision names the policy.
 func decidedByPolicy(o retryafter.Outcome) bool {
 	switch o {
-	case retryafter.Admitted, retryafter.Refused, retryafter.DryRunRefused, retryafter.Waited, retryafter.DryRunWaited:
+	case edge.Admitted, edge.Refused, edge.DryRunRefused, edge.Waited, edge.DryRunWaited:
 		return true
 	}
 	return false

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
@@ -76,7 +77,7 @@ func TestEveryInstrumentChanges(t *testing.T) {
 	// Admitted, 4 tokens to 3: not near the limit of 0.5 × 4.
 	serve(h, item())
 	s := rd.collect()
-	want(t, s, 1, "retryafter.decisions", decisions(retryafter.Admitted, "default", route)...)
+	want(t, s, 1, "retryafter.decisions", decisions(edge.Admitted, "default", route)...)
 	want(t, s, 0, "retryafter.near_limit.decisions", quota("default", route)...)
 	want(t, s, 1, "retryafter.limiter.duration", latency...)
 	if p, _ := s.at("retryafter.limiter.duration", latency...); p.sum != 0.003 {
@@ -90,7 +91,7 @@ func TestEveryInstrumentChanges(t *testing.T) {
 	serve(h, item())
 	serve(h, item())
 	s = rd.collect()
-	want(t, s, 4, "retryafter.decisions", decisions(retryafter.Admitted, "default", route)...)
+	want(t, s, 4, "retryafter.decisions", decisions(edge.Admitted, "default", route)...)
 	want(t, s, 2, "retryafter.near_limit.decisions", quota("default", route)...)
 	want(t, s, 4, "retryafter.limiter.duration", latency...)
 
@@ -101,7 +102,7 @@ func TestEveryInstrumentChanges(t *testing.T) {
 		t.Fatalf("refusal: %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
 	s = rd.collect()
-	want(t, s, 1, "retryafter.decisions", decisions(retryafter.Refused, "default", route)...)
+	want(t, s, 1, "retryafter.decisions", decisions(edge.Refused, "default", route)...)
 	want(t, s, 1, "retryafter.retry_after", quota("default", route)...)
 	if p, _ := s.at("retryafter.retry_after", quota("default", route)...); p.sum != 8 {
 		t.Fatalf("retry_after sum %v, want the 8 s sent", p.sum)
@@ -114,14 +115,14 @@ func TestEveryInstrumentChanges(t *testing.T) {
 		t.Fatalf("dry run: %d", w.Code)
 	}
 	s = rd.collect()
-	want(t, s, 1, "retryafter.decisions", decisions(retryafter.DryRunRefused, "default", route)...)
+	want(t, s, 1, "retryafter.decisions", decisions(edge.DryRunRefused, "default", route)...)
 	want(t, s, 1, "retryafter.retry_after", quota("default", route)...)
-	want(t, s, 1, "retryafter.decisions", decisions(retryafter.Refused, "default", route)...)
+	want(t, s, 1, "retryafter.decisions", decisions(edge.Refused, "default", route)...)
 
 	// Exempt: no policy, the limiter not asked.
 	serve(h, request("/health", "GET /health"))
 	s = rd.collect()
-	want(t, s, 1, "retryafter.decisions", decisions(retryafter.Exempt, "", "/health")...)
+	want(t, s, 1, "retryafter.decisions", decisions(edge.Exempt, "", "/health")...)
 	want(t, s, 6, "retryafter.limiter.duration", latency...)
 
 	// The store fails: closed (503), then open (admitted).
@@ -133,8 +134,8 @@ func TestEveryInstrumentChanges(t *testing.T) {
 		t.Fatalf("failing open: %d", w.Code)
 	}
 	s = rd.collect()
-	want(t, s, 1, "retryafter.decisions", decisions(retryafter.FailedClosed, "", route)...)
-	want(t, s, 1, "retryafter.decisions", decisions(retryafter.FailedOpen, "", route)...)
+	want(t, s, 1, "retryafter.decisions", decisions(edge.FailedClosed, "", route)...)
+	want(t, s, 1, "retryafter.decisions", decisions(edge.FailedOpen, "", route)...)
 	want(t, s, 2, "retryafter.limiter.duration", failed...)
 	want(t, s, 6, "retryafter.limiter.duration", latency...)
 
@@ -197,7 +198,7 @@ func TestRetryAfterAsSent(t *testing.T) {
 	if p, _ := s.at("retryafter.retry_after", quota("p", "/")...); p.count != count {
 		t.Fatalf("a 429 with no Retry-After was recorded: count %d, want %d", p.count, count)
 	}
-	want(t, s, int64(count)+4, "retryafter.decisions", decisions(retryafter.Refused, "p", "/")...)
+	want(t, s, int64(count)+4, "retryafter.decisions", decisions(edge.Refused, "p", "/")...)
 }
 
 // limiterFunc is a Limiter that refuses every request with the Decision it returns.
@@ -234,8 +235,8 @@ func TestHooksCompose(t *testing.T) {
 				t.Fatalf("the user's WithDecisionHook saw %v", decided)
 			}
 			s := rd.collect()
-			want(t, s, 1, "retryafter.decisions", decisions(retryafter.Refused, "default", "/")...)
-			want(t, s, 1, "retryafter.decisions", decisions(retryafter.Admitted, "default", "/")...)
+			want(t, s, 1, "retryafter.decisions", decisions(edge.Refused, "default", "/")...)
+			want(t, s, 1, "retryafter.decisions", decisions(edge.Admitted, "default", "/")...)
 			want(t, s, 1, "retryafter.retry_after", quota("default", "/")...)
 		})
 	}
@@ -405,18 +406,18 @@ func TestCallDecided(t *testing.T) {
 	ctx := context.Background()
 	const full, method = "/grpc.testing.TestService/EmptyCall", "grpc.testing.TestService/EmptyCall"
 	pro := retryafter.Policy{Name: "pro"}
-	rd.m.CallDecided(ctx, full, retryafter.Admitted, retryafter.Decision{Allowed: true, Limit: 10, Remaining: 9, Policy: pro})
-	rd.m.CallDecided(ctx, full, retryafter.Admitted, retryafter.Decision{Allowed: true, Limit: 10, Remaining: 4, Policy: pro})
-	rd.m.CallDecided(ctx, full, retryafter.Refused, retryafter.Decision{RetryAfter: 1500 * time.Millisecond, Policy: pro})
-	rd.m.CallDecided(ctx, full, retryafter.DryRunRefused, retryafter.Decision{RetryAfter: time.Second})
-	for _, o := range []retryafter.Outcome{retryafter.Exempt, retryafter.FailedOpen, retryafter.FailedClosed} {
+	rd.m.CallDecided(ctx, full, edge.Admitted, retryafter.Decision{Allowed: true, Limit: 10, Remaining: 9, Policy: pro})
+	rd.m.CallDecided(ctx, full, edge.Admitted, retryafter.Decision{Allowed: true, Limit: 10, Remaining: 4, Policy: pro})
+	rd.m.CallDecided(ctx, full, edge.Refused, retryafter.Decision{RetryAfter: 1500 * time.Millisecond, Policy: pro})
+	rd.m.CallDecided(ctx, full, edge.DryRunRefused, retryafter.Decision{RetryAfter: time.Second})
+	for _, o := range []retryafter.Outcome{edge.Exempt, edge.FailedOpen, edge.FailedClosed} {
 		rd.m.CallDecided(ctx, full, o, retryafter.Decision{})
 	}
 	s := rd.collect()
-	want(t, s, 2, "retryafter.decisions", call(retryafter.Admitted, "pro", method)...)
-	want(t, s, 1, "retryafter.decisions", call(retryafter.Refused, "pro", method)...)
-	want(t, s, 1, "retryafter.decisions", call(retryafter.DryRunRefused, "default", method)...)
-	for _, o := range []retryafter.Outcome{retryafter.Exempt, retryafter.FailedOpen, retryafter.FailedClosed} {
+	want(t, s, 2, "retryafter.decisions", call(edge.Admitted, "pro", method)...)
+	want(t, s, 1, "retryafter.decisions", call(edge.Refused, "pro", method)...)
+	want(t, s, 1, "retryafter.decisions", call(edge.DryRunRefused, "default", method)...)
+	for _, o := range []retryafter.Outcome{edge.Exempt, edge.FailedOpen, edge.FailedClosed} {
 		want(t, s, 1, "retryafter.decisions", call(o, "", method)...)
 	}
 	want(t, s, 1, "retryafter.near_limit.decisions", call(0, "pro", method)...)
@@ -442,7 +443,7 @@ func TestCallDecidedRetryAfter(t *testing.T) {
 	var count uint64
 	for i := range 500 {
 		wait := time.Duration(i*i*i)*997*time.Microsecond - time.Millisecond // -1 ms to about 2 minutes
-		rd.m.CallDecided(ctx, "/s/M", retryafter.Refused, retryafter.Decision{RetryAfter: wait})
+		rd.m.CallDecided(ctx, "/s/M", edge.Refused, retryafter.Decision{RetryAfter: wait})
 		told := max(time.Millisecond, (wait+time.Millisecond-1)/time.Millisecond*time.Millisecond) // as grpclimit: up, at least 1 ms
 		secs := told / time.Second
 		if told%time.Second != 0 {
@@ -455,12 +456,12 @@ func TestCallDecidedRetryAfter(t *testing.T) {
 			t.Fatalf("wait %v told %v: count %d sum %v, want %d and %v", wait, told, p.count, p.sum, count, total)
 		}
 	}
-	rd.m.CallDecided(ctx, "/s/M", retryafter.Refused, retryafter.Decision{RetryAfter: rate.InfDuration})
+	rd.m.CallDecided(ctx, "/s/M", edge.Refused, retryafter.Decision{RetryAfter: rate.InfDuration})
 	s := rd.collect()
 	if p, _ := s.at("retryafter.retry_after", call(0, "default", "s/M")...); p.count != count {
 		t.Fatalf("a call told no wait was recorded: count %d, want %d", p.count, count)
 	}
-	want(t, s, int64(count)+1, "retryafter.decisions", call(retryafter.Refused, "default", "s/M")...)
+	want(t, s, int64(count)+1, "retryafter.decisions", call(edge.Refused, "default", "s/M")...)
 }
 
 // TestCallDecidedBounded records calls to many methods, some unfit, beside requests to many
@@ -477,7 +478,7 @@ func TestCallDecidedBounded(t *testing.T) {
 		if i%3 == 0 {
 			m = "/pkg.S/\xff" + strconv.Itoa(i) // not UTF-8
 		}
-		rd.m.CallDecided(ctx, m, retryafter.Admitted, retryafter.Decision{Allowed: true})
+		rd.m.CallDecided(ctx, m, edge.Admitted, retryafter.Decision{Allowed: true})
 	}
 	names := map[string]bool{}
 	var total int64

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // TestWaited: requests that wait for their place, through a wrapped TokenBucket, are counted as
@@ -32,8 +33,8 @@ func TestWaited(t *testing.T) {
 			}
 		}
 		s := rd.collect()
-		want(t, s, 1, "retryafter.decisions", decisions(retryafter.Admitted, "default", route)...)
-		want(t, s, 2, "retryafter.decisions", decisions(retryafter.Waited, "default", route)...)
+		want(t, s, 1, "retryafter.decisions", decisions(edge.Admitted, "default", route)...)
+		want(t, s, 2, "retryafter.decisions", decisions(edge.Waited, "default", route)...)
 		want(t, s, 2, "retryafter.waited", quota("default", route)...)
 		if p, _ := s.at("retryafter.waited", quota("default", route)...); p.sum < 0.2999 || p.sum > 0.3 {
 			t.Fatalf("waited sum %v s, want the 0.1 + 0.2 s waited", p.sum)

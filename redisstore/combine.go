@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 //go:embed all.lua
@@ -22,17 +23,17 @@ var allLua string
 // allScript decides a request in several layers, all or nothing.
 var allScript = newScript(assemble(allLua))
 
-var _ retryafter.Combiner = (*Store)(nil)
+var _ edge.Combiner = (*Store)(nil)
 
 // maxLayers is the most layers Combine takes, as many as [retryafter.All] decides.
 const maxLayers = 16
 
-// Combine implements [retryafter.Combiner], so that [retryafter.All] decides the layers of
+// Combine implements [edge.Combiner], so that [retryafter.All] decides the layers of
 // Stores on one Redis in one round trip: one script reserves the request's cost in every layer's
 // key at one instant of Redis's clock and, if any layer cannot admit it then, writes nothing.
 // So a refusal spends nothing in any layer, its RetryAfter is the largest of the layers' waits,
 // exact to the microsecond, and the Decision is that of the layer that binds
-// ([retryafter.Binding]), its Policy that layer's Store's rate and burst. Layers may have different rates, bursts and prefixes, share a key
+// ([edge.Binding]), its Policy that layer's Store's rate and burst. Layers may have different rates, bursts and prefixes, share a key
 // ([retryafter.Shared]) or be charged afterwards ([retryafter.ChargedAfter], at cost 0 in the
 // script; [Store.Charge] charges them later).
 //
@@ -54,13 +55,13 @@ const maxLayers = 16
 // learns what the round trip showed. While Redis is down, the layers are decided in memory, all
 // or nothing, if every layer's Store has a local fallback ([WithLocalFallback]); otherwise the
 // decision returns the error.
-func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
+func (s *Store) Combine(layers []edge.Layer) (retryafter.Limiter, bool) {
 	if len(layers) == 0 || len(layers) > maxLayers {
 		return nil, false
 	}
 	g := &group{caller: s.clock.caller, cluster: s.health.cluster}
 	var tags []string // of the prefixes that have one
-	var locals []retryafter.Layer
+	var locals []edge.Layer
 	for _, l := range layers {
 		st, ok := l.Limiter.(*Store)
 		if !ok || !sameClient(st.client, s.client) || st.clock.caller != s.clock.caller {
@@ -85,7 +86,7 @@ func (s *Store) Combine(layers []retryafter.Layer) (retryafter.Limiter, bool) {
 }
 
 // add adds the layer l of the Store st to g, and its local fallback, if any, to locals.
-func (g *group) add(st *Store, l retryafter.Layer, locals *[]retryafter.Layer) {
+func (g *group) add(st *Store, l edge.Layer, locals *[]edge.Layer) {
 	var tolerance any = 0
 	if g.caller {
 		tolerance = st.clock.tolerance
@@ -96,7 +97,7 @@ func (g *group) add(st *Store, l retryafter.Layer, locals *[]retryafter.Layer) {
 		g.timeout = st.timeout
 	}
 	if st.local.on() {
-		*locals = append(*locals, retryafter.Layer{Limiter: st.local.TokenBucket, Key: l.Key, Deferred: l.Deferred})
+		*locals = append(*locals, edge.Layer{Limiter: st.local.TokenBucket, Key: l.Key, Deferred: l.Deferred})
 	}
 }
 
@@ -115,7 +116,7 @@ func oneTag(tags []string, n int) bool {
 
 // start gives g, its layers added, its memory of refusals, with its first layer's Store's
 // budget, and the layers' local fallbacks, combined, if every layer has one.
-func (g *group) start(locals []retryafter.Layer) {
+func (g *group) start(locals []edge.Layer) {
 	if len(g.layers) == 0 {
 		return
 	}
@@ -124,7 +125,7 @@ func (g *group) start(locals []retryafter.Layer) {
 		g.refusals.group = true
 	}
 	if len(locals) == len(g.layers) {
-		g.local, _ = locals[0].Limiter.(retryafter.Combiner).Combine(locals)
+		g.local, _ = locals[0].Limiter.(edge.Combiner).Combine(locals)
 	}
 }
 
@@ -208,7 +209,7 @@ func (g *group) Decide(ctx context.Context, key string, cost int, now time.Time)
 	}
 	n := len(g.layers)
 	if n == 0 {
-		return retryafter.Binding(g.inf...), nil
+		return edge.Binding(g.inf...), nil
 	}
 	lead := g.layers[0].store
 	c, err := g.newCall(key, cost, now) // plan
@@ -262,7 +263,7 @@ func (g *group) learn(rt roundTrip, c *groupCall, res []int64) retryafter.Decisi
 		}
 	}
 	copy(ds[n:], g.inf)
-	d := retryafter.Binding(ds[:n+len(g.inf)]...)
+	d := edge.Binding(ds[:n+len(g.inf)]...)
 	at := g.layers[0].store.instant(c.now) // the answer's arrival, after Redis's reading (see WithRefusalMemory)
 	if d.Allowed && c.cost > 0 {
 		g.admitted(c, at, res, g.refundCount() == c.refunds)
@@ -461,5 +462,5 @@ func (g *group) fail(ctx context.Context, r *request, down bool, err error) (ret
 	var ds [maxLayers]retryafter.Decision
 	ds[0] = d
 	copy(ds[1:], g.inf)
-	return retryafter.Binding(ds[:1+len(g.inf)]...), nil
+	return edge.Binding(ds[:1+len(g.inf)]...), nil
 }

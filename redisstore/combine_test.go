@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/testkit"
 	"github.com/retryafter/retryafter/limitertest"
 )
@@ -257,7 +258,7 @@ func TestAllOneRoundTrip(t *testing.T) {
 			service := New(c.client, 20, 5, WithPrefix(prefix+"service:"), WithTimeout(testTimeout), WithRefusalMemory(0))
 			tokens := New(c.client, 100, 50, WithPrefix(prefix+"tokens:"), WithTimeout(testTimeout), WithRefusalMemory(0))
 			a := retryafter.All(perClient, retryafter.Shared(service, "all"), retryafter.ChargedAfter(tokens))
-			if _, ok := perClient.Combine([]retryafter.Layer{{Limiter: perClient}, {Limiter: service}}); ok != (c.trips == 1) {
+			if _, ok := perClient.Combine([]edge.Layer{{Limiter: perClient}, {Limiter: service}}); ok != (c.trips == 1) {
 				t.Fatalf("Combine: %v, want %v", ok, c.trips == 1)
 			}
 			h := retryafter.LimitWith(a)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -332,7 +333,7 @@ func TestAllContract(t *testing.T) {
 				a := New(client, 3, 5, opts("a:")...)
 				b := New(client, 1, 3, opts("b:")...)
 				c := New(client, 10, 20, opts("c:")...)
-				if _, ok := a.Combine([]retryafter.Layer{{Limiter: a}, {Limiter: b}, {Limiter: c}}); !ok {
+				if _, ok := a.Combine([]edge.Layer{{Limiter: a}, {Limiter: b}, {Limiter: c}}); !ok {
 					t.Fatal("the Stores do not combine")
 				}
 				return retryafter.All(b, a, retryafter.Shared(c, "all"))
@@ -355,8 +356,8 @@ func TestCombineTakes(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cluster.Close(); ring.Close() })
-	store := func(c redis.Scripter, prefix string, opts ...Option) retryafter.Layer {
-		return retryafter.Layer{Limiter: New(c, 1, 1, append([]Option{WithPrefix(prefix)}, opts...)...)}
+	store := func(c redis.Scripter, prefix string, opts ...Option) edge.Layer {
+		return edge.Layer{Limiter: New(c, 1, 1, append([]Option{WithPrefix(prefix)}, opts...)...)}
 	}
 	a := store(client, "a:")
 	shared := store(client, "b:")
@@ -365,26 +366,26 @@ func TestCombineTakes(t *testing.T) {
 	deferred.Deferred = true
 	for _, c := range []struct {
 		name   string
-		layers []retryafter.Layer
+		layers []edge.Layer
 		want   bool
 	}{
-		{"one client", []retryafter.Layer{a, store(client, "b:"), a}, true},
-		{"shared and charged afterwards", []retryafter.Layer{a, shared, deferred}, true},
-		{"two clients of one server", []retryafter.Layer{a, store(other, "b:")}, false},
-		{"two clocks", []retryafter.Layer{a, store(client, "b:", withCallerClock())}, false},
-		{"a TokenBucket", []retryafter.Layer{a, {Limiter: retryafter.NewTokenBucket(1, 1)}}, false},
-		{"16 layers", slices.Repeat([]retryafter.Layer{a}, 16), true}, // as many as All decides
-		{"17 layers", slices.Repeat([]retryafter.Layer{a}, 17), false},
-		{"cluster, no tag", []retryafter.Layer{store(cluster, "a:"), store(cluster, "b:")}, false},
-		{"cluster, one layer", []retryafter.Layer{store(cluster, "a:")}, true},
-		{"cluster, one layer and rate.Inf", []retryafter.Layer{store(cluster, "a:"), {Limiter: New(cluster, rate.Inf, 3)}}, true},
-		{"cluster, one tag", []retryafter.Layer{store(cluster, "{rl}:a:"), store(cluster, "x{rl}:b:")}, true},
-		{"cluster, two tags", []retryafter.Layer{store(cluster, "{rl}:a:"), store(cluster, "{rm}:b:")}, false},
-		{"cluster, a tag the key closes", []retryafter.Layer{store(cluster, "{rl"), store(cluster, "{rl")}, false},
-		{"cluster, an empty tag", []retryafter.Layer{store(cluster, "{}{rl}:a:"), store(cluster, "{}{rl}:b:")}, false},
-		{"cluster and rate.Inf", []retryafter.Layer{store(cluster, "{rl}:a:"), {Limiter: New(cluster, rate.Inf, 3)}}, true},
-		{"ring, one tag", []retryafter.Layer{store(ring, "{rl}:a:"), store(ring, "{rl}:b:")}, true},
-		{"ring, no tag", []retryafter.Layer{store(ring, "a:"), store(ring, "b:")}, false},
+		{"one client", []edge.Layer{a, store(client, "b:"), a}, true},
+		{"shared and charged afterwards", []edge.Layer{a, shared, deferred}, true},
+		{"two clients of one server", []edge.Layer{a, store(other, "b:")}, false},
+		{"two clocks", []edge.Layer{a, store(client, "b:", withCallerClock())}, false},
+		{"a TokenBucket", []edge.Layer{a, {Limiter: retryafter.NewTokenBucket(1, 1)}}, false},
+		{"16 layers", slices.Repeat([]edge.Layer{a}, 16), true}, // as many as All decides
+		{"17 layers", slices.Repeat([]edge.Layer{a}, 17), false},
+		{"cluster, no tag", []edge.Layer{store(cluster, "a:"), store(cluster, "b:")}, false},
+		{"cluster, one layer", []edge.Layer{store(cluster, "a:")}, true},
+		{"cluster, one layer and rate.Inf", []edge.Layer{store(cluster, "a:"), {Limiter: New(cluster, rate.Inf, 3)}}, true},
+		{"cluster, one tag", []edge.Layer{store(cluster, "{rl}:a:"), store(cluster, "x{rl}:b:")}, true},
+		{"cluster, two tags", []edge.Layer{store(cluster, "{rl}:a:"), store(cluster, "{rm}:b:")}, false},
+		{"cluster, a tag the key closes", []edge.Layer{store(cluster, "{rl"), store(cluster, "{rl")}, false},
+		{"cluster, an empty tag", []edge.Layer{store(cluster, "{}{rl}:a:"), store(cluster, "{}{rl}:b:")}, false},
+		{"cluster and rate.Inf", []edge.Layer{store(cluster, "{rl}:a:"), {Limiter: New(cluster, rate.Inf, 3)}}, true},
+		{"ring, one tag", []edge.Layer{store(ring, "{rl}:a:"), store(ring, "{rl}:b:")}, true},
+		{"ring, no tag", []edge.Layer{store(ring, "a:"), store(ring, "b:")}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, ok := c.layers[0].Limiter.(*Store).Combine(c.layers); ok != c.want {
@@ -474,7 +475,7 @@ func TestAllInf(t *testing.T) {
 	}
 	finite, twin := store("finite:", 3, 4), store("twin:", 3, 4)
 	all := retryafter.All(store("a:", rate.Inf, 2), finite, retryafter.Shared(store("b:", rate.Inf, 9), "all"))
-	if _, ok := finite.Combine([]retryafter.Layer{{Limiter: store("a:", rate.Inf, 2)}, {Limiter: finite}}); !ok {
+	if _, ok := finite.Combine([]edge.Layer{{Limiter: store("a:", rate.Inf, 2)}, {Limiter: finite}}); !ok {
 		t.Fatal("the Stores do not combine")
 	}
 	rng := rand.New(rand.NewPCG(9, 9))

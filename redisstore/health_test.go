@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // fakeRedis is a redis.Scripter whose every script call does what answer says: the tests of
@@ -548,7 +549,7 @@ func TestAllAllocations(t *testing.T) {
 	var b1, b2 runtime.MemStats
 	runtime.ReadMemStats(&b1)
 	for range n {
-		retryafter.Binding(ds...)
+		edge.Binding(ds...)
 	}
 	runtime.ReadMemStats(&b2)
 	list := (b2.TotalAlloc - b1.TotalAlloc) / n

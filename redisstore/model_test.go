@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // model is an exact model of a Redis holding the keys of several Stores: each key's theoretical
@@ -38,7 +39,7 @@ func (m *model) ahead(tats map[string]time.Time, key string, t time.Time) time.D
 
 // decide decides a request in layers at t, all or nothing: each layer reserves its cost after
 // the layers before it, and if any overshoots its bucket nothing is spent. It returns the
-// Decision the scripts report, the layers' merged by retryafter.Binding.
+// Decision the scripts report, the layers' merged by edge.Binding.
 func (m *model) decide(layers []modelLayer, t time.Time) retryafter.Decision {
 	tats := map[string]time.Time{}
 	ds := make([]retryafter.Decision, len(layers))
@@ -73,7 +74,7 @@ func (m *model) decide(layers []modelLayer, t time.Time) retryafter.Decision {
 		}
 		ds[i].Reset = (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
 	}
-	return retryafter.Binding(ds...)
+	return edge.Binding(ds...)
 }
 
 // charge spends cost (or, negative, gives it back, never beyond a full bucket) in key at t,

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // TestPolicy checks, on a real Redis, that every Decision of a Store names the Store's rate and
@@ -68,7 +69,7 @@ func TestAllPolicy(t *testing.T) {
 	tokens := New(client, 1000, 100, opts("tokens:")...)
 	free := New(client, rate.Inf, 1, opts("free:")...)
 	all := retryafter.All(perKey, retryafter.Shared(shared, "all"), retryafter.ChargedAfter(tokens), free)
-	if _, ok := perKey.Combine([]retryafter.Layer{{Limiter: perKey}, {Limiter: shared}, {Limiter: tokens, Deferred: true}, {Limiter: free}}); !ok {
+	if _, ok := perKey.Combine([]edge.Layer{{Limiter: perKey}, {Limiter: shared}, {Limiter: tokens, Deferred: true}, {Limiter: free}}); !ok {
 		t.Fatal("the layers do not combine")
 	}
 	pk := retryafter.Policy{Limit: rate.Every(time.Hour), Burst: 3}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/testkit"
 )
 
@@ -167,7 +168,7 @@ func TestPolicyFuncAllAgreesWithTokenBuckets(t *testing.T) {
 	}
 	perKey := New(client, 1, 5, opts("key:", plan.of)...)
 	service := New(client, 1, 1, opts("all:", shared)...)
-	if _, ok := perKey.Combine([]retryafter.Layer{{Limiter: perKey}, {Limiter: service}}); !ok {
+	if _, ok := perKey.Combine([]edge.Layer{{Limiter: perKey}, {Limiter: service}}); !ok {
 		t.Fatal("the layers do not combine")
 	}
 	all := retryafter.All(perKey, retryafter.Shared(service, "all"))

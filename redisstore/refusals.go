@@ -404,7 +404,7 @@ func (e *refusal) size(key string) int {
 	n := len(key) + refusalBytes + len(e.dec.Policy.Name)
 	if ls := e.dec.Layers(); ls != nil {
 		// The list is one allocation with room for two Decisions, the usual All; more take an
-		// array of their own (see retryafter.Binding).
+		// array of their own (see edge.Binding).
 		n += heapBytes(sliceBytes + 2*decisionBytes)
 		if cap(ls) > 2 {
 			n += heapBytes(cap(ls) * decisionBytes)

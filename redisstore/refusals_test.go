@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // TestRefusalMemory checks, on a real Redis and an injected clock, that a Store answers the
@@ -663,7 +664,7 @@ func TestRefusalMemoryBudget(t *testing.T) {
 		key := fmt.Sprintf("k%019d", i)
 		d := retryafter.Decision{Policy: retryafter.Policy{Name: name(i), Limit: 1, Burst: 1}}
 		if i%2 == 1 {
-			d = retryafter.Binding(d, retryafter.Decision{Policy: retryafter.Policy{Name: name(i), Limit: 2, Burst: 1}})
+			d = edge.Binding(d, retryafter.Decision{Policy: retryafter.Policy{Name: name(i), Limit: 2, Burst: 1}})
 		}
 		r.remember(key, refusal{d: int64(time.Hour), interval: int64(time.Second), horizon: int64(time.Second), burst: 1, dec: d}, r.ticket(key, false))
 	}
@@ -868,7 +869,7 @@ func TestRefusalLayersBytes(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i := range kept {
-			kept[i] = retryafter.Binding(ds...)
+			kept[i] = edge.Binding(ds...)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

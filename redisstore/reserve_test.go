@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 )
 
 // TestWaitFleet: three replicas on one Redis, with WithWait, on real time: 30 requests of one
@@ -28,7 +29,7 @@ func TestWaitFleet(t *testing.T) {
 	var served []time.Duration
 	var waited atomic.Int64
 	hook := retryafter.WithDecisionHook(func(_ *http.Request, o retryafter.Outcome, _ retryafter.Decision) {
-		if o == retryafter.Waited {
+		if o == edge.Waited {
 			waited.Add(1)
 		}
 	})

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/grpclimit"
 	"github.com/retryafter/retryafter/httpratestore"
 	"github.com/retryafter/retryafter/internal/testkit/redistest"
@@ -224,8 +225,8 @@ func TestStores(t *testing.T) {
 				t.Fatalf("call with a retry policy: %v", a.code)
 			}
 			got := seen.since(n)
-			want := []retryafter.Outcome{retryafter.Refused, retryafter.Admitted}
-			if len(got) == 1 && got[0] == retryafter.Admitted {
+			want := []retryafter.Outcome{edge.Refused, edge.Admitted}
+			if len(got) == 1 && got[0] == edge.Admitted {
 				t.Logf("the wait was over before the call with a retry policy: nothing to retry") // a slow machine
 			} else if !slices.Equal(got, want) {
 				t.Fatalf("call with a retry policy: the server saw %v, want %v", got, want)
@@ -235,7 +236,7 @@ func TestStores(t *testing.T) {
 			if a := list(t.Context(), retrying); a.code != codes.ResourceExhausted || a.ms != -1 || len(a.pushback) != 1 || a.pushback[0] != "-1" {
 				t.Fatalf("call above the burst: %v, RetryInfo %d ms, pushback %q; want RESOURCE_EXHAUSTED, none and -1", a.code, a.ms, a.pushback)
 			}
-			if got := seen.since(n); !slices.Equal(got, []retryafter.Outcome{retryafter.Refused}) {
+			if got := seen.since(n); !slices.Equal(got, []retryafter.Outcome{edge.Refused}) {
 				t.Fatalf("call above the burst: the server saw %v, want one refusal, not retried", got)
 			}
 		})

@@ -111,9 +111,9 @@ func (p *Memory) route(r *http.Request) uint64 {
 	return h.Sum64() | 1
 }
 
-// A Door is a middleware that limits what reaches next ([Limit]'s, [Concurrency]'s,
-// [Maintenance]'s), as the preflight learning sees it: one rule for requests shaped as
-// preflights serves them all.
+// A Door is a middleware that limits what reaches next (the root package's Limit's and
+// Maintenance's, package overload's Concurrency's), as the preflight learning sees it: one
+// rule for requests shaped as preflights serves them all.
 type Door interface {
 	// Serve passes r to next.
 	Serve(w http.ResponseWriter, r *http.Request)

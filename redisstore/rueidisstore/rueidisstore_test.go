@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/testkit/redistest"
 	"github.com/retryafter/retryafter/redisstore"
 )
@@ -183,7 +184,7 @@ func TestAll(t *testing.T) {
 	perKey := New(client, rate.Every(time.Hour), 3, opts("key:")...)
 	shared := New(client, rate.Every(time.Hour), 5, opts("all:")...)
 	tokens := New(client, 1000, 100, opts("tokens:")...)
-	if _, ok := perKey.Combine([]retryafter.Layer{{Limiter: perKey}, {Limiter: shared}, {Limiter: tokens, Deferred: true}}); !ok {
+	if _, ok := perKey.Combine([]edge.Layer{{Limiter: perKey}, {Limiter: shared}, {Limiter: tokens, Deferred: true}}); !ok {
 		t.Fatal("Stores over one rueidis client with one hash tag do not combine")
 	}
 	all := retryafter.All(perKey, retryafter.Shared(shared, "all"), retryafter.ChargedAfter(tokens))

@@ -166,7 +166,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 		ready(gl.Addr().String(), hl.Addr().String())
 	}
 	logger.Printf("serving RateLimitService on %s, /healthcheck on %s", gl.Addr(), hl.Addr())
+	if err := watch(ctx, o, svc, logger, hup, errs); err != nil {
+		gs.Stop()
+		httpSrv.Close()
+		return err
+	}
+	hs.Shutdown() // every service NOT_SERVING
+	drain(gs, httpSrv, o.drain)
+	return nil
+}
 
+// watch reloads the configuration on each value of hup and as it changes, until ctx ends (it
+// returns nil) or a server fails (it returns its error, from errs).
+func watch(ctx context.Context, o options, svc *envoyrls.Service, logger *log.Logger, hup <-chan os.Signal, errs <-chan error) error {
 	reload := func(why string) {
 		c, err := envoyrls.Load(o.config)
 		if err != nil {
@@ -194,12 +206,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 				reload("changed")
 			}
 		case err := <-errs:
-			gs.Stop()
-			httpSrv.Close()
 			return err
 		case <-ctx.Done():
-			hs.Shutdown() // every service NOT_SERVING
-			drain(gs, httpSrv, o.drain)
 			return nil
 		}
 	}
