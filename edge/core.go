@@ -123,12 +123,12 @@ const (
 const FailWait = time.Second
 
 // Pass reports whether the request goes on to the handler.
-func (v *Verdict) Pass() bool { return v.Outcome != Refused && v.Outcome != FailedClosed }
+func (v Verdict) Pass() bool { return v.Outcome != Refused && v.Outcome != FailedClosed }
 
 // Wait returns the wait to tell a refused client, not rounded: the Limiter's for a refusal
 // (rate.InfDuration when it can never be admitted: tell no wait), FailWait when the Limiter
 // failed or the request's context ended, and 0 otherwise.
-func (v *Verdict) Wait() time.Duration {
+func (v Verdict) Wait() time.Duration {
 	switch {
 	case v.Outcome == Refused:
 		return v.Decision.RetryAfter
