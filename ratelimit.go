@@ -258,12 +258,16 @@ const noQuota time.Duration = -1
 // maxWait is noQuota (one argument for both, so that Allow's path carries no more).
 func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.Duration, d *Decision) {
 	withQuota := maxWait != noQuota
-	t, pol, at, lag, full, lim := b.lock(key, now)
+	pol := b.policyFor(key)
 	d.Policy, d.Limit = pol, pol.Burst
-	if t == nil {
+	if pol.Limit == rate.Inf {
 		d.Allowed, d.Remaining = true, pol.Burst
 		return
 	}
+	t := b.part(key)
+	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
+	at, lag := t.At(now)
+	lim, full := b.bucket(t, key, pol, at, nil)
 	switch {
 	case lim == nil:
 		// Once a key makes room, the key starts with a full bucket.
@@ -301,21 +305,6 @@ func notAtOnce(lim *rate.Limiter, pol Policy, cost int, at time.Time, maxWait ti
 		admitted = true
 	}
 	return admitted, wait, tokens
-}
-
-// lock finds key's policy and, but for an unlimited one (t nil), locks its part t and finds
-// its bucket at the instant at, lag after now, as bucket does: nil when there is no room
-// for it, for full.
-func (b *TokenBucket) lock(key string, now time.Time) (t *table, pol Policy, at time.Time, lag, full time.Duration, lim *rate.Limiter) {
-	pol = b.policyFor(key)
-	if pol.Limit == rate.Inf {
-		return nil, pol, now, 0, 0, nil
-	}
-	t = b.part(key)
-	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
-	at, lag = t.At(now)
-	lim, full = b.bucket(t, key, pol, at, nil)
-	return t, pol, at, lag, full, lim
 }
 
 // part returns the part of b that holds key.

@@ -141,7 +141,7 @@ func (v Verdict) Wait() time.Duration {
 // Decide decides req: the exemption, the key function, then as [Core.DecideKey].
 func (c *Core[R]) Decide(ctx context.Context, req R) (v Verdict) {
 	if c.c.Exempt != nil && c.c.Exempt(req) {
-		c.decided(req, Exempt, Decision{})
+		c.decided(req, Exempt, &Decision{})
 		v.Outcome = Exempt
 		return v
 	}
@@ -190,7 +190,7 @@ func (c *Core[R]) decideKey(ctx context.Context, req R, key string, v *Verdict) 
 			v.Outcome = DryRunRefused
 		}
 	}
-	c.decided(req, v.Outcome, v.Decision)
+	c.decided(req, v.Outcome, &v.Decision)
 }
 
 // failed answers v, whose Limiter returned err: a request that waited for its place, or would
@@ -213,7 +213,7 @@ func (c *Core[R]) failed(ctx context.Context, req R, v *Verdict, err error) {
 		c.fail(req, v, err)
 		return
 	}
-	c.decided(req, v.Outcome, v.Decision)
+	c.decided(req, v.Outcome, &v.Decision)
 }
 
 // fail reports err and fails v open or closed.
@@ -223,7 +223,7 @@ func (c *Core[R]) fail(req R, v *Verdict, err error) {
 	if c.c.FailOpen {
 		v.Outcome = FailedOpen
 	}
-	c.decided(req, v.Outcome, Decision{})
+	c.decided(req, v.Outcome, &Decision{})
 }
 
 // Errored tells the error hooks of err: for what the edge does after deciding (a charge that
@@ -238,8 +238,8 @@ func (c *Core[R]) Errored(req R, err error) {
 func (c *Core[R]) Now() time.Time { return c.c.Now() }
 
 // decided tells the hooks of OnDecided what became of req.
-func (c *Core[R]) decided(req R, o Outcome, d Decision) {
+func (c *Core[R]) decided(req R, o Outcome, d *Decision) {
 	for _, fn := range c.c.OnDecided {
-		fn(req, o, d)
+		fn(req, o, *d)
 	}
 }
