@@ -12,6 +12,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -29,39 +30,47 @@ func main() {
 // doc comments of more than 30 lines.
 func count(dir string) (n, pkgDoc int, long []string) {
 	fs := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fs, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	lines := func(g *ast.CommentGroup) int { return strings.Count(g.Text(), "\n") }
-	for _, p := range pkgs {
-		for name, f := range p.Files {
-			if f.Doc != nil {
-				pkgDoc = max(pkgDoc, lines(f.Doc))
-			}
-			ast.Inspect(f, func(node ast.Node) bool {
-				var doc *ast.CommentGroup
-				switch d := node.(type) {
-				case *ast.FuncDecl:
-					doc = d.Doc
-					if d.Name.IsExported() && exportedRecv(d) {
-						n++
-					}
-				case *ast.GenDecl:
-					doc = d.Doc
-					n += exportedSpecs(d)
-				case *ast.TypeSpec:
-					doc = d.Doc
-				case *ast.Field:
-					doc = d.Doc
-				}
-				if doc != nil && lines(doc) > 30 {
-					long = append(long, fmt.Sprintf("%s:%d (%d lines)", name, fs.Position(doc.Pos()).Line, lines(doc)))
-				}
-				return true
-			})
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
 		}
+		f, err := parser.ParseFile(fs, filepath.Join(dir, name), nil, parser.ParseComments)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if f.Doc != nil {
+			pkgDoc = max(pkgDoc, lines(f.Doc))
+		}
+		ast.Inspect(f, func(node ast.Node) bool {
+			var doc *ast.CommentGroup
+			switch d := node.(type) {
+			case *ast.FuncDecl:
+				doc = d.Doc
+				if d.Name.IsExported() && exportedRecv(d) {
+					n++
+				}
+			case *ast.GenDecl:
+				doc = d.Doc
+				n += exportedSpecs(d)
+			case *ast.TypeSpec:
+				doc = d.Doc
+			case *ast.Field:
+				doc = d.Doc
+			}
+			if doc != nil && lines(doc) > 30 {
+				long = append(long, fmt.Sprintf("%s:%d (%d lines)", name, fs.Position(doc.Pos()).Line, lines(doc)))
+			}
+			return true
+		})
+
 	}
 	return n, pkgDoc, long
 }
