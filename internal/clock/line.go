@@ -30,6 +30,10 @@ func (l *Line) At(now time.Time) (at time.Time, lag time.Duration) {
 	if shift != 0 {
 		at = now.Add(time.Duration(shift))
 	}
+	if !at.Before(l.Latest) && !l.Steps.pending.Load() {
+		l.Latest = at // the usual reading, at or after the latest: nothing to see
+		return at, 0
+	}
 	lag = l.Latest.Sub(at)
 	if (lag > MaxLag || l.Steps.pending.Load()) && now == now.Round(0) {
 		at = now.Add(time.Duration(l.Steps.see(at, shift, l.Latest)))
