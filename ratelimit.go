@@ -267,7 +267,14 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.D
 	t := b.part(key)
 	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
 	at, lag := t.At(now)
-	lim, full := b.bucket(t, key, pol, at, nil)
+	// bucket's steps, here in line: a call would carry pol and at again.
+	lim, full := t.keys[key], time.Duration(0)
+	switch {
+	case lim == nil:
+		lim, full = t.add(key, at, pol.Limit, pol.Burst, nil)
+	case b.policyOf != nil:
+		replan(lim, pol, at)
+	}
 	switch {
 	case lim == nil:
 		// Once a key makes room, the key starts with a full bucket.
