@@ -136,18 +136,18 @@ func (l *Lines) Done() {
 // allocated apart. A nil *Few allocates each value apart.
 type Few struct {
 	buf [5]string
-	n   int
+	n   uint // unsigned, so that its checks against buf prove the indexes below in bounds
 }
 
 // Line returns the header value []string{v}.
 func (f *Few) Line(v string) []string {
-	if f == nil || f.n == len(f.buf) {
+	if f == nil || f.n >= uint(len(f.buf)) {
 		return []string{v}
 	}
-	f.buf[f.n] = v
-	s := f.buf[f.n : f.n+1 : f.n+1]
+	n := f.n
+	f.buf[n] = v
 	f.n++
-	return s
+	return f.buf[n : n+1 : n+1]
 }
 
 // Int returns the header value of n in decimal.
