@@ -92,17 +92,13 @@ var refusalExposed = exposeList{names: []string{header.RetryAfter, header.Date},
 
 // expose adds to h's Access-Control-Expose-Headers the names of l that it does not list yet,
 // taking a new value from lines (nil: allocated apart).
-func (l *exposeList) expose(h http.Header, lines values) {
+func (l *exposeList) expose(h http.Header, lines *header.Few) {
 	if len(l.names) == 0 {
 		return
 	}
 	have := h[headerExpose]
 	if len(have) == 0 {
-		if lines == nil {
-			h[headerExpose] = []string{l.line}
-		} else {
-			h[headerExpose] = lines.Line(l.line)
-		}
+		h[headerExpose] = lines.Line(l.line)
 		return
 	}
 	if door.ListHas(have, "*") && !credentialed(h) {

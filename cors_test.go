@@ -190,7 +190,7 @@ func TestExposeLineIsPerResponse(t *testing.T) {
 	l := newExposeList("Retry-After", "Date")
 	h1, h2 := http.Header{}, http.Header{}
 	l.expose(h1, nil)
-	l.expose(h2, new(header.Lines))
+	l.expose(h2, new(header.Few))
 	h1["Access-Control-Expose-Headers"][0] = "X-Mine"
 	h3 := http.Header{}
 	l.expose(h3, nil)
@@ -203,9 +203,9 @@ func TestExposeLineIsPerResponse(t *testing.T) {
 
 func TestExposeAllocs(t *testing.T) {
 	h := http.Header{}
-	lines := new(header.Lines)
+	lines := new(header.Few)
 	allocs := testing.AllocsPerRun(100, func() {
-		*lines = header.Lines{}
+		*lines = header.Few{}
 		delete(h, "Access-Control-Expose-Headers")
 		refusalExposed.expose(h, lines)
 		refusalExposed.expose(h, lines) // everything already there

@@ -12,7 +12,7 @@ import (
 // TestSetDelayNever checks that a wait no client can honour removes Retry-After.
 func TestSetDelayNever(t *testing.T) {
 	h := http.Header{"Retry-After": {"5"}}
-	if s := setDelay(h, rate.InfDuration, nil); s != 0 {
+	if s := setDelay(h, rate.InfDuration, nil, nil); s != 0 {
 		t.Fatalf("setDelay(InfDuration) = %d, want 0", s)
 	}
 	if _, ok := h["Retry-After"]; ok {

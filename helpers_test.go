@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/retryafter/retryafter/internal/header"
 	"github.com/retryafter/retryafter/internal/testkit"
 )
 
@@ -20,7 +21,9 @@ var (
 var ok = testkit.OK
 
 // writeRefusal is the default plain text as a [Responder].
-func writeRefusal(w http.ResponseWriter, r *http.Request, f Refusal) { writePlain(w, r, f.Status, nil) }
+func writeRefusal(w http.ResponseWriter, r *http.Request, f Refusal) {
+	writePlain(w, w.Header(), r, f.Status, new(header.Few))
+}
 
 // serve sends one request from remote (host:port) through h and returns what h answered.
 func serve(h http.Handler, method, remote string) *httptest.ResponseRecorder {

@@ -203,7 +203,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, v *edge.Verd
 		hdr := w.Header()
 		m.fields.write(hdr, v.Decision, lines)
 		if v.Outcome != edge.Refused && door.HasOrigin(r) {
-			m.exposeAllowed.expose(hdr, lines)
+			m.exposeAllowed.expose(hdr, &lines.Few)
 		}
 	}
 	if v.Outcome != edge.Refused {

@@ -69,7 +69,7 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, f Refusa
 			h.Add("Vary", varyAccept)
 		}
 		if !acceptsProblem(r.Header["Accept"], p.AcceptAny) {
-			writePlain(w, r, status, nil)
+			writePlain(w, w.Header(), r, status, new(header.Few))
 			return
 		}
 	}
@@ -95,7 +95,7 @@ func (p ProblemDetails) Respond(w http.ResponseWriter, r *http.Request, f Refusa
 	}
 	body, err := json.Marshal(pr)
 	if err != nil { // cannot happen for this struct; answer plain text rather than nothing
-		writePlain(w, r, status, nil)
+		writePlain(w, w.Header(), r, status, new(header.Few))
 		return
 	}
 	h := w.Header()

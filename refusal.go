@@ -42,13 +42,8 @@ const (
 	noSniff   = "nosniff"
 )
 
-// writePlain writes the default refusal, taking its header values from l (nil: from a
-// header.Few of its own).
-func writePlain(w http.ResponseWriter, r *http.Request, status int, l values) {
-	if l == nil {
-		l = new(header.Few)
-	}
-	h := w.Header()
+// writePlain writes the default refusal into h, w's header, taking its header values from l.
+func writePlain(w http.ResponseWriter, h http.Header, r *http.Request, status int, l *header.Few) {
 	delete(h, "Content-Length")
 	h[header.ContentType] = l.Line(plainText)
 	h["X-Content-Type-Options"] = l.Line(noSniff)

@@ -3,8 +3,8 @@
 // ([ParseRetryAfter], what this repository's own output is held to) and the generous reading
 // ([ReadRetryAfter], what a client waits and a gateway repairs by).
 //
-// Writing is pure: functions of a wait or an instant, and a [Lines] that hands out the header
-// values of one response from one allocation.
+// Writing is pure: functions of a wait or an instant, and a [Few] (or a [Lines], which also
+// formats numbers) that hands out the header values of one response from one allocation.
 //
 // Traefik's plugins interpret this package with Yaegi v0.16.1 (see traefik/), which lacks the
 // min and max builtins, range over an int and the standard library's generic types; the
@@ -67,33 +67,65 @@ func inRange(t time.Time) time.Time {
 	return t
 }
 
-// Lines hands out the header values of one response from one allocation, and the text of those
-// it formats from one more. Each value is a []string of its own, as a value set with
+// Few hands out up to five header values of one response from one allocation of 88 bytes, the
+// fields every refusal sets (Date, Retry-After, Access-Control-Expose-Headers, Content-Type,
+// X-Content-Type-Options): each value is a []string of its own, as a value set with
 // [http.Header.Set] is, so that a handler or middleware may write to it without touching any
-// other response. The values that Int and Bytes return are empty until Done: call it once they
-// are all set, before the header is written. A nil *Lines allocates each value apart.
+// other response. A sixth value, and a number of 100 or more, is allocated apart. A nil *Few
+// allocates each value apart.
+type Few struct {
+	buf [5]string
+	n   uint // the slots of buf taken (see slot)
+}
+
+// Line returns the header value []string{v}.
+func (f *Few) Line(v string) []string {
+	if f == nil {
+		return []string{v}
+	}
+	return slot(f.buf[:], &f.n, v)
+}
+
+// slot returns []string{v} in buf[*n], the next slot of buf, and counts it; or, when buf is
+// full, apart. n is unsigned, so that its check against buf proves the indexes in bounds.
+func slot(buf []string, n *uint, v string) []string {
+	i := *n
+	if i >= uint(len(buf)) {
+		return []string{v}
+	}
+	buf[i] = v
+	*n = i + 1
+	return buf[i : i+1 : i+1]
+}
+
+// Int returns the header value of n in decimal.
+func (f *Few) Int(n int64) []string { return f.Line(strconv.FormatInt(n, 10)) }
+
+// Lines hands out the header values of a response with the rate-limit fields from one
+// allocation, and the text of the numbers it formats from one more: up to six values of its own
+// (the fields, and a Retry-After of 100 seconds or more), and, in Few, those of every refusal.
+// The values that Int and Bytes return are empty until Done: call it once they are all set,
+// before the header is written. A nil *Lines allocates each value apart.
 type Lines struct {
-	buf   [10]string
-	n     int
+	Few
+	own   [6]string
+	n     uint
 	text  [128]byte // the bytes of the values formatted here, until Done makes them strings
 	tn    int
 	done  int // text[:done] has been made strings
-	spans [10]span
+	spans [6]span
 	ns    int
 }
 
-// A span is a value of Lines that Done sets: buf[slot] = text[start:end].
+// A span is a value of Lines that Done sets: own[slot] = text[start:end].
 type span struct{ slot, start, end uint8 }
 
 // Line returns the header value []string{v}.
 func (l *Lines) Line(v string) []string {
-	if l == nil || l.n == len(l.buf) {
+	if l == nil {
 		return []string{v}
 	}
-	l.buf[l.n] = v
-	s := l.buf[l.n : l.n+1 : l.n+1]
-	l.n++
-	return s
+	return slot(l.own[:], &l.n, v)
 }
 
 // Int returns the header value of n in decimal. Below 100 it is set at once, without an
@@ -108,7 +140,7 @@ func (l *Lines) Int(n int64) []string {
 
 // Bytes returns the header value of the text b, which it copies, set by Done.
 func (l *Lines) Bytes(b []byte) []string {
-	if l == nil || len(b) > len(l.text)-l.tn || l.n == len(l.buf) {
+	if l == nil || len(b) > len(l.text)-l.tn || l.n >= uint(len(l.own)) {
 		return l.Line(string(b))
 	}
 	start := l.tn
@@ -125,33 +157,10 @@ func (l *Lines) Done() {
 	}
 	text := string(l.text[l.done:l.tn])
 	for _, s := range l.spans[:l.ns] {
-		l.buf[s.slot] = text[int(s.start)-l.done : int(s.end)-l.done]
+		l.own[s.slot] = text[int(s.start)-l.done : int(s.end)-l.done]
 	}
 	l.ns, l.done = 0, l.tn
 }
-
-// Few hands out up to five header values of one response from one allocation of 88 bytes, a
-// quarter of a Lines, for a response that formats no text of its own (a plain refusal): each
-// value is a []string of its own, as with Lines. A sixth value, and a number of 100 or more, is
-// allocated apart. A nil *Few allocates each value apart.
-type Few struct {
-	buf [5]string
-	n   uint // unsigned, so that its checks against buf prove the indexes below in bounds
-}
-
-// Line returns the header value []string{v}.
-func (f *Few) Line(v string) []string {
-	if f == nil || f.n >= uint(len(f.buf)) {
-		return []string{v}
-	}
-	n := f.n
-	f.buf[n] = v
-	f.n++
-	return f.buf[n : n+1 : n+1]
-}
-
-// Int returns the header value of n in decimal.
-func (f *Few) Int(n int64) []string { return f.Line(strconv.FormatInt(n, 10)) }
 
 // A DateCache formats instants as IMF-fixdates, truncated to the second, keeping the last one,
 // since the Date of a busy server changes once a second. The zero value is ready to use; it is
