@@ -240,14 +240,16 @@ func (b *TokenBucket) Release(ctx context.Context, key string, cost int, now tim
 	return b.Charge(ctx, key, -cost, now)
 }
 
-// Allow implements [edge.Allower]: it decides as Decide does, leaving Remaining and Reset zero,
-// which cost about as much again as the decision to fill.
-func (b *TokenBucket) Allow(_ context.Context, key string, cost int, now time.Time) (d Decision, err error) {
+// Allow implements [edge.Allower]: it decides as Decide does, and returns the Decision's
+// RetryAfter and Policy, leaving out Remaining and Reset, which cost about as much again as the
+// decision to fill.
+func (b *TokenBucket) Allow(_ context.Context, key string, cost int, now time.Time) (wait time.Duration, p Policy, err error) {
 	if cost < 0 {
-		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+		return 0, Policy{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
+	var d Decision
 	b.decide(key, cost, now, noQuota, &d)
-	return d, nil
+	return d.RetryAfter, d.Policy, nil
 }
 
 // noQuota is decide's maxWait for Allow: no later place, and no quota.

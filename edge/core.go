@@ -171,7 +171,9 @@ func (c *Core[R]) decideKey(ctx context.Context, req R, key string, v *Verdict) 
 	v.Key, v.Now = key, c.c.Now()
 	var err error
 	if c.quick != nil {
-		v.Decision, err = c.quick.Allow(ctx, key, cost, v.Now)
+		var wait time.Duration
+		wait, v.Decision.Policy, err = c.quick.Allow(ctx, key, cost, v.Now)
+		v.Decision.Allowed, v.Decision.RetryAfter, v.Decision.Limit = wait == 0, wait, v.Decision.Policy.Burst
 	} else {
 		v.Decision, err = c.l.Decide(ctx, key, cost, v.Now)
 	}

@@ -144,7 +144,7 @@ func (q *quick) Decide(ctx context.Context, key string, cost int, now time.Time)
 	return q.TokenBucket.Decide(ctx, key, cost, now)
 }
 
-func (q *quick) Allow(ctx context.Context, key string, cost int, now time.Time) (edge.Decision, error) {
+func (q *quick) Allow(ctx context.Context, key string, cost int, now time.Time) (time.Duration, edge.Policy, error) {
 	q.allowed++
 	return q.TokenBucket.Allow(ctx, key, cost, now)
 }
@@ -174,6 +174,34 @@ func TestCoreAllower(t *testing.T) {
 		edge.New(edge.Limiter(q), c).Decide(context.Background(), request{client: "a", cost: 1})
 		if got := q.allowed == 1 && q.decided == 0; got != tt.allow {
 			t.Errorf("%s: Allow asked %d times, Decide %d; want Allow: %v", tt.name, q.allowed, q.decided, tt.allow)
+		}
+	}
+}
+
+// TestCoreAllowerVerdicts: what Allow reports makes the Verdict that Decide's Decision makes, but
+// for the quota it leaves out, over random costs, times and policies.
+func TestCoreAllowerVerdicts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(56, 0))
+	for range 200 {
+		pol := edge.Policy{Name: "p", Limit: rate.Limit(rng.Float64() * 10), Burst: 1 + rng.IntN(5)}
+		plan := retryafter.WithPolicyFunc(func(string) edge.Policy { return pol })
+		now := t0
+		c := config(&now)
+		quota := c
+		quota.Quota = true // Decide, with the quota
+		q := &quick{TokenBucket: retryafter.NewTokenBucket(1, 1, plan)}
+		allow, decide := edge.New(edge.Limiter(q), c), edge.New(retryafter.NewTokenBucket(1, 1, plan), quota)
+		for range 20 {
+			now = now.Add(time.Duration(rng.Int64N(int64(2 * time.Second))))
+			r := request{client: "a", cost: rng.IntN(pol.Burst + 2)}
+			a, d := allow.Decide(context.Background(), r), decide.Decide(context.Background(), r)
+			d.Decision.Remaining, d.Decision.Reset = 0, 0
+			if a.Outcome != d.Outcome || a.Decision != d.Decision {
+				t.Fatalf("%+v, cost %d at %v: Allow's verdict %+v, Decide's %+v", pol, r.cost, now.Sub(t0), a, d)
+			}
+		}
+		if q.allowed == 0 || q.decided != 0 {
+			t.Fatalf("Allow asked %d times, Decide %d", q.allowed, q.decided)
 		}
 	}
 }

@@ -36,12 +36,14 @@ type Limiter interface {
 }
 
 // An Allower is a [Limiter] that can decide a request without reporting its quota: Allow
-// decides exactly as Decide does, and may leave the Decision's Remaining and Reset zero, which
-// can cost it as much again as the decision to fill. A [Core] asks Allow instead of Decide when
-// nothing it was configured with reads the Decision (no hooks, Config.Quota false).
+// decides exactly as Decide does and returns only the Decision's RetryAfter as wait (0 when the
+// request is admitted) and its Policy, whose Burst is its Limit, leaving out Remaining and Reset,
+// which can cost as much again as the decision to fill, and a reply small enough to come back in
+// registers. A [Core] asks Allow instead of Decide when nothing it was configured with reads the
+// quota (no hooks, Config.Quota false).
 type Allower interface {
 	Limiter
-	Allow(ctx context.Context, key string, cost int, now time.Time) (Decision, error)
+	Allow(ctx context.Context, key string, cost int, now time.Time) (wait time.Duration, p Policy, err error)
 }
 
 // ErrNegativeCost is the error, wrapped, that a [Limiter] returns for a cost below 0.
