@@ -106,35 +106,33 @@ type admission struct {
 // the error that ends it, with the trailer to send in the admission.
 func (s *server) admit(ctx context.Context, fullMethod string) (admission, error) {
 	v := s.core.Decide(ctx, call{ctx, fullMethod})
-	a := admission{key: v.Key, counted: v.Outcome != edge.Exempt && v.Failure != edge.KeyFailed}
 	var md metadata.MD
 	if s.c.fields != nil {
 		md = fields(s.c.fields, v.Decision)
 	}
 	switch v.Outcome {
-	case edge.Exempt, edge.FailedOpen:
-		return a, nil
+	case edge.Exempt:
+		return admission{}, nil
+	case edge.FailedOpen:
+		return admission{key: v.Key, counted: v.Failure != edge.KeyFailed}, nil
 	case edge.Admitted, edge.DryRunRefused, edge.Waited, edge.DryRunWaited:
-		a.header = md
-		return a, nil
+		return admission{key: v.Key, counted: true, header: md}, nil
 	case edge.Refused:
-		st, trailer := s.refusal(v.Decision)
-		a.trailer = trailer
+		st, trailer := s.refusal(&v.Decision)
 		if md != nil {
-			a.trailer = metadata.Join(trailer, md)
+			trailer = metadata.Join(trailer, md)
 		}
-		return a, st.Err()
+		return admission{trailer: trailer}, st.Err()
 	}
 	switch v.Failure {
 	case edge.KeyFailed:
-		return a, status.New(codes.Internal, "rate limiter: no key for the call").Err()
+		return admission{}, status.New(codes.Internal, "rate limiter: no key for the call").Err()
 	case edge.Canceled:
 		// The call itself ended (cancelled, past its deadline): the limiter did not fail.
-		return a, status.FromContextError(ctx.Err()).Err()
+		return admission{}, status.FromContextError(ctx.Err()).Err()
 	}
 	st, trailer := s.unavailable()
-	a.trailer = trailer
-	return a, st.Err()
+	return admission{trailer: trailer}, st.Err()
 }
 
 // A countingStream counts the messages its stream carries, either way.

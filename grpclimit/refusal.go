@@ -36,7 +36,7 @@ const failWait = edge.FailWait
 // refusal returns the status that ends a call d refused, RESOURCE_EXHAUSTED, and its trailer:
 // a RetryInfo and a pushback of the same milliseconds, or, for a call that can never be
 // admitted, no RetryInfo and a pushback of -1; a QuotaFailure names the violated policies.
-func (s *server) refusal(d retryafter.Decision) (*status.Status, metadata.MD) {
+func (s *server) refusal(d *retryafter.Decision) (*status.Status, metadata.MD) {
 	q := s.quotas.quotaFailure(d)
 	ms, ok := edge.Millis(d.RetryAfter)
 	if !ok {
@@ -154,15 +154,16 @@ const retryInfoSize = 2 + 2*(1+binary.MaxVarintLen64)
 // milliseconds: the bytes proto.Marshal writes of RetryInfo{RetryDelay: durationpb.New(wait)},
 // a Duration of seconds and nanoseconds, each left out when 0.
 func appendRetryInfo(b []byte, wait time.Duration) []byte {
-	var buf [retryInfoSize - 2]byte
-	delay := buf[:0]
+	b = append(b, delayTag, 0)
+	start := len(b)
 	if sec := uint64(wait / time.Second); sec != 0 {
-		delay = binary.AppendUvarint(append(delay, secTag), sec)
+		b = binary.AppendUvarint(append(b, secTag), sec)
 	}
 	if nanos := uint64(wait % time.Second); nanos != 0 {
-		delay = binary.AppendUvarint(append(delay, nanosTag), nanos)
+		b = binary.AppendUvarint(append(b, nanosTag), nanos)
 	}
-	return append(append(b, delayTag, byte(len(delay))), delay...) // a length below 128: one byte
+	b[start-1] = byte(len(b) - start) // the Duration's length, below 128: one byte
+	return b
 }
 
 // maxQuotaPolicies bounds the policies whose QuotaFailure a server keeps.
@@ -199,7 +200,7 @@ func (c *quotaCache) find(p retryafter.Policy) *anypb.Any {
 // quotaFailure returns the QuotaFailure, as an Any, that names the policies d violated: the
 // layers that refused, or d's own policy when it was decided in one. It is nil when there is
 // none to name.
-func (c *quotaCache) quotaFailure(d retryafter.Decision) *anypb.Any {
+func (c *quotaCache) quotaFailure(d *retryafter.Decision) *anypb.Any {
 	layers := d.Layers()
 	if layers == nil {
 		return c.of(d.Policy)

@@ -186,7 +186,7 @@ func TestRefusalWire(t *testing.T) {
 						d = layered(t, rng, []retryafter.Policy{policies[rng.IntN(len(policies))], policies[rng.IntN(len(policies))], randomPolicy(rng)})
 						d.RetryAfter = randomWait(rng)
 					}
-					st, md := s.refusal(d)
+					st, md := s.refusal(&d)
 					want, wantMD := referenceRefusal(t, d)
 					sameRefusal(t, d, st, want, md, wantMD)
 				}
@@ -233,7 +233,7 @@ func TestAppendWait(t *testing.T) {
 // the refusal still says when to come back, with its RetryInfo.
 func TestRefusalInvalidName(t *testing.T) {
 	s := newServer(retryafter.NewTokenBucket(1, 1), nil)
-	st, md := s.refusal(retryafter.Decision{RetryAfter: 1500 * time.Millisecond, Policy: retryafter.Policy{Name: "\xff", Limit: 1, Burst: 1}})
+	st, md := s.refusal(&retryafter.Decision{RetryAfter: 1500 * time.Millisecond, Policy: retryafter.Policy{Name: "\xff", Limit: 1, Burst: 1}})
 	if len(st.Details()) != 1 || md.Get(PushbackKey)[0] != "1500" {
 		t.Fatalf("%v, trailer %v; want a RetryInfo alone, pushback 1500", st.Proto(), md)
 	}
