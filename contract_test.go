@@ -75,6 +75,7 @@ func TestAllContract(t *testing.T) {
 				New:        func(*testing.T) retryafter.Limiter { return l() },
 				Burst:      3,
 				Resolution: time.Microsecond,
+				CannotWait: cannotWait[name],
 			})
 		})
 	}
@@ -97,10 +98,16 @@ func TestAllContract(t *testing.T) {
 				Resolution: time.Microsecond,
 				NewBurst:   func(_ *testing.T, burst int) retryafter.Limiter { return l(burst) },
 				MaxBurst:   maxExactBurst,
+				CannotWait: cannotWait[name],
 			})
 		})
 	}
 }
+
+// cannotWait names the Alls of TestAllContract with a layer that cannot promise a place (one
+// that is no edge.Reserver), so that a request it refuses can never wait: they must refuse it
+// as Decide does, whatever the wait allowed.
+var cannotWait = map[string]bool{"elsewhere first": true, "cannot give back": true, "only one": true}
 
 // maxExactBurst is the largest burst a TokenBucket counts exactly, 2^53 (the largest int on a
 // 32-bit platform).

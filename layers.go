@@ -247,7 +247,8 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 // Reserve implements [edge.Reserver]: as Decide decides, but a request that every layer admits
 // at once or, in those that can promise one, at a place within maxWait, is admitted at the
 // latest of them, with RetryAfter the wait until it. Layers that cannot (a [Spread], a
-// [ChargedAfter]) must admit at once.
+// [ChargedAfter], a Limiter that is no edge.Reserver) must admit at once; a request one of them
+// refuses is refused with the wait Decide tells, which counts the places the others gave back.
 func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
@@ -291,7 +292,20 @@ func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, 
 	if err != nil {
 		return Decision{}, err
 	}
-	return edge.Binding(ds...), nil
+	return notBefore(edge.Binding(ds...), ds), nil
+}
+
+// notBefore returns d, the binding refusal of a request decided in ds, told to wait at least
+// until the latest place a group gave it and took back: Decide would have found that group
+// refusing until then, and a client told less would be refused again.
+func notBefore(d Decision, ds []Decision) Decision {
+	for _, g := range ds {
+		if g.Allowed && g.RetryAfter > d.RetryAfter {
+			d.RetryAfter = g.RetryAfter
+			d.Reset = max(d.Reset, g.RetryAfter)
+		}
+	}
+	return d
 }
 
 // atLatest returns the binding Decision of a request that every group admitted, with RetryAfter

@@ -318,7 +318,7 @@ func TestReserveProperty(t *testing.T) {
 }
 
 // reserveStep asks l for a random cost at now: when it is refused at once with a wait, a bound
-// a nanosecond short of the wait refuses and spends nothing, and a bound at or past it admits at
+// a nanosecond short of the wait refuses with that wait and spends nothing, and a bound at or past it admits at
 // that very place; it may then release the place, which must give back what it spent.
 func reserveStep(l reserver, rng *rand.Rand, now time.Time) error {
 	ctx := context.Background()
@@ -331,7 +331,7 @@ func reserveStep(l reserver, rng *rand.Rand, now time.Time) error {
 	before, _ = l.Decide(ctx, "k", 0, now)
 	short, err := l.Reserve(ctx, "k", cost, now, first.RetryAfter-1)
 	after, _ := l.Decide(ctx, "k", 0, now)
-	if err != nil || short.Allowed || after.Remaining != before.Remaining || after.Reset != before.Reset {
+	if err != nil || short.Allowed || short.RetryAfter != first.RetryAfter || after.Remaining != before.Remaining || after.Reset != before.Reset {
 		return fmt.Errorf("a nanosecond short of a wait of %v: %+v, %v; quota %+v then %+v", first.RetryAfter, short, err, before, after)
 	}
 	most := first.RetryAfter // the bound itself, or past it

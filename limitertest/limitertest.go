@@ -1,7 +1,8 @@
 // Package limitertest checks that a [retryafter.Limiter] keeps the contract of the interface,
 // which the middleware and the clients it answers rely on: the wait of a refusal is exact, a
-// refusal spends nothing, costs of 0 and below mean what the interface says, and no cost or
-// burst near the largest int wraps into an admission. Every Limiter of this repository runs it;
+// refusal spends nothing, costs of 0 and below mean what the interface says, no cost or burst
+// near the largest int wraps into an admission, and, for an edge.Reserver, a place is held
+// exactly where the refusal said and given back whole. Every Limiter of this repository runs it;
 // a Limiter of yours can too:
 //
 //	func TestContract(t *testing.T) {
@@ -51,6 +52,11 @@ type Config struct {
 	// Start is the instant of the first request; each sub-test moves forward from it. If
 	// zero, the default is 2026-11-29T12:00:00Z.
 	Start time.Time
+
+	// CannotWait says that the Limiter, an edge.Reserver, cannot promise a request of a spent
+	// key a place (an All with a layer that cannot wait): Reserve must then refuse as Decide
+	// does, whatever the maxWait, rather than admit at the place.
+	CannotWait bool
 }
 
 // Run checks the Limiter of c in sub-tests, one property each.
@@ -75,6 +81,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("CostAboveBurst", func(t *testing.T) { costAboveBurst(t, c) })
 	t.Run("HugeCost", func(t *testing.T) { hugeCost(t, c) })
 	t.Run("HugeBurst", func(t *testing.T) { hugeBurst(t, c) })
+	t.Run("Reserve", func(t *testing.T) { reserveProperties(t, c) })
 }
 
 // checker decides on one Limiter and fails the test on an error.

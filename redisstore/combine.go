@@ -54,7 +54,8 @@ const maxLayers = 16
 // known to be down (and one decision per probe interval asks it again), and every layer's Store
 // learns what the round trip showed. While Redis is down, the layers are decided in memory, all
 // or nothing, if every layer's Store has a local fallback ([WithLocalFallback]); otherwise the
-// decision returns the error.
+// decision returns the error. It promises no place: a request that may wait for one
+// (retryafter.WithWait) is refused as Decide refuses it, with the same wait.
 func (s *Store) Combine(layers []edge.Layer) (retryafter.Limiter, bool) {
 	if len(layers) == 0 || len(layers) > maxLayers {
 		return nil, false

@@ -318,10 +318,12 @@ func (h commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // TestAllContract runs the Limiter contract on an All of three Stores decided in one script, on
 // a server and on a cluster with one hash tag: the first binds (a burst of 3), the third is
-// shared by every key.
+// shared by every key. The one script promises no place, so that its Reserve refuses as
+// Decide does (CannotWait).
 func TestAllContract(t *testing.T) {
 	run := func(t *testing.T, client redis.Scripter, tagged bool) {
 		limitertest.Run(t, limitertest.Config{
+			CannotWait: true,
 			New: func(t *testing.T) retryafter.Limiter {
 				p := testPrefix(t)
 				if tagged {
