@@ -64,26 +64,9 @@ func TestEchoRoundTrip(t *testing.T) {
 func TestEchoRoundTripLoopback(t *testing.T) {
 	clk := testkit.NewClock(testkit.T0)
 	reached := 0
-	srv := httptest.NewServer(echoAPI(retryafter.Limit(rate.Every(1500*time.Millisecond), 1, retryafter.WithClock(clk.Now)), &reached))
-	defer srv.Close()
-	do := func() *http.Response {
-		t.Helper()
-		resp, err := srv.Client().Get(srv.URL + "/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
-	do()
-	resp := do()
-	wait, ok := retryafter.ParseRetryAfter(resp.Header, clk.Now())
-	if resp.StatusCode != http.StatusTooManyRequests || !ok || wait != 2*time.Second || resp.Header.Get("Date") != clk.Now().Format(http.TimeFormat) {
-		t.Fatalf("second: %d, Retry-After %q, Date %q", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Date"))
-	}
-	clk.Advance(wait)
-	if resp := do(); resp.StatusCode != http.StatusOK || reached != 2 {
-		t.Fatalf("after Retry-After: %d, route reached %d times", resp.StatusCode, reached)
+	testkit.RoundTripLoopback(t, echoAPI(retryafter.Limit(rate.Every(1500*time.Millisecond), 1, retryafter.WithClock(clk.Now)), &reached), clk, "/x")
+	if reached != 2 {
+		t.Fatalf("route reached %d times, want the 2 admitted requests", reached)
 	}
 }
 

@@ -110,6 +110,37 @@ func RoundTrip(t testing.TB, h http.Handler, clk *Clock, requests int, next func
 	return refusals
 }
 
+// RoundTripLoopback serves h on loopback, where a limit of one request every 1.5 s (a burst of
+// one) on clk binds, and holds the round trip over a real connection: the first GET of path is
+// admitted, the second refused 429 with a Retry-After of 2 s and a Date of clk's reading, and a
+// GET once clk has moved on by exactly that wait is admitted.
+func RoundTripLoopback(t testing.TB, h http.Handler, clk *Clock, path string) {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	get := func() *http.Response {
+		t.Helper()
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := get(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	resp := get()
+	wait, ok := header.ParseRetryAfter(resp.Header, clk.Now())
+	if resp.StatusCode != http.StatusTooManyRequests || !ok || wait != 2*time.Second || resp.Header.Get("Date") != clk.Now().UTC().Format(http.TimeFormat) {
+		t.Fatalf("second: %d, Retry-After %q, Date %q", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Date"))
+	}
+	clk.Advance(wait)
+	if resp := get(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after Retry-After: %d", resp.StatusCode)
+	}
+}
+
 // OK is a handler that answers 200 "ok".
 var OK = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ok"))
