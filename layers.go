@@ -248,7 +248,7 @@ func (a *all) Decide(ctx context.Context, key string, cost int, now time.Time) (
 // at once or, in those that can promise one, at a place within maxWait, is admitted at the
 // latest of them, with RetryAfter the wait until it. Layers that cannot (a [Spread], a
 // [ChargedAfter], a Limiter that is no edge.Reserver) must admit at once; a request one of them
-// refuses is refused with the wait Decide tells, which counts the places the others gave back.
+// refuses is refused as Decide refuses it, after the places the others gave it are given back.
 func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (Decision, error) {
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: %d", ErrNegativeCost, cost)
@@ -292,20 +292,24 @@ func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, 
 	if err != nil {
 		return Decision{}, err
 	}
-	return notBefore(edge.Binding(ds...), ds), nil
+	if gavePlace(ds) {
+		// A group that gave the request a place has taken it back, and would refuse it now: the
+		// refusal is Decide's, so that its wait, its binding layer and its fields are those of
+		// each layer as it stands (a client told only the other layer's wait would be refused
+		// again).
+		return a.Reserve(ctx, key, cost, now, 0)
+	}
+	return edge.Binding(ds...), nil
 }
 
-// notBefore returns d, the binding refusal of a request decided in ds, told to wait at least
-// until the latest place a group gave it and took back: Decide would have found that group
-// refusing until then, and a client told less would be refused again.
-func notBefore(d Decision, ds []Decision) Decision {
-	for _, g := range ds {
-		if g.Allowed && g.RetryAfter > d.RetryAfter {
-			d.RetryAfter = g.RetryAfter
-			d.Reset = max(d.Reset, g.RetryAfter)
+// gavePlace reports whether a group admitted a request in ds at a place later than now.
+func gavePlace(ds []Decision) bool {
+	for _, d := range ds {
+		if d.Allowed && d.RetryAfter > 0 {
+			return true
 		}
 	}
-	return d
+	return false
 }
 
 // atLatest returns the binding Decision of a request that every group admitted, with RetryAfter

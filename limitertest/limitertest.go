@@ -53,9 +53,10 @@ type Config struct {
 	// zero, the default is 2026-11-29T12:00:00Z.
 	Start time.Time
 
-	// CannotWait says that the Limiter, an edge.Reserver, cannot promise a request of a spent
-	// key a place (an All with a layer that cannot wait): Reserve must then refuse as Decide
-	// does, whatever the maxWait, rather than admit at the place.
+	// CannotWait says that the Limiter has Reserve (it is an edge.Reserver) but cannot promise
+	// a request of a spent key a place: an All or a Shared over a Limiter that is no Reserver,
+	// a wrapper that passes Reserve on to one (otelmetrics'), an All of redisstore Stores
+	// combined in one script. Reserve must then refuse as Decide does, whatever the maxWait.
 	CannotWait bool
 }
 

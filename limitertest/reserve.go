@@ -75,17 +75,20 @@ func reserveHoldsAPlace(t *testing.T, c Config) {
 
 // reserveRefuses: a request refused by Decide with a wait of w, reserved with a maxWait of w
 // plus each of more (shorter by the Limiter's resolution, for one that waits; longer, for one
-// that cannot), and of 0, is refused as Decide refuses it, and spends nothing.
+// that cannot), and of 0, is refused as Decide refuses it (its wait, quota, policy and layers),
+// and spends nothing.
 func reserveRefuses(t *testing.T, c Config, more ...time.Duration) {
 	k := newReserver(t, c)
 	now := c.Start
-	w := k.spend(c.Burst, now).RetryAfter
+	refused := k.spend(c.Burst, now)
+	w := refused.RetryAfter
 	for _, maxWait := range append([]time.Duration{0}, more...) {
 		if maxWait != 0 {
 			maxWait += w
 		}
-		if d := k.reserve(1, now, maxWait); d.Allowed || d.RetryAfter != w {
-			t.Fatalf("Reserve with maxWait %v of a request Decide refuses with %v: %+v, want that refusal", maxWait, w, d)
+		if d := k.reserve(1, now, maxWait); !sameRefusal(d, refused) {
+			t.Fatalf("Reserve with maxWait %v of a request Decide refuses: %+v (layers %+v), want Decide's refusal %+v (layers %+v)",
+				maxWait, d, d.Layers(), refused, refused.Layers())
 		}
 	}
 	if d := k.decide(1, now.Add(w)); !d.Allowed {
@@ -111,4 +114,23 @@ func releaseGivesBack(t *testing.T, c Config) {
 	if d := k.decide(1, now.Add(w)); !d.Allowed {
 		t.Fatalf("refused at the end of the wait %v of a released place: %+v", w, d)
 	}
+}
+
+// sameRefusal reports whether a and b refuse alike: the same wait, quota and policy, in each of
+// their layers too.
+func sameRefusal(a, b edge.Decision) bool {
+	if a.Allowed || b.Allowed || !sameQuota(a, b) || len(a.Layers()) != len(b.Layers()) {
+		return false
+	}
+	for i, l := range a.Layers() {
+		if m := b.Layers()[i]; l.Allowed != m.Allowed || !sameQuota(l, m) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameQuota(a, b edge.Decision) bool {
+	return a.RetryAfter == b.RetryAfter && a.Limit == b.Limit && a.Remaining == b.Remaining &&
+		a.Reset == b.Reset && a.Policy == b.Policy
 }
