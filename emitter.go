@@ -42,7 +42,7 @@ func setDelay(h http.Header, wait time.Duration, l *header.Few, lines *header.Li
 // now and Retry-After to f.RetryAfter (none when it is 0 or never), and, when r has an Origin,
 // naming them in Access-Control-Expose-Headers; respond is told the wait that Retry-After
 // states. It takes the header values from lines, those of the rate-limit fields, or, when
-// lines is nil, from a header.Few, which holds them in half the bytes.
+// lines is nil, from a header.Few, which holds them in a quarter of the bytes.
 func (e *emitter) refuse(w http.ResponseWriter, r *http.Request, respond Responder, f Refusal, now time.Time, lines *header.Lines) {
 	var l *header.Few
 	if lines != nil {
