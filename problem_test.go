@@ -233,7 +233,7 @@ func TestProblemDetailsJSONEscaping(t *testing.T) {
 
 // TestPlainTextAllocs checks that the default Responder, and ProblemDetails falling back to it
 // for a client that does not ask for problem details, allocate only the one array that holds
-// the response's own header values.
+// the response's own header values; and so does a whole refusal, with a wait of up to an hour.
 func TestPlainTextAllocs(t *testing.T) {
 	w := newTestWriter()
 	r := httptest.NewRequest("GET", "/", nil)
@@ -243,6 +243,12 @@ func TestPlainTextAllocs(t *testing.T) {
 		respond(w, r, Refusal{Status: 429, RetryAfter: time.Second}) // let Vary be set once
 		if n := testing.AllocsPerRun(100, func() { respond(w, r, Refusal{Status: 429, RetryAfter: time.Second}) }); n > 1 {
 			t.Errorf("%s: %v allocations", name, n)
+		}
+	}
+	for _, wait := range []time.Duration{time.Second, 99 * time.Second, 100 * time.Second, time.Hour} {
+		w := newTestWriter()
+		if n := testing.AllocsPerRun(100, func() { Refuse(w, r, Refusal{Status: 429, RetryAfter: wait}, nil, t0) }); n > 1 {
+			t.Errorf("a refusal with a wait of %v: %v allocations", wait, n)
 		}
 	}
 }

@@ -14,6 +14,7 @@ package header
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -71,8 +72,8 @@ func inRange(t time.Time) time.Time {
 // fields every refusal sets (Date, Retry-After, Access-Control-Expose-Headers, Content-Type,
 // X-Content-Type-Options): each value is a []string of its own, as a value set with
 // [http.Header.Set] is, so that a handler or middleware may write to it without touching any
-// other response. A sixth value, and a number of 100 or more, is allocated apart. A nil *Few
-// allocates each value apart.
+// other response. A sixth value, and a number above 3,600 (a wait of more than an hour), is
+// allocated apart. A nil *Few allocates each value apart.
 type Few struct {
 	buf [5]string
 	n   uint // the slots of buf taken (see slot)
@@ -98,8 +99,47 @@ func slot(buf []string, n *uint, v string) []string {
 	return buf[i : i+1 : i+1]
 }
 
-// Int returns the header value of n in decimal.
-func (f *Few) Int(n int64) []string { return f.Line(strconv.FormatInt(n, 10)) }
+// Int returns the header value of n in decimal: below 100 as strconv formats it, up to an hour
+// in seconds (3,600) cut from one text of them all, so that neither allocates, and otherwise
+// formatted apart.
+func (f *Few) Int(n int64) []string {
+	if 100 <= n && n <= anHour {
+		return f.Line(hourDecimal(n))
+	}
+	return f.Line(strconv.FormatInt(n, 10))
+}
+
+// hourDecimal returns n, from 100 to anHour, in decimal.
+func hourDecimal(n int64) string {
+	if n < 1000 {
+		i := 3 * (n - 100)
+		return upToAnHour()[i : i+3]
+	}
+	i := 3*900 + 4*(n-1000)
+	return upToAnHour()[i : i+4]
+}
+
+// anHour is the largest number hourDecimal cuts from upToAnHour: a Retry-After of an hour.
+const anHour = 3600
+
+var (
+	hourOnce sync.Once
+	hourText string
+)
+
+// upToAnHour returns the decimal text of every number from 100 to anHour, one after the other
+// (13 KB), built the first time a Retry-After of 100 seconds or more is written: strconv keeps
+// the numbers below 100 the same way.
+func upToAnHour() string {
+	hourOnce.Do(func() {
+		b := make([]byte, 0, 3*900+4*(anHour-999))
+		for n := int64(100); n <= anHour; n++ {
+			b = strconv.AppendInt(b, n, 10)
+		}
+		hourText = string(b)
+	})
+	return hourText
+}
 
 // Lines hands out the header values of a response with the rate-limit fields from one
 // allocation, and the text of the numbers it formats from one more: up to six values of its own

@@ -219,3 +219,20 @@ func TestFew(t *testing.T) {
 		t.Fatalf("five values: %v allocations, want 1", n)
 	}
 }
+
+// TestFewIntUpToAnHour checks that Few.Int writes every number right, and hands out a wait of up
+// to an hour (3,600 seconds) without an allocation of its own: a refusal of an hourly limit
+// allocates only its Few.
+func TestFewIntUpToAnHour(t *testing.T) {
+	for n := int64(-2); n <= 3700; n++ {
+		if got := new(Few).Int(n); len(got) != 1 || got[0] != strconv.FormatInt(n, 10) {
+			t.Fatalf("Int(%d) = %q", n, got)
+		}
+	}
+	h := http.Header{}
+	for _, n := range []int64{0, 99, 100, 999, 1000, 3599, 3600} {
+		if allocs := testing.AllocsPerRun(100, func() { h[RetryAfter] = new(Few).Int(n) }); allocs != 1 {
+			t.Errorf("Int(%d): %v allocations, want 1 (the Few)", n, allocs)
+		}
+	}
+}
