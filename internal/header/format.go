@@ -168,11 +168,14 @@ func (l *Lines) Line(v string) []string {
 	return slot(l.own[:], &l.n, v)
 }
 
-// Int returns the header value of n in decimal. Below 100 it is set at once, without an
-// allocation, as strconv formats those.
+// Int returns the header value of n in decimal. Up to 3,600 it is set at once, without an
+// allocation, as Few.Int sets it; a larger or negative one is formatted into the text.
 func (l *Lines) Int(n int64) []string {
-	if 0 <= n && n < 100 {
+	switch {
+	case 0 <= n && n < 100:
 		return l.Line(strconv.FormatInt(n, 10))
+	case 100 <= n && n <= anHour:
+		return l.Line(hourDecimal(n))
 	}
 	var b [20]byte
 	return l.Bytes(strconv.AppendInt(b[:0], n, 10))

@@ -220,13 +220,19 @@ func TestFew(t *testing.T) {
 	}
 }
 
-// TestFewIntUpToAnHour checks that Few.Int writes every number right, and hands out a wait of up
-// to an hour (3,600 seconds) without an allocation of its own: a refusal of an hourly limit
-// allocates only its Few.
+// TestFewIntUpToAnHour checks that Few.Int and Lines.Int write every number right, and that
+// Few.Int hands out a wait of up to an hour (3,600 seconds) without an allocation of its own: a
+// refusal of an hourly limit allocates only its Few.
 func TestFewIntUpToAnHour(t *testing.T) {
 	for n := int64(-2); n <= 3700; n++ {
 		if got := new(Few).Int(n); len(got) != 1 || got[0] != strconv.FormatInt(n, 10) {
 			t.Fatalf("Int(%d) = %q", n, got)
+		}
+		l := new(Lines)
+		got := l.Int(n)
+		l.Done()
+		if len(got) != 1 || got[0] != strconv.FormatInt(n, 10) {
+			t.Fatalf("Lines.Int(%d) = %q", n, got)
 		}
 	}
 	h := http.Header{}
