@@ -1073,3 +1073,28 @@ func TestCompositeUnwrap(t *testing.T) {
 		t.Error("a TokenBucket is a edge.Composite")
 	}
 }
+
+// admitsLate is a Limiter that breaks the contract: it admits every request with a wait, from
+// Decide, where only Reserve may give a place; it can give back.
+type admitsLate struct{}
+
+func (admitsLate) Decide(context.Context, string, int, time.Time) (Decision, error) {
+	return Decision{Allowed: true, RetryAfter: time.Second, Limit: 1}, nil
+}
+
+func (admitsLate) Charge(context.Context, string, int, time.Time) error { return nil }
+
+// TestAllLimiterAdmitsWithAWait: an All of such a Limiter and a bucket that refuses, asked to
+// decide or to reserve within less than the bucket's wait, returns, refused with the bucket's
+// wait, rather than asking again and again.
+func TestAllLimiterAdmitsWithAWait(t *testing.T) {
+	l := All(admitsLate{}, NewTokenBucket(1, 1)).(*all)
+	ctx := context.Background()
+	l.Decide(ctx, "k", 1, t0)
+	for _, maxWait := range []time.Duration{0, time.Millisecond} {
+		d, err := l.Reserve(ctx, "k", 1, t0, maxWait)
+		if err != nil || d.Allowed || d.RetryAfter != time.Second-slack {
+			t.Fatalf("maxWait %v: %+v, %v; want refused with the bucket's wait", maxWait, d, err)
+		}
+	}
+}

@@ -292,7 +292,7 @@ func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, 
 	if err != nil {
 		return Decision{}, err
 	}
-	if gavePlace(ds) {
+	if maxWait > 0 && gavePlace(ds) {
 		// A group that gave the request a place has taken it back, and would refuse it now: the
 		// refusal is Decide's, so that its wait, its binding layer and its fields are those of
 		// each layer as it stands (a client told only the other layer's wait would be refused
@@ -302,7 +302,9 @@ func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, 
 	return edge.Binding(ds...), nil
 }
 
-// gavePlace reports whether a group admitted a request in ds at a place later than now.
+// gavePlace reports whether a group admitted a request in ds at a place later than now. Only a
+// Reserve with a maxWait asks: Decide gives no place (a Limiter that admits with a wait from
+// Decide breaks its contract, and must not make Decide ask again and again).
 func gavePlace(ds []Decision) bool {
 	for _, d := range ds {
 		if d.Allowed && d.RetryAfter > 0 {
