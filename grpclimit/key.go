@@ -54,12 +54,3 @@ type mdFields metadata.MD
 
 // Values returns the values of the metadata key name, in lower case, as gRPC keys are.
 func (m mdFields) Values(name string) []string { return metadata.MD(m).Get(name) }
-
-// peerKey returns the key of a TCP peer at a, as retryafter.ClientIP() keys it: an IPv4 address
-// itself, an IPv6 address's /64, without the detour through text that the walk needs.
-func peerKey(a netip.Addr) string {
-	if a.Is4() {
-		return a.String()
-	}
-	return netip.PrefixFrom(a, 64).Masked().String()
-}

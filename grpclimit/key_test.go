@@ -82,18 +82,7 @@ func TestClientIPLoopback(t *testing.T) {
 func TestClientIPAgreesWithHTTP(t *testing.T) {
 	rng := rand.New(rand.NewPCG(43, 2))
 	for range 2000 {
-		var b [16]byte
-		for i := range b {
-			b[i] = byte(rng.IntN(256))
-		}
-		a := netip.AddrFrom16(b)
-		switch rng.IntN(3) {
-		case 0:
-			a = netip.AddrFrom4([4]byte(b[:4]))
-		case 1:
-			a = netip.AddrFrom16([16]byte(append(append(make([]byte, 10), 0xff, 0xff), b[:4]...))) // IPv4-mapped
-		}
-		peerAddr := &net.TCPAddr{IP: a.AsSlice(), Port: int(b[5]) + 1}
+		peerAddr := &net.TCPAddr{IP: randomAddr(rng, rng.IntN(3)).AsSlice(), Port: 1 + rng.IntN(65535)}
 		ctx := peer.NewContext(t.Context(), &peer.Peer{Addr: peerAddr})
 		for _, trusted := range [][]netip.Prefix{nil, {netip.MustParsePrefix("10.0.0.0/8")}} {
 			want, werr := retryafter.ClientIP(trusted...)(&http.Request{RemoteAddr: peerAddr.String()})
@@ -103,4 +92,19 @@ func TestClientIPAgreesWithHTTP(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomAddr returns an address drawn by rng, of a kind: 0 IPv4, 1 IPv4-mapped IPv6, 2 IPv6.
+func randomAddr(rng *rand.Rand, kind int) netip.Addr {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(rng.IntN(256))
+	}
+	switch kind {
+	case 0:
+		return netip.AddrFrom4([4]byte(b[:4]))
+	case 1:
+		return netip.AddrFrom16([16]byte(append(append(make([]byte, 10), 0xff, 0xff), b[:4]...)))
+	}
+	return netip.AddrFrom16(b)
 }
