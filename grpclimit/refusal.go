@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -43,13 +44,22 @@ func (s *server) refusal(d *retryafter.Decision) (*status.Status, metadata.MD) {
 		st := s.status(codes.ResourceExhausted, "rate limited: this call exceeds what its limit ever admits", 0, q)
 		return st, pushbackTrailer(neverPushback)
 	}
-	var buf [64]byte
-	b := appendWait(append(buf[:0], "rate limited: retry in "...), ms)
-	// One string holds the message and the pushback's digits, so that both cost one allocation.
-	text := string(strconv.AppendInt(b, ms, 10))
-	msg, back := text[:len(b)], text[len(b):]
+	t := new(refusalText)
+	b := appendWait(append(t.text[:0], "rate limited: retry in "...), ms)
+	n := len(b)
+	b = strconv.AppendInt(b, ms, 10)
+	// t's bytes are never written again: the message and the pushback's digits are read from them.
+	text := unsafe.String(unsafe.SliceData(b), len(b))
+	t.pushback[0] = text[n:]
 	wait := time.Duration(ms) * time.Millisecond
-	return s.status(codes.ResourceExhausted, msg, wait, q), pushbackTrailer(back)
+	return s.status(codes.ResourceExhausted, text[:n], wait, q), metadata.MD{PushbackKey: t.pushback[:]}
+}
+
+// A refusalText holds the text of a refusal, its message and then its pushback's digits, and
+// the trailer's value of the pushback: one allocation for the three.
+type refusalText struct {
+	pushback [1]string
+	text     [len("rate limited: retry in ") + 24 + 20]byte // the longest wait and digits
 }
 
 // unavailable returns the status that ends a call the limiter could not decide, UNAVAILABLE,

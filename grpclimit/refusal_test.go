@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/grpclimit"
@@ -195,3 +198,41 @@ func TestQuotaFailureRate(t *testing.T) {
 		}
 	}
 }
+
+// TestCallAllocs: a call from a peer that called before allocates nothing when admitted, and 12
+// times when refused: its message and pushback, the trailer's map, and the status with its
+// RetryInfo and QuotaFailure, which grpc-go's status.FromProto copies (9 of them).
+func TestCallAllocs(t *testing.T) {
+	ctx := peer.NewContext(t.Context(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 50000}})
+	ctx = grpc.NewContextWithServerTransportStream(ctx, takesTrailer{})
+	info := &grpc.UnaryServerInfo{FullMethod: "/s/m"}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	for _, c := range []struct {
+		name   string
+		limit  rate.Limit
+		burst  int
+		allocs float64
+	}{
+		{"admitted", rate.Inf, 1, 0},
+		{"admitted by a bucket", rate.Every(time.Hour) * (1 << 30), 1 << 30, 0},
+		{"refused", rate.Every(time.Hour), 1, 12},
+	} {
+		intercept := grpclimit.UnaryServerInterceptor(retryafter.NewTokenBucket(c.limit, c.burst))
+		intercept(ctx, nil, info, handler) // spends the burst of one, and keeps the peer's key
+		_, err := intercept(ctx, nil, info, handler)
+		if (err == nil) != (c.allocs == 0) {
+			t.Fatalf("%s: error %v", c.name, err)
+		}
+		if n := testing.AllocsPerRun(100, func() { intercept(ctx, nil, info, handler) }); n > c.allocs {
+			t.Errorf("%s: %v allocations a call, want at most %v", c.name, n, c.allocs)
+		}
+	}
+}
+
+// takesTrailer is a server transport stream that takes a call's header and trailer.
+type takesTrailer struct{}
+
+func (takesTrailer) Method() string               { return "/s/m" }
+func (takesTrailer) SetHeader(metadata.MD) error  { return nil }
+func (takesTrailer) SendHeader(metadata.MD) error { return nil }
+func (takesTrailer) SetTrailer(metadata.MD) error { return nil }
