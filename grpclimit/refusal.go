@@ -31,6 +31,9 @@ const PushbackKey = "grpc-retry-pushback-ms"
 // neverPushback is the pushback of a call that can never be admitted: "do not retry".
 const neverPushback = "-1"
 
+// failPushback is the pushback of a call the limiter could not decide: failWait.
+var failPushback = strconv.FormatInt(failWait.Milliseconds(), 10)
+
 // failWait is the wait a call refused because the limiter failed is told, as over HTTP.
 const failWait = edge.FailWait
 
@@ -66,7 +69,7 @@ type refusalText struct {
 // and its trailer: a short wait, as RetryInfo and pushback. It never names the error.
 func (s *server) unavailable() (*status.Status, metadata.MD) {
 	st := s.status(codes.Unavailable, "rate limiter unavailable", failWait, nil)
-	return st, pushbackTrailer(strconv.FormatInt(failWait.Milliseconds(), 10))
+	return st, pushbackTrailer(failPushback)
 }
 
 // appendWait appends a wait of ms milliseconds, at least 1, as time.Duration's String writes it

@@ -199,25 +199,26 @@ func TestQuotaFailureRate(t *testing.T) {
 	}
 }
 
-// TestCallAllocs: a call from a peer that called before allocates nothing when admitted, and 12
+// TestCallAllocs: a call from a peer that called before allocates nothing when admitted; 12
 // times when refused: its message and pushback, the trailer's map, and the status with its
-// RetryInfo and QuotaFailure, which grpc-go's status.FromProto copies (9 of them).
+// RetryInfo and QuotaFailure, which grpc-go's status.FromProto copies (9 of them); and 10 times
+// when the limiter fails, the limiter's error among them.
 func TestCallAllocs(t *testing.T) {
 	ctx := peer.NewContext(t.Context(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 50000}})
 	ctx = grpc.NewContextWithServerTransportStream(ctx, takesTrailer{})
 	info := &grpc.UnaryServerInfo{FullMethod: "/s/m"}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	for _, c := range []struct {
-		name   string
-		limit  rate.Limit
-		burst  int
-		allocs float64
+		name    string
+		limiter retryafter.Limiter
+		allocs  float64
 	}{
-		{"admitted", rate.Inf, 1, 0},
-		{"admitted by a bucket", rate.Every(time.Hour) * (1 << 30), 1 << 30, 0},
-		{"refused", rate.Every(time.Hour), 1, 12},
+		{"admitted", retryafter.NewTokenBucket(rate.Inf, 1), 0},
+		{"admitted by a bucket", retryafter.NewTokenBucket(rate.Every(time.Hour)*(1<<30), 1<<30), 0},
+		{"refused", retryafter.NewTokenBucket(rate.Every(time.Hour), 1), 12},
+		{"failed", failing{}, 10},
 	} {
-		intercept := grpclimit.UnaryServerInterceptor(retryafter.NewTokenBucket(c.limit, c.burst))
+		intercept := grpclimit.UnaryServerInterceptor(c.limiter)
 		intercept(ctx, nil, info, handler) // spends the burst of one, and keeps the peer's key
 		_, err := intercept(ctx, nil, info, handler)
 		if (err == nil) != (c.allocs == 0) {
