@@ -11,49 +11,58 @@ import (
 // itself, an IPv6 address's /64, without the detour through text that the walk needs.
 //
 // A gRPC client calls again and again over one connection, so the key of a peer seen lately is
-// taken from peerKeys rather than made again: one allocation less for each of its calls. A
-// peer whose slot holds another's makes its key, one allocation as without peerKeys, and takes
-// the slot.
+// read from peerKeys rather than made again: a call from a peer that holds its slot allocates
+// nothing for its key. A peer that finds its slot empty or another's makes its key and takes the
+// slot: one allocation, as without peerKeys, of 48 bytes where an IPv4 key alone is 16 (an IPv6
+// one was two).
 func peerKey(a netip.Addr) string {
 	if a.Is6() {
 		a = netip.PrefixFrom(a, 64).Masked().Addr()
 	}
-	slot := &peerKeys[slotOf(a)]
-	if k := slot.Load(); k != nil && k.addr == a {
-		return k.key
+	addr := a.As16() // an IPv4 address as IPv4-mapped, which no masked /64 is
+	slot := &peerKeys[slotOf(addr)]
+	if k := slot.Load(); k != nil && k.addr == addr {
+		return k.key()
 	}
-	k := &keptKey{addr: a}
-	b := k.text[:0]
+	k := &keptKey{addr: addr}
+	var b []byte
 	if a.Is4() {
-		b = a.AppendTo(b)
+		b = a.AppendTo(k.text[:0])
 	} else {
-		b = netip.PrefixFrom(a, 64).AppendTo(b)
+		b = netip.PrefixFrom(a, 64).AppendTo(k.text[:0])
 	}
-	// The key's bytes are the text of k, never written again: one allocation for both.
-	k.key = unsafe.String(unsafe.SliceData(b), len(b))
+	if len(b) > len(k.text) { // never: the longest key fills text
+		return string(b)
+	}
+	k.n = uint8(len(b))
 	slot.Store(k)
-	return k.key
+	return k.key()
 }
 
 // peerKeys holds the keys of the peers seen last, each in the slot its address hashes to. A
-// peer's key is a function of its address alone, so every server shares them. Since a slot only
-// spares making a key, an address that others are aimed at costs what it costs without it.
+// peer's key is a function of its address alone, so every server shares them. Peers whose
+// addresses share a slot take it in turn, each making its key as it would without peerKeys.
 var peerKeys [1 << peerKeyBits]atomic.Pointer[keptKey]
 
-// peerKeyBits is the log2 of the slots of peerKeys: 8 KiB of pointers, and up to 64 KiB of keys.
-const peerKeyBits = 10
+// peerKeyBits is the log2 of the slots of peerKeys: 32 KiB of pointers, and up to 192 KiB of
+// keys. Of the calls of random IPv4 peers calling in turn, about 2 % find their slot another's
+// with 100 peers, 22 % with 1,000.
+const peerKeyBits = 12
 
-// A keptKey is the key of the peers at addr, an IPv4 address or an IPv6 /64 masked.
+// A keptKey is the key of the peers at addr, an IPv4 address or an IPv6 /64 masked, in the
+// first n bytes of text, which are never written once it is kept.
 type keptKey struct {
-	addr netip.Addr
-	key  string // in text
+	addr [16]byte
+	n    uint8
 	text [len("ffff:ffff:ffff:ffff::/64")]byte
 }
 
-// slotOf returns the slot of peerKeys for a: its 128 bits folded to 64 and hashed by Fibonacci
-// hashing.
-func slotOf(a netip.Addr) uint64 {
-	b := a.As16()
-	x := binary.LittleEndian.Uint64(b[:8]) ^ binary.LittleEndian.Uint64(b[8:])
+// key returns k's key.
+func (k *keptKey) key() string { return unsafe.String(&k.text[0], k.n) }
+
+// slotOf returns the slot of peerKeys for addr: its 128 bits folded to 64 and hashed by
+// Fibonacci hashing.
+func slotOf(addr [16]byte) uint64 {
+	x := binary.LittleEndian.Uint64(addr[:8]) ^ binary.LittleEndian.Uint64(addr[8:])
 	return x * 0x9e3779b97f4a7c15 >> (64 - peerKeyBits)
 }

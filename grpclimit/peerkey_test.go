@@ -53,7 +53,9 @@ func TestPeerKeysKeepEachPeersOwn(t *testing.T) {
 	wg.Wait()
 }
 
-// TestPeerKeyReturningAllocs: the key of a peer that calls again costs no allocation.
+// TestPeerKeyReturningAllocs: the key of a peer that calls again costs no allocation. The kept
+// keys are the process's: it and TestCallAllocs (whose peer's slot is not these peers') must not
+// run in parallel with a test that keys other TCP peers, which could take their slots.
 func TestPeerKeyReturningAllocs(t *testing.T) {
 	key := grpclimit.ClientIP()
 	for _, ip := range []string{"203.0.113.7", "2001:db8:1:2:3:4:5:6"} {
