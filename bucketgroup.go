@@ -73,7 +73,7 @@ func (g *bucketGroup) Reserve(_ context.Context, key string, cost int, now time.
 	locked := lockInOrder(order[:0], st)
 	lag := alignLines(locked, now)
 	admitted := g.reserve(st, cost, maxWait-lag)
-	answer(st, admitted)
+	g.answer(st, cost, admitted)
 	for _, t := range locked {
 		t.mu.Unlock()
 	}
@@ -164,8 +164,10 @@ func (g *bucketGroup) reserve(st []layerState, cost int, maxWait time.Duration) 
 }
 
 // answer fills each layer's Decision, with its quota read under the locks: allowed when the
-// request is admitted (at once or at a later place), or when it did not have to wait for it.
-func answer(st []layerState, admitted bool) {
+// request is admitted (at once or at a later place), or when it did not have to wait for it. A
+// refused layer's wait is checked with x/time/rate's arithmetic from where the cancelled
+// reservation left its bucket (counted at s.at), as TokenBucket.decide checks its own.
+func (g *bucketGroup) answer(st []layerState, cost int, admitted bool) {
 	for i := range st {
 		s := &st[i]
 		switch {
@@ -173,7 +175,11 @@ func answer(st []layerState, admitted bool) {
 			s.d = Decision{Allowed: true, Limit: s.pol.Burst, Remaining: s.pol.Burst, Policy: s.pol}
 		case s.lim != nil:
 			s.d.Allowed = admitted || s.d.RetryAfter == 0
-			quota(&s.d, s.pol, s.lim.TokensAt(s.at))
+			tokens := s.lim.TokensAt(s.at)
+			if !s.d.Allowed {
+				s.d.RetryAfter = enough(s.pol, g.layers[i].cost(cost), tokens, s.d.RetryAfter)
+			}
+			quota(&s.d, s.pol, tokens)
 		}
 	}
 }

@@ -180,7 +180,7 @@ const slack = time.Microsecond
 
 // settle applies the slack rule to the delay of a reservation: due within the slack, it is
 // admitted; otherwise the wait is the delay less the slack, which a request that comes back
-// then finds due within the slack.
+// then finds due within the slack, but for the float arithmetic (see enough).
 func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 	switch {
 	case delay <= slack:
@@ -189,6 +189,25 @@ func settle(delay time.Duration) (admitted bool, wait time.Duration) {
 		return false, rate.InfDuration
 	}
 	return false, delay - slack
+}
+
+// enough returns wait, a refusal's of cost from a bucket of pol that holds tokens at the
+// instant it last counted, or longer if x/time/rate would still refuse cost wait later. Its
+// float arithmetic, done here as it does it (advance, then reserveN), can leave the reservation
+// then due a little after the slack: by a nanosecond, or, for a bucket that counts or owes many
+// tokens, by more than the smallest step its tokens can take (tens of nanoseconds for one
+// decades in debt); so the wait grows by what is missing, or by a step that doubles. So a
+// request that comes back after the wait it was told is admitted.
+func enough(pol Policy, cost int, tokens float64, wait time.Duration) time.Duration {
+	for step := time.Duration(1); wait < rate.InfDuration; step *= 2 {
+		then := min(tokens+wait.Seconds()*float64(pol.Limit), float64(pol.Burst))
+		late := reserveWait(pol, cost, then)
+		if late <= slack {
+			break
+		}
+		wait = min(wait+max(late-slack, step), rate.InfDuration)
+	}
+	return wait
 }
 
 // Decide implements [Limiter]: it reserves cost tokens from key's bucket at now, and if the
@@ -287,11 +306,10 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.D
 			quota(d, pol, lim.TokensAt(at))
 		}
 	default:
-		if withQuota {
-			// The quota is counted from each instant decided, as after an admission, rather
-			// than in one step from the last (float64 steps differ in the last bits).
-			lim.SetLimitAt(at, pol.Limit)
-		}
+		// A refusal is counted from the instant decided, as an admission is, rather than in one
+		// step from the last (float64 steps differ in the last bits): its quota, and the wait
+		// that enough checks with x/time/rate's own arithmetic from there.
+		lim.SetLimitAt(at, pol.Limit)
 		var tokens float64
 		d.Allowed, d.RetryAfter, tokens = notAtOnce(lim, pol, cost, at, maxWait-lag)
 		if withQuota {
@@ -312,6 +330,8 @@ func notAtOnce(lim *rate.Limiter, pol Policy, cost int, at time.Time, maxWait ti
 		lim.ReserveN(at, cost)
 		tokens = lim.TokensAt(at)
 		admitted = true
+	} else {
+		wait = enough(pol, cost, tokens, wait)
 	}
 	return admitted, wait, tokens
 }

@@ -931,3 +931,60 @@ func TestTokenBucketNegativeZeroLimit(t *testing.T) {
 		t.Fatalf("the second request: %+v, want refused for ever, Remaining 0, Reset rate.InfDuration", d)
 	}
 }
+
+// TestTokenBucketWaitAdmitsAtAnyInstant: a request refused with a wait, asked again at exactly
+// now plus that wait, is admitted, whatever the instant to the nanosecond, the rate, the
+// burst, the cost and the debt a charge left (seconds to decades), through Decide, Allow,
+// and an All of two buckets: the float arithmetic of x/time/rate, whose reservation can come
+// due a nanosecond or more after the slack, never leaves it refused.
+func TestTokenBucketWaitAdmitsAtAnyInstant(t *testing.T) {
+	rng := mathrand.New(mathrand.NewPCG(5, 8))
+	ctx := context.Background()
+	limits := []rate.Limit{1, 7.0 / 3, 1000, rate.Every(time.Minute), rate.Every(7 * time.Hour), 123456.789}
+	for i := range 20000 {
+		lim := limits[rng.IntN(len(limits))]
+		burst := 1 + rng.IntN(5)
+		if rng.IntN(4) == 0 {
+			burst = 1 + rng.IntN(1<<20)
+		}
+		cost := 1 + rng.IntN(burst)
+		b := NewTokenBucket(lim, burst)
+		t0 := time.Unix(1_700_000_000, rng.Int64N(1e9)).UTC()
+		if rng.IntN(3) == 0 { // a debt of up to 50 years
+			debt := time.Duration(rng.Int64N(int64(50 * 365 * 24 * time.Hour)))
+			if err := b.Charge(ctx, "k", burst+int(min(float64(debt.Seconds())*float64(lim), 1<<40)), t0); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			decide(t, b, "k", burst, t0)
+		}
+		now := t0.Add(time.Duration(rng.Int64N(int64(time.Second))))
+		var l Limiter = b
+		how := "Decide"
+		switch rng.IntN(3) {
+		case 1:
+			l, how = allowOnly{b}, "Allow"
+		case 2:
+			l, how = All(b, NewTokenBucket(rate.Inf, 1)), "All"
+		}
+		d, err := l.Decide(ctx, "k", cost, now)
+		if err != nil || d.Allowed || d.RetryAfter >= rate.InfDuration {
+			continue
+		}
+		if d.RetryAfter <= 0 || (how != "Allow" && d.Reset < d.RetryAfter) {
+			t.Fatalf("%d %s: refused with a wait of %v, a reset of %v", i, how, d.RetryAfter, d.Reset)
+		}
+		if r, _ := l.Decide(ctx, "k", cost, now.Add(d.RetryAfter)); !r.Allowed {
+			t.Fatalf("%d %s: rate %v, burst %d, cost %d at %v: refused with %v, asked again then: refused with %v",
+				i, how, lim, burst, cost, now, d.RetryAfter, r.RetryAfter)
+		}
+	}
+}
+
+// allowOnly decides through a TokenBucket's Allow, as the middleware's quick path does.
+type allowOnly struct{ b *TokenBucket }
+
+func (a allowOnly) Decide(ctx context.Context, key string, cost int, now time.Time) (Decision, error) {
+	wait, p, err := a.b.Allow(ctx, key, cost, now)
+	return Decision{Allowed: wait == 0, RetryAfter: wait, Policy: p}, err
+}
