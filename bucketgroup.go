@@ -146,6 +146,9 @@ func (g *bucketGroup) reserve(st []layerState, cost int, maxWait time.Duration) 
 		if lim == nil {
 			admitted = false
 			s.d = Decision{RetryAfter: full, Limit: s.pol.Burst, Reset: full, Policy: s.pol}
+			if g.layers[i].cost(cost) > s.pol.Burst {
+				s.d.RetryAfter = rate.InfDuration // as once it has room
+			}
 			continue
 		}
 		held = append(held, lim)

@@ -298,8 +298,12 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.D
 	}
 	switch {
 	case lim == nil:
-		// Once a key makes room, the key starts with a full bucket.
+		// Once a key makes room, the key starts with a full bucket, which a cost above its
+		// burst never fits.
 		d.RetryAfter, d.Reset = full, full
+		if cost > pol.Burst {
+			d.RetryAfter = rate.InfDuration
+		}
 	case lim.AllowN(at, cost):
 		d.Allowed = true
 		if withQuota {

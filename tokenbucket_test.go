@@ -988,3 +988,36 @@ func (a allowOnly) Decide(ctx context.Context, key string, cost int, now time.Ti
 	wait, p, err := a.b.Allow(ctx, key, cost, now)
 	return Decision{Allowed: wait == 0, RetryAfter: wait, Policy: p}, err
 }
+
+// TestTokenBucketAtTheBoundAboveBurst: a new key refused at the memory bound for a cost above
+// its burst is told it never will be admitted (rate.InfDuration), as once it has room, rather
+// than to come back when the room is free.
+func TestTokenBucketAtTheBoundAboveBurst(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(16<<10))
+		keys := keysInOnePart(b, 2)
+		decide(t, b, keys[0], 1, t0)
+		var l Limiter = b
+		if group {
+			l = All(b, NewTokenBucket(rate.Every(time.Hour), 2))
+		}
+		if d, err := l.Decide(context.Background(), keys[1], 2, t0); err != nil || d.RetryAfter != rate.InfDuration {
+			t.Errorf("in an All %v: a cost of 2 for a new key at the bound: %+v, %v; want a RetryAfter of rate.InfDuration", group, d, err)
+		}
+		if d := decide(t, b, keys[1], 1, t0); d.RetryAfter <= 0 || d.RetryAfter > time.Hour {
+			t.Errorf("a cost of 1 for a new key at the bound: %+v, want a wait of at most an hour", d)
+		}
+	}
+}
+
+// keysInOnePart returns n keys that b keeps in one part.
+func keysInOnePart(b *TokenBucket, n int) []string {
+	byPart := map[uint64][]string{}
+	for i := 0; ; i++ {
+		k := "key-" + strconv.Itoa(i)
+		p := b.partOf(k)
+		if byPart[p] = append(byPart[p], k); len(byPart[p]) == n {
+			return byPart[p]
+		}
+	}
+}
