@@ -2,10 +2,13 @@ package retryafter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter/edge"
+	"github.com/retryafter/retryafter/internal/testkit"
 	"golang.org/x/time/rate"
 )
 
@@ -350,6 +354,46 @@ func TestPolicyFuncInfiniteRate(t *testing.T) {
 		}
 		if n := admitted(key, t0.Add(time.Second)); n != 5 {
 			t.Fatalf("a limit of %v: %d of 1,000 admitted, want the burst of 5", limit, n)
+		}
+	}
+}
+
+// TestDryRunChargedAfter: a would-be refusal of a dry run, which enforcing would not have
+// served, is not charged what its handler reports: the waits told stay those of enforcing.
+func TestDryRunChargedAfter(t *testing.T) {
+	run := func(dry bool) []time.Duration {
+		clk := testkit.NewClock(testkit.T0)
+		var waits []time.Duration
+		h := LimitWith(ChargedAfter(NewTokenBucket(1, 10)), WithClock(clk.Now), WithDryRun(dry),
+			WithLimitedHook(func(_ *http.Request, _ string, d Decision) { waits = append(waits, d.RetryAfter) }))(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { Charge(r, 10) }))
+		for range 4 {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+		}
+		return waits
+	}
+	enforced, dry := run(false), run(true)
+	if !slices.Equal(enforced, dry) || len(enforced) != 2 {
+		t.Errorf("waits told: enforced %v, in a dry run %v; want the same two", enforced, dry)
+	}
+}
+
+// TestDryRunFailsOpen: a dry run refuses nothing, a failing Limiter's or key function's request
+// included: it is passed on, as FailedOpen, and the error reported.
+func TestDryRunFailsOpen(t *testing.T) {
+	noKey := WithKeyFunc(func(*http.Request) (string, error) { return "", errors.New("no key") })
+	for name, l := range map[string]Limiter{"the Limiter fails": failingLimiter{errors.New("down")}, "the key function fails": NewTokenBucket(1, 1)} {
+		var outcomes []Outcome
+		errs := 0
+		opts := []Option{WithDryRun(true), WithErrorHook(func(*http.Request, error) { errs++ }),
+			WithDecisionHook(func(_ *http.Request, o Outcome, _ Decision) { outcomes = append(outcomes, o) })}
+		if name == "the key function fails" {
+			opts = append(opts, noKey)
+		}
+		w := httptest.NewRecorder()
+		LimitWith(l, opts...)(ok).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if w.Code != http.StatusOK || errs != 1 || !slices.Equal(outcomes, []Outcome{edge.FailedOpen}) {
+			t.Errorf("%s, in a dry run: %d, %d errors told, outcomes %v; want 200, 1, [failed_open]", name, w.Code, errs, outcomes)
 		}
 	}
 }

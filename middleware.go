@@ -135,7 +135,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !m.answer(w, r, &v) {
 		return
 	}
-	if m.after == nil || v.Outcome == edge.Exempt || v.Failure == edge.KeyFailed {
+	if m.after == nil || !v.Counted() {
 		h.Serve(w, r)
 	} else {
 		h.serveCharged(w, r, v.Key)

@@ -142,9 +142,11 @@ func WithFailOpen(open bool) Option {
 // WithDryRun makes the middleware decide and report every request as usual but never refuse:
 // a request that would have been refused reaches next.
 //
-// A would-be refusal spends nothing, exactly as a real one, so that the dry run shows what
-// enforcing would do; the hooks of [WithLimitedHook] are told of it with its Decision, and those
-// of [WithDecisionHook] with [edge.DryRunRefused]. The response next writes carries no Retry-After;
+// A would-be refusal spends nothing, exactly as a real one, nor is it charged afterwards
+// ([ChargedAfter]), so that the dry run shows what enforcing would do; the hooks of
+// [WithLimitedHook] are told of it with its Decision, and those of [WithDecisionHook] with
+// [edge.DryRunRefused]. A request whose key function or Limiter fails reaches next too, as with
+// [WithFailOpen]. The response next writes carries no Retry-After;
 // the rate-limit fields, when on, are sent as they would be. To roll a limit out: run it dry,
 // watch the hook, then enforce.
 func WithDryRun(on bool) Option {

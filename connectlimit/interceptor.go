@@ -49,7 +49,7 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if !v.Pass() {
 			return nil, i.refusal(ctx, &v, call)
 		}
-		if i.c.fields != nil && v.Key != "" {
+		if i.c.fields != nil && decided(&v) {
 			if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
 				i.setFields(info.ResponseHeader(), v.Decision)
 			}
@@ -69,10 +69,10 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		if !v.Pass() {
 			return i.refusal(ctx, &v, call)
 		}
-		if i.c.fields != nil && v.Key != "" {
+		if i.c.fields != nil && decided(&v) {
 			i.setFields(conn.ResponseHeader(), v.Decision)
 		}
-		if i.c.messages == nil || v.Key == "" {
+		if i.c.messages == nil || !v.Counted() {
 			return next(ctx, conn)
 		}
 		cc := &countingConn{StreamingHandlerConn: conn}
@@ -80,6 +80,10 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		return next(ctx, cc)
 	}
 }
+
+// decided reports whether v, of a call that passes, holds the Limiter's Decision, whose
+// RateLimit fields the call's response carries. (A key may be "".)
+func decided(v *edge.Verdict) bool { return v.Outcome != edge.Exempt && v.Outcome != edge.FailedOpen }
 
 // A countingConn counts the messages its stream carries, either way.
 type countingConn struct {

@@ -206,3 +206,48 @@ func TestFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyKeyCounted: a key function may name a caller "" (anonymous callers, say): its calls
+// are counted under "", their streams' messages charged and their RateLimit fields sent, as
+// under any other key.
+func TestEmptyKeyCounted(t *testing.T) {
+	for _, key := range []string{"k", ""} {
+		clk := testkit.NewClock(t0)
+		l := retryafter.NewTokenBucket(1, 10)
+		s := serve(t, connectlimit.NewInterceptor(l, connectlimit.WithClock(clk.Now),
+			connectlimit.WithMessageCharge(l), connectlimit.WithRateLimitFields("default"),
+			connectlimit.WithKeyFunc(func(connectlimit.Call) (string, error) { return key, nil })))
+		if err := stream(s, 9); err != nil {
+			t.Fatal(err)
+		}
+		_, err := sayClient(s).CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("x")))
+		if wait, _ := retryDelay(err); connect.CodeOf(err) != connect.CodeResourceExhausted || wait != 2*time.Second {
+			t.Errorf("key %q: after a stream of 10 messages on a bucket of 10: %v, RetryInfo %v; want 2s", key, err, wait)
+		}
+		clk.Advance(time.Hour)
+		res, err := sayClient(s).CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("x")))
+		if err != nil || res.Header().Get("RateLimit") == "" {
+			t.Errorf("key %q: an admitted call: %v, RateLimit %q; want the field", key, err, res.Header().Get("RateLimit"))
+		}
+	}
+}
+
+// TestDryRunMessageCharge: a stream that a dry run would have refused is passed on, and its
+// messages are not charged, since enforcing would not have served them.
+func TestDryRunMessageCharge(t *testing.T) {
+	run := func(dry bool) time.Duration {
+		clk := testkit.NewClock(t0)
+		l := retryafter.NewTokenBucket(1, 1)
+		var last time.Duration
+		s := serve(t, connectlimit.NewInterceptor(l, connectlimit.WithClock(clk.Now), connectlimit.WithMessageCharge(l),
+			connectlimit.WithDryRun(dry),
+			connectlimit.WithDecisionHook(func(_ connectlimit.Call, _ retryafter.Outcome, d retryafter.Decision) { last = d.RetryAfter })))
+		sayClient(s).CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("x"))) // spends the burst
+		stream(s, 9)                                                                             // refused, or would have been
+		sayClient(s).CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("x")))
+		return last
+	}
+	if enforced, dry := run(false), run(true); enforced != dry || enforced != time.Second-time.Microsecond {
+		t.Errorf("the wait of the last call: enforced %v, in a dry run %v; want 999.999ms for both", enforced, dry)
+	}
+}

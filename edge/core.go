@@ -37,7 +37,9 @@ type Config[R any] struct {
 	Quota bool
 
 	// DryRun decides and reports every request as usual but refuses none: a request that
-	// would have been refused is passed on as DryRunRefused, having spent nothing.
+	// would have been refused is passed on as DryRunRefused, having spent nothing, and one
+	// whose key function or Limiter fails is passed on as FailedOpen, whatever FailOpen says.
+	// What a DryRunRefused request costs afterwards is not charged (see Verdict.Counted).
 	DryRun bool
 
 	// MaxWait, when above 0 and the Limiter is a [Reserver], makes a request that would be
@@ -124,6 +126,22 @@ const FailWait = time.Second
 
 // Pass reports whether the request goes on to the handler.
 func (v Verdict) Pass() bool { return v.Outcome != Refused && v.Outcome != FailedClosed }
+
+// Counted reports whether the request that passes is counted under v.Key, and served as it
+// would be were the limit enforced, so that what the edge learns it costs afterwards (a
+// handler's charge, a stream's messages) is charged under v.Key: an admitted request (at once or
+// after its wait, or one that would have waited in a dry run) and one that failed open because
+// the Limiter failed. An exempt request, one whose key function failed, and a dry run's
+// would-be refusal, which enforcing would not have served, are not.
+func (v Verdict) Counted() bool {
+	switch v.Outcome {
+	case Admitted, Waited, DryRunWaited:
+		return true
+	case FailedOpen:
+		return v.Failure != KeyFailed
+	}
+	return false
+}
 
 // Wait returns the wait to tell a refused client, not rounded: the Limiter's for a refusal
 // (rate.InfDuration when it can never be admitted: tell no wait), FailWait when the Limiter
@@ -222,7 +240,7 @@ func (c *Core[R]) failed(ctx context.Context, req R, v *Verdict, err error) {
 func (c *Core[R]) fail(req R, v *Verdict, err error) {
 	c.Errored(req, err)
 	v.Outcome = FailedClosed
-	if c.c.FailOpen {
+	if c.c.FailOpen || c.c.DryRun {
 		v.Outcome = FailedOpen
 	}
 	c.decided(req, v.Outcome, &Decision{})

@@ -114,9 +114,9 @@ func (s *server) admit(ctx context.Context, fullMethod string) (admission, error
 	case edge.Exempt:
 		return admission{}, nil
 	case edge.FailedOpen:
-		return admission{key: v.Key, counted: v.Failure != edge.KeyFailed}, nil
+		return admission{key: v.Key, counted: v.Counted()}, nil
 	case edge.Admitted, edge.DryRunRefused, edge.Waited, edge.DryRunWaited:
-		return admission{key: v.Key, counted: true, header: md}, nil
+		return admission{key: v.Key, counted: v.Counted(), header: md}, nil
 	case edge.Refused:
 		st, trailer := s.refusal(&v.Decision)
 		if md != nil {

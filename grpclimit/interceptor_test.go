@@ -303,3 +303,27 @@ func TestMessageCharge(t *testing.T) {
 		t.Fatalf("a stream once the debt is repaid: %v", err)
 	}
 }
+
+// TestDryRunMessageCharge: a stream that a dry run would have refused is passed on, and its
+// messages are not charged, since enforcing would not have served them: the key is refused
+// afterwards with the wait it has when enforced.
+func TestDryRunMessageCharge(t *testing.T) {
+	run := func(dry bool) time.Duration {
+		clk := newClock(t0)
+		bucket := retryafter.NewTokenBucket(1, 1)
+		var last time.Duration
+		addr, _ := serve(t, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(bucket,
+			grpclimit.WithClock(clk.now), grpclimit.WithMessageCharge(bucket), grpclimit.WithDryRun(dry),
+			grpclimit.WithDecisionHook(func(_ context.Context, _ string, _ retryafter.Outcome, d retryafter.Decision) {
+				last = d.RetryAfter
+			}))))
+		client := dial(t, addr)
+		openStream(t.Context(), client, 0) // spends the burst
+		openStream(t.Context(), client, 5) // refused, or would have been
+		openStream(t.Context(), client, 0)
+		return last
+	}
+	if enforced, dry := run(false), run(true); enforced != dry || enforced != time.Second-time.Microsecond {
+		t.Errorf("the wait of the last stream: enforced %v, in a dry run %v; want 999.999ms for both", enforced, dry)
+	}
+}

@@ -110,7 +110,9 @@ func WithFailOpen(open bool) Option {
 
 // WithDryRun makes the interceptor decide and report every call as usual but never refuse: a
 // call that would have been refused proceeds, and the hooks of [WithDecisionHook] are told of
-// it with [edge.DryRunRefused]. A would-be refusal spends nothing, exactly as a real one.
+// it with [edge.DryRunRefused]. A would-be refusal spends nothing, exactly as a real one, and
+// its stream's messages are not charged ([WithMessageCharge]); a call whose key function or
+// limiter fails proceeds too, as with [WithFailOpen].
 func WithDryRun(on bool) Option {
 	return func(c *config) { c.DryRun = on }
 }
