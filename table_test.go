@@ -576,3 +576,29 @@ func TestTableExactFit(t *testing.T) {
 		}
 	}
 }
+
+// TestTableClockStepsBackFromAnIdlePart: a clock steps back 1,000 s, and the first reading of its
+// new line falls in a part idle for 900 s, which proposes a step of only 100 s; the next falls in
+// the part that was decided last. It is read as far after that part's latest instant as the
+// new line has run on, so its key, spent 0.1 s before the step, is told to wait the rest of its
+// second, not the 900 s between the parts, and is admitted once that is over.
+func TestTableClockStepsBackFromAnIdlePart(t *testing.T) {
+	b := NewTokenBucket(1, 1)
+	idle, busy := "idle", ""
+	for i := 0; busy == ""; i++ {
+		if k := "busy-" + strconv.Itoa(i); b.partOf(k) != b.partOf(idle) {
+			busy = k
+		}
+	}
+	decide(t, b, idle, 0, t0.Add(100*time.Second))
+	decide(t, b, busy, 1, t0.Add(999900*time.Millisecond))
+	// The clock steps back 1,000 s: the readings from here are t0 + the time since the step.
+	decide(t, b, idle, 0, t0.Add(500*time.Millisecond))
+	d := decide(t, b, busy, 1, t0.Add(600*time.Millisecond))
+	if d.Allowed || d.RetryAfter > time.Second {
+		t.Fatalf("the busy key 0.2 s after it spent, read on the new line: %+v, want a refusal of under a second", d)
+	}
+	if r := decide(t, b, busy, 1, t0.Add(600*time.Millisecond+d.RetryAfter)); !r.Allowed {
+		t.Fatalf("the busy key, back after the %v it was told: %+v", d.RetryAfter, r)
+	}
+}

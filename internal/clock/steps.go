@@ -19,6 +19,12 @@ import (
 // reading credits nothing. The step is taken once the new line has run on for ConfirmStep with
 // no reading of the old line in between. A reading behind the new line too proposes afresh.
 //
+// Tables see the clock apart: the one that proposes may be behind others (idle since). The step
+// grows to the latest instant of each table further ahead that sees the proposal, so that its
+// readings are read after that instant, not frozen there; the keys a table behind decided
+// before the step grew were decided that much early, and are credited the difference (a known
+// limit: the latest instant of every table is not known without their locks).
+//
 // The shift is read with an atomic load; a table goes through mu only for a reading more than
 // MaxLag behind or while a step is proposed, and with its own lock held, never the other way.
 type Steps struct {
@@ -29,7 +35,7 @@ type Steps struct {
 	old   time.Time     // the latest instant the tables that saw the proposal had seen, shifted
 	first time.Time     // the first reading of the new line, shifted
 	last  time.Time     // the latest reading of the new line, shifted
-	step  time.Duration // the step proposed: old, when proposed, less first
+	step  time.Duration // the step proposed: old less first
 }
 
 // ConfirmStep is how long a clock's new line of readings must run on, with no reading of the old
@@ -55,6 +61,9 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 	}
 	if s.pending.Load() {
 		if latest.After(s.old) {
+			// A table further ahead than the one that proposed the step: the clock stepped
+			// back from there, so the new line's readings are read from there too.
+			s.step += latest.Sub(s.old)
 			s.old = latest
 		}
 		switch {
