@@ -248,7 +248,8 @@ func WithWait(max time.Duration) Option {
 }
 
 // WithMaxWaiting sets the most requests that wait at once for their place (see [WithWait]),
-// across clients; beyond it, a request is refused as without WithWait. The default is
+// across clients, counting those the limiter is deciding, which may be given one; beyond it, a
+// request is refused as without WithWait. The default is
 // [edge.DefaultMaxWaiting]. It panics if n is below 1.
 func WithMaxWaiting(n int) Option {
 	if n < 1 {

@@ -49,8 +49,9 @@ type Config[R any] struct {
 	// while it waits gives the place back (the request fails closed, as Canceled).
 	MaxWait time.Duration
 
-	// MaxWaiting is the most requests that wait at once, across keys; beyond it a request is
-	// decided as without MaxWait. 0 means DefaultMaxWaiting.
+	// MaxWaiting is the most requests that wait at once, across keys, counting those being
+	// decided by the Reserver, which may give them a place (with a store, for its round
+	// trip); beyond it a request is decided as without MaxWait. 0 means DefaultMaxWaiting.
 	MaxWaiting int
 
 	// OnError is told of every error of the key function or the Limiter; OnLimited of every
