@@ -280,13 +280,7 @@ func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, 
 		return atLatest(ds), nil
 	}
 	// A refusal or an error: give back what the groups that admitted spent.
-	var refunds []error
-	for i, g := range a.groups {
-		if admitted&(1<<i) != 0 {
-			refunds = append(refunds, g.refund(ctx, key, cost, now))
-		}
-	}
-	if rerr := errors.Join(refunds...); rerr != nil {
+	if rerr := a.giveBack(ctx, key, cost, now, admitted); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("retryafter: All could not give back what it spent: %w", rerr))
 	}
 	if err != nil {
@@ -300,6 +294,18 @@ func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, 
 		return a.Reserve(ctx, key, cost, now, 0)
 	}
 	return edge.Binding(ds...), nil
+}
+
+// giveBack gives back at now what the groups of a that admitted spent: group i when bit i of
+// admitted is set.
+func (a *all) giveBack(ctx context.Context, key string, cost int, now time.Time, admitted uint32) error {
+	var errs []error
+	for i, g := range a.groups {
+		if admitted&(1<<i) != 0 {
+			errs = append(errs, g.refund(ctx, key, cost, now))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // gavePlace reports whether a group admitted a request in ds at a place later than now. Only a
