@@ -293,8 +293,8 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.D
 	switch {
 	case lim == nil:
 		lim, full = t.add(key, at, pol.Limit, pol.Burst, nil)
-	case b.policyOf != nil && replan(lim, pol, at):
-		t.sooner()
+	case b.policyOf != nil:
+		replan(lim, pol, at)
 	}
 	switch {
 	case lim == nil:
@@ -353,21 +353,19 @@ func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, kee
 	if lim == nil {
 		return t.add(key, at, pol.Limit, pol.Burst, keep)
 	}
-	if b.policyOf != nil && replan(lim, pol, at) {
-		t.sooner()
+	if b.policyOf != nil {
+		replan(lim, pol, at)
 	}
 	return lim, 0
 }
 
-// replan puts lim on the policy pol from at, if it is not on it, and reports whether it was not:
-// its tokens stay, at the new rate, capped at the new burst.
-func replan(lim *rate.Limiter, pol Policy, at time.Time) bool {
-	if lim.Limit() == pol.Limit && lim.Burst() == pol.Burst {
-		return false
+// replan puts lim on the policy pol from at, if it is not on it: its tokens stay, at the new
+// rate, capped at the new burst.
+func replan(lim *rate.Limiter, pol Policy, at time.Time) {
+	if lim.Limit() != pol.Limit || lim.Burst() != pol.Burst {
+		lim.SetLimitAt(at, pol.Limit)
+		lim.SetBurstAt(at, pol.Burst)
 	}
-	lim.SetLimitAt(at, pol.Limit)
-	lim.SetBurstAt(at, pol.Burst)
-	return true
 }
 
 // lateBy lengthens d's waits by lag, the time between the caller's now and the instant d was
@@ -506,9 +504,6 @@ func (b *TokenBucket) Charge(_ context.Context, key string, cost int, now time.T
 		return fmt.Errorf("retryafter: cannot charge %d to a new key: the bucket is full", cost)
 	}
 	charge(lim, pol, cost, at)
-	if cost < 0 {
-		t.sooner()
-	}
 	return nil
 }
 

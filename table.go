@@ -22,9 +22,7 @@ import (
 // lower bound: spending since only moves the true instant later). To make room it looks at the
 // top: a key whose bucket has refilled is dropped, since it is the same as a key never seen; one
 // that was spent since it was pushed goes back down with its true instant. So a new key at the
-// bound costs O(log n), and no key over its limit is ever forgotten. Tokens given back and a
-// bucket's new policy can move the instant earlier: the heap is then made again, O(n), before it
-// refuses a new key (see sooner).
+// bound costs O(log n), and no key over its limit is ever forgotten.
 //
 // A table must be locked (mu) for every method but init.
 type table struct {
@@ -39,7 +37,6 @@ type table struct {
 	drops  int // the keys dropped since keys was made
 	due    []due
 	full   time.Time // no key will have refilled before this instant
-	stale  bool      // a bucket may be full before its instant in the heap
 }
 
 // due is an entry of a table's heap: a key and an instant, in Unix nanoseconds, at or before
@@ -192,8 +189,6 @@ func (t *table) dropTop(now time.Time, keep []*rate.Limiter, kept *[]due) (time.
 	case holds(keep, lim):
 		*kept = append(*kept, *top)
 		t.pop()
-	case top.at > ns && t.stale:
-		t.remake(now)
 	case top.at > ns:
 		full := time.Unix(0, top.at)
 		if len(*kept) == 0 {
@@ -213,22 +208,6 @@ func (t *table) dropTop(now time.Time, keep []*rate.Limiter, kept *[]due) (time.
 		t.pop()
 	}
 	return 0, false
-}
-
-// sooner tells t that a bucket of its may be full sooner than its instant in the heap says:
-// tokens were given back, or its policy changed.
-func (t *table) sooner() {
-	t.full = time.Time{}
-	t.stale = t.due != nil
-}
-
-// remake puts every key of the heap at the instant its bucket is full, as of now.
-func (t *table) remake(now time.Time) {
-	for i := range t.due {
-		t.due[i].at = fullAt(t.keys[t.due[i].key], now)
-	}
-	t.heapify()
-	t.stale = false
 }
 
 // holds reports whether keep holds lim.

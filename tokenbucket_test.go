@@ -1021,39 +1021,3 @@ func keysInOnePart(b *TokenBucket, n int) []string {
 		}
 	}
 }
-
-// TestTokenBucketAtTheBoundFullSooner: at the memory bound, a held key whose bucket is full
-// again sooner than when it was last spent (its tokens given back, or a policy of a faster
-// rate) makes room for a new key, as one that refilled does.
-func TestTokenBucketAtTheBoundFullSooner(t *testing.T) {
-	ctx := context.Background()
-	var fast atomic.Bool
-	for _, how := range []string{"given back", "a faster policy"} {
-		b := NewTokenBucket(rate.Every(time.Hour), 1, WithMaxMemory(16<<10), WithPolicyFunc(func(string) Policy {
-			if fast.Load() {
-				return Policy{Limit: 1000, Burst: 1}
-			}
-			return Policy{}
-		}))
-		fast.Store(false)
-		keys := keysInOnePart(b, 2)
-		decide(t, b, keys[0], 1, t0)
-		if d := decide(t, b, keys[1], 1, t0); d.Allowed {
-			t.Fatalf("%s: a second key had room: %+v", how, d)
-		}
-		if how == "given back" {
-			if err := b.Release(ctx, keys[0], 1, t0.Add(time.Second)); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			fast.Store(true)
-			decide(t, b, keys[0], 0, t0.Add(time.Second))
-		}
-		if p := decide(t, b, keys[0], 0, t0.Add(2*time.Second)); p.Remaining != 1 || p.Reset != 0 {
-			t.Fatalf("%s: the held key is not full: %+v", how, p)
-		}
-		if d := decide(t, b, keys[1], 1, t0.Add(2*time.Second)); !d.Allowed {
-			t.Errorf("%s: a new key refused though the held key is full: %+v", how, d)
-		}
-	}
-}
