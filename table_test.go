@@ -602,3 +602,22 @@ func TestTableClockStepsBackFromAnIdlePart(t *testing.T) {
 		t.Fatalf("the busy key, back after the %v it was told: %+v", d.RetryAfter, r)
 	}
 }
+
+// TestTableClockStepsBackThenFrequent: after the clock steps back 1,000 s, a key asking every 10
+// ms for 10 s at 1 a second is admitted about once a second, as before the step: the step
+// proposed does not grow with the new line's own readings.
+func TestTableClockStepsBackThenFrequent(t *testing.T) {
+	b := NewTokenBucket(1, 1)
+	decide(t, b, "k", 1, t0)
+	back := t0.Add(-1000 * time.Second)
+	admitted := 0
+	for i := range 1000 {
+		if decide(t, b, "k", 1, back.Add(time.Duration(i)*10*time.Millisecond)).Allowed {
+			admitted++
+		}
+	}
+	if admitted > 11 || b.steps.Shift() != 1000*time.Second {
+		t.Errorf("after a step back of 1,000 s, %d admitted in 10 s at 1 a second, the shift %v; want at most 11, and 1,000 s",
+			admitted, b.steps.Shift())
+	}
+}

@@ -60,10 +60,12 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 		at, shift = at.Add(time.Duration(now-shift)), now // a step was taken since at was shifted
 	}
 	if s.pending.Load() {
+		if newest := s.last.Add(s.step); latest.After(newest) {
+			// A table further ahead than any reading of the new line has taken it: the clock
+			// stepped back from there, so the new line's readings are read from there too.
+			s.step += latest.Sub(newest)
+		}
 		if latest.After(s.old) {
-			// A table further ahead than the one that proposed the step: the clock stepped
-			// back from there, so the new line's readings are read from there too.
-			s.step += latest.Sub(s.old)
 			s.old = latest
 		}
 		switch {
