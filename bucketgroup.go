@@ -152,8 +152,14 @@ func (g *bucketGroup) reserve(st []layerState, cost int, maxWait time.Duration) 
 			continue
 		}
 		held = append(held, lim)
-		s.lim, s.r = lim, *lim.ReserveN(s.at, g.layers[i].cost(cost))
+		n := g.layers[i].cost(cost)
+		s.lim, s.r = lim, *lim.ReserveN(s.at, n)
 		if ok, wait := settle(s.r.DelayFrom(s.at)); !ok {
+			if wait < rate.InfDuration {
+				// The wait Decide tells, from the bucket as cancelling the reservation will
+				// leave it (its tokens, and n back), which maxWait is held to.
+				wait = enough(s.pol, n, s.lim.TokensAt(s.at)+float64(n), wait)
+			}
 			s.d.RetryAfter = wait
 			admitted = admitted && wait <= maxWait && !g.layers[i].Deferred
 		}

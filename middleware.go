@@ -111,7 +111,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // is not called, nor the exemption of [WithExempt]). The cost is the one [WithCost] gives r.
 // When the limiter fails, it reports true if the Middleware fails open and otherwise writes the
 // 503. A limiter with layers charged afterwards ([ChargedAfter]) is charged by the caller, which
-// knows the key: with [Charger]'s Charge.
+// knows the key: with [Charger]'s Charge. In a dry run it reports true for a would-be refusal
+// too, which the hooks of [WithDecisionHook] are told of as [edge.DryRunRefused] and which,
+// since enforcing would not have served it, the caller should not charge.
 func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) bool {
 	v := m.core.DecideKey(r.Context(), r, key)
 	return m.answer(w, r, &v)

@@ -212,7 +212,11 @@ func enough(pol Policy, cost int, tokens float64, wait time.Duration) time.Durat
 
 // Decide implements [Limiter]: it reserves cost tokens from key's bucket at now, and if the
 // reservation is not due within now (plus a microsecond that absorbs the float arithmetic of
-// x/time/rate), cancels it at now, so that the refusal costs nothing, and reports its delay.
+// x/time/rate), cancels it at now, so that the refusal costs nothing, and reports its delay:
+// the wait after which the key's next decision, of the same cost, is admitted, checked with
+// x/time/rate's own arithmetic. (A refusal of the key in between counts the bucket again from
+// its own instant, which can move that instant by nanoseconds: a Retry-After's whole seconds,
+// rounded up, hold them.)
 //
 // Instants may arrive out of order (concurrent requests read the clock before Decide takes its
 // lock); a now earlier than one already decided for a key of the same part is decided at that
@@ -330,12 +334,13 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.D
 // is nothing to cancel, and leaves lim as a refused AllowN does. It returns the tokens left.
 func notAtOnce(lim *rate.Limiter, pol Policy, cost int, at time.Time, maxWait time.Duration) (admitted bool, wait time.Duration, tokens float64) {
 	tokens = lim.TokensAt(at)
-	if admitted, wait = settle(reserveWait(pol, cost, tokens)); admitted || wait <= maxWait {
+	if admitted, wait = settle(reserveWait(pol, cost, tokens)); !admitted {
+		wait = enough(pol, cost, tokens, wait) // the wait Decide tells, which maxWait is held to
+	}
+	if admitted || wait <= maxWait {
 		lim.ReserveN(at, cost)
 		tokens = lim.TokensAt(at)
 		admitted = true
-	} else {
-		wait = enough(pol, cost, tokens, wait)
 	}
 	return admitted, wait, tokens
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/clock"
 	"golang.org/x/time/rate"
 )
@@ -1018,6 +1019,37 @@ func keysInOnePart(b *TokenBucket, n int) []string {
 		p := b.partOf(k)
 		if byPart[p] = append(byPart[p], k); len(byPart[p]) == n {
 			return byPart[p]
+		}
+	}
+}
+
+// TestTokenBucketReserveAgreesWithDecide: a request that Decide refuses with a wait w is refused
+// by Reserve with a maxWait 1 ns shorter, with the same wait, and given its place by Reserve with
+// a maxWait of w, with a RetryAfter of w: alone and in an All, at instants to the nanosecond.
+func TestTokenBucketReserveAgreesWithDecide(t *testing.T) {
+	rng := mathrand.New(mathrand.NewPCG(11, 12))
+	ctx := context.Background()
+	limits := []rate.Limit{1, 7.0 / 3, 1000, rate.Every(time.Minute), rate.Every(7 * time.Hour), 123456.789}
+	for i := range 20000 {
+		lim := limits[rng.IntN(len(limits))]
+		burst := 1 + rng.IntN(5)
+		b := NewTokenBucket(lim, burst)
+		var r edge.Reserver = b
+		if i%2 == 1 {
+			r = All(b, NewTokenBucket(1000, 1000)).(edge.Reserver)
+		}
+		t0 := time.Unix(1_700_000_000, rng.Int64N(1e9)).UTC()
+		decide(t, b, "k", burst, t0)
+		now := t0.Add(time.Duration(rng.Int64N(int64(time.Second))))
+		d, _ := r.Decide(ctx, "k", 1, now)
+		if d.Allowed || d.RetryAfter >= rate.InfDuration {
+			continue
+		}
+		if s, _ := r.Reserve(ctx, "k", 1, now, d.RetryAfter-1); s.Allowed || s.RetryAfter != d.RetryAfter {
+			t.Fatalf("%d: rate %v, burst %d: Decide refused with %v; Reserve with 1 ns less: %+v", i, lim, burst, d.RetryAfter, s)
+		}
+		if s, _ := r.Reserve(ctx, "k", 1, now, d.RetryAfter); !s.Allowed || s.RetryAfter != d.RetryAfter {
+			t.Fatalf("%d: rate %v, burst %d: Decide refused with %v; Reserve with as much: %+v", i, lim, burst, d.RetryAfter, s)
 		}
 	}
 }
