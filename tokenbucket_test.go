@@ -941,9 +941,8 @@ func TestTokenBucketNegativeZeroLimit(t *testing.T) {
 func TestTokenBucketWaitAdmitsAtAnyInstant(t *testing.T) {
 	rng := mathrand.New(mathrand.NewPCG(5, 8))
 	ctx := context.Background()
-	limits := []rate.Limit{1, 7.0 / 3, 1000, rate.Every(time.Minute), rate.Every(7 * time.Hour), 123456.789}
 	for i := range 20000 {
-		lim := limits[rng.IntN(len(limits))]
+		lim := awkwardLimits[rng.IntN(len(awkwardLimits))]
 		burst := 1 + rng.IntN(5)
 		if rng.IntN(4) == 0 {
 			burst = 1 + rng.IntN(1<<20)
@@ -981,6 +980,10 @@ func TestTokenBucketWaitAdmitsAtAnyInstant(t *testing.T) {
 		}
 	}
 }
+
+// awkwardLimits are rates whose waits x/time/rate's float arithmetic rounds: thirds, a rate
+// over a minute and over seven hours, thousands a second, and one with decimals.
+var awkwardLimits = []rate.Limit{1, 7.0 / 3, 1000, rate.Every(time.Minute), rate.Every(7 * time.Hour), 123456.789}
 
 // allowOnly decides through a TokenBucket's Allow, as the middleware's quick path does.
 type allowOnly struct{ b *TokenBucket }
@@ -1029,9 +1032,8 @@ func keysInOnePart(b *TokenBucket, n int) []string {
 func TestTokenBucketReserveAgreesWithDecide(t *testing.T) {
 	rng := mathrand.New(mathrand.NewPCG(11, 12))
 	ctx := context.Background()
-	limits := []rate.Limit{1, 7.0 / 3, 1000, rate.Every(time.Minute), rate.Every(7 * time.Hour), 123456.789}
 	for i := range 20000 {
-		lim := limits[rng.IntN(len(limits))]
+		lim := awkwardLimits[rng.IntN(len(awkwardLimits))]
 		burst := 1 + rng.IntN(5)
 		b := NewTokenBucket(lim, burst)
 		var r edge.Reserver = b
