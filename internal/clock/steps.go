@@ -19,11 +19,12 @@ import (
 // reading credits nothing. The step is taken once the new line has run on for ConfirmStep with
 // no reading of the old line in between. A reading behind the new line too proposes afresh.
 //
-// Tables see the clock apart: the one that proposes may be behind others (idle since). The step
-// grows to the latest instant of each table further ahead that sees the proposal, so that its
-// readings are read after that instant, not frozen there; the keys a table behind decided
-// before the step grew were decided that much early, and are credited the difference (a known
-// limit: the latest instant of every table is not known without their locks).
+// Tables see the clock apart: the one that proposes may be behind others (idle since). A table
+// that sees the proposal with a latest instant past the newest the new line has given (its last
+// reading, with the step) grows the step by the difference, so that its readings are read after
+// that instant, not frozen there; the keys a table behind decided before the step grew were
+// decided that much early, and are credited the difference (a known limit: the latest instant
+// of every table is not known without their locks).
 //
 // The shift is read with an atomic load; a table goes through mu only for a reading more than
 // MaxLag behind or while a step is proposed, and with its own lock held, never the other way.
@@ -35,7 +36,7 @@ type Steps struct {
 	old   time.Time     // the latest instant the tables that saw the proposal had seen, shifted
 	first time.Time     // the first reading of the new line, shifted
 	last  time.Time     // the latest reading of the new line, shifted
-	step  time.Duration // the step proposed: old less first
+	step  time.Duration // the step proposed: how far the new line's readings are read later
 }
 
 // ConfirmStep is how long a clock's new line of readings must run on, with no reading of the old
