@@ -186,8 +186,16 @@ func (m *Middleware) chargeAfter(r *http.Request, key string, slot *chargeSlot) 
 }
 
 // answer writes what v says of r, the rate-limit fields or the refusal, and reports whether r
-// may reach next.
+// may reach next. A request admitted with no fields to write, the usual one, costs no call.
 func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, v *edge.Verdict) bool {
+	if v.Outcome == edge.Admitted && m.fields.set == 0 {
+		return true
+	}
+	return m.write(w, r, v)
+}
+
+// write is answer for a request that is not admitted, or whose rate-limit fields are on.
+func (m *Middleware) write(w http.ResponseWriter, r *http.Request, v *edge.Verdict) bool {
 	switch v.Outcome {
 	case edge.Exempt, edge.FailedOpen:
 		return true
