@@ -260,6 +260,22 @@ func TestMixedCostsChargeNothing(t *testing.T) {
 	}
 }
 
+// TestRepeatedDescriptorChargesNothing: the same descriptor four times in one request, four
+// layers on one client of a rule of 100 a minute (a rate x/time/rate counts inexactly), is
+// refused when the client holds one token, and the refusal leaves the token.
+func TestRepeatedDescriptorChargesNothing(t *testing.T) {
+	c := &clock{now: t0}
+	_, cl := newService(t, shapes, c)
+	ask(t, cl, request("shapes", 99, descriptor("outer", "v"))) // 100 a minute: 1 left
+	d := descriptor("outer", "v")
+	if ask(t, cl, request("shapes", 0, d, d, d, d)).GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("4 admitted with 1 held")
+	}
+	if resp := ask(t, cl, request("shapes", 0, d)); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("the token held before the refusal is gone: %v", resp.GetStatuses()[0])
+	}
+}
+
 // TestNeverAdmitted: a ban and a cost above the burst are refused with no wait: no
 // duration_until_reset and no Retry-After.
 func TestNeverAdmitted(t *testing.T) {
