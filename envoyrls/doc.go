@@ -16,14 +16,17 @@
 // and an unknown domain are OK with no limit.
 //
 // One request's descriptors are decided together: all admitted, or none charged. The cost is a
-// descriptor's own hits_addend where set, else the request's, 0 meaning 1. A refused
+// descriptor's own hits_addend where set, else the request's, 0 meaning 1; descriptors that
+// count against one client of one rule are decided as one of their summed cost, each answered
+// with its decision, so that the wait covers all the request asks of that client. A refused
 // descriptor's duration_until_reset is the exact wait rounded up to whole seconds, never 0,
 // and the response adds Retry-After with the same value, so that a client that waits exactly
 // that long is admitted; an admitted descriptor's is the time until its bucket is full. A
 // request that can never be admitted (requests_per_unit: 0, or a cost above the burst) is
 // OVER_LIMIT with no duration_until_reset and no Retry-After. A shadow_mode rule is decided as
 // enforcement would, after the others admitted the request, and answered OK: a would-be
-// refusal spends nothing and is reported to the decision hook as DryRunRefused.
+// refusal spends nothing and is reported to the decision hook as DryRunRefused; in a request
+// the others refused it is not asked, and not reported.
 //
 // Differences from envoyproxy/ratelimit: quota_mode is refused at load; detailed_metric,
 // value_to_metric and metadata load and change nothing (metrics never carry a descriptor's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -42,8 +43,14 @@ type Service struct {
 // An Option configures a Service.
 type Option func(*Service)
 
-// WithClock makes the Service read the time from now. The default is time.Now.
-func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+// WithClock makes the Service read the time from now. The default is time.Now. It panics if now
+// is nil.
+func WithClock(now func() time.Time) Option {
+	if now == nil {
+		panic("envoyrls: WithClock(nil)")
+	}
+	return func(s *Service) { s.now = now }
+}
 
 // WithRateLimitFields makes the Service add the RateLimit and RateLimit-Policy fields of the
 // binding rule to every response with a limit. The default is off.
@@ -78,7 +85,7 @@ func Memory(policy func(key string) retryafter.Policy) retryafter.Limiter {
 }
 
 // New returns a Service of the rules of c, deciding through the Limiter that limiter makes.
-// It panics if c or limiter is nil.
+// It panics if c, limiter or an option is nil.
 func New(c *Config, limiter LimiterFunc, opts ...Option) *Service {
 	if c == nil || limiter == nil {
 		panic("envoyrls: New with a nil Config or LimiterFunc")
@@ -86,6 +93,9 @@ func New(c *Config, limiter LimiterFunc, opts ...Option) *Service {
 	s := &Service{now: time.Now}
 	s.config.Store(c)
 	for _, o := range opts {
+		if o == nil {
+			panic("envoyrls: nil Option")
+		}
 		o(s)
 	}
 	s.limiter = limiter(s.policy)
@@ -242,10 +252,24 @@ func cost(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int {
 }
 
 // decide decides the enforced items together, all admitted or none charged, and fills their
-// decisions. Items of one cost, at most 16, are one retryafter.All; more, or several costs,
-// are decided one All after the other, and what the admitted ones spent is given back when
-// another refuses, which needs a Limiter that is a retryafter.Charger.
+// decisions: those that count against one key as one of their summed cost (see byKey), each
+// told that one's decision.
 func (s *Service) decide(ctx context.Context, items []*item, now time.Time) (bool, error) {
+	merged := byKey(items)
+	admitted, err := s.decideKeys(ctx, merged, now)
+	if len(merged) < len(items) {
+		for _, it := range items {
+			it.d = merged[slices.IndexFunc(merged, func(m *item) bool { return m.key == it.key })].d
+		}
+	}
+	return admitted, err
+}
+
+// decideKeys decides items of distinct keys together. Items of one cost, at most 16, are one
+// retryafter.All; more, or several costs, are decided one All after the other, and what the
+// admitted ones spent is given back when another refuses, which needs a Limiter that is a
+// retryafter.Charger.
+func (s *Service) decideKeys(ctx context.Context, items []*item, now time.Time) (bool, error) {
 	groups := groupByCost(items)
 	admitted := true
 	for _, g := range groups {
@@ -262,6 +286,38 @@ func (s *Service) decide(ctx context.Context, items []*item, now time.Time) (boo
 		}
 	}
 	return admitted, nil
+}
+
+// byKey returns items with those that count against one key (one client of one rule) made one,
+// of their summed cost, in the order of their first: so that the client is decided for all the
+// request asks of it at once, and a refusal tells the wait for all of it, whatever the costs of
+// its descriptors. It returns items itself when no two share a key.
+func byKey(items []*item) []*item {
+	if !sharesKey(items) {
+		return items
+	}
+	merged := make([]*item, 0, len(items))
+	for _, it := range items {
+		if i := slices.IndexFunc(merged, func(m *item) bool { return m.key == it.key }); i >= 0 {
+			merged[i].cost = min(merged[i].cost+it.cost, math.MaxInt32)
+			continue
+		}
+		c := *it
+		merged = append(merged, &c)
+	}
+	return merged
+}
+
+// sharesKey reports whether two of items count against one key.
+func sharesKey(items []*item) bool {
+	for i, it := range items {
+		for _, other := range items[:i] {
+			if other.key == it.key {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // groupByCost splits items into groups of one cost and at most maxLayers each, in order.
@@ -358,13 +414,14 @@ func (s *Service) shadow(ctx context.Context, domain string, items []*item, now 
 	return nil
 }
 
-// report tells the decision hook of each rule's decision.
+// report tells the decision hook of each rule's decision: of every rule asked, a shadow_mode
+// rule only when the request was admitted (see shadow).
 func (s *Service) report(domain string, items []*item, admitted bool) {
 	if s.decided == nil {
 		return
 	}
 	for _, it := range items {
-		if it.rule == nil || it.rule.Unlimited {
+		if it.rule == nil || it.rule.Unlimited || it.rule.ShadowMode && !admitted {
 			continue
 		}
 		o := edge.Admitted

@@ -276,6 +276,29 @@ func TestRepeatedDescriptorChargesNothing(t *testing.T) {
 	}
 }
 
+// TestOneClientTwoCosts: two descriptors of different hits_addend count against one client of
+// one rule (3 tokens in all, 1 held): refused, with the wait for all 3, after which the request
+// is admitted.
+func TestOneClientTwoCosts(t *testing.T) {
+	c := &clock{now: t0}
+	_, cl := newService(t, shapes, c)
+	ask(t, cl, request("shapes", 6, descriptor("minute", "c"))) // 7 a minute: 1 left
+	req := request("shapes", 1, withHits(descriptor("minute", "c"), 2), descriptor("minute", "c"))
+	resp := ask(t, cl, req)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("3 admitted with 1 held")
+	}
+	for i, st := range resp.GetStatuses() {
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("descriptor %d: %v, want OVER_LIMIT", i, st)
+		}
+	}
+	c.Add(wait(t, resp))
+	if again := ask(t, cl, req); again.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("refused after waiting exactly the wait told: %v", again)
+	}
+}
+
 // TestNeverAdmitted: a ban and a cost above the burst are refused with no wait: no
 // duration_until_reset and no Retry-After.
 func TestNeverAdmitted(t *testing.T) {
@@ -324,6 +347,29 @@ func TestShadow(t *testing.T) {
 		if r.Outcome != want[i] {
 			t.Errorf("report %d: %v, want %v", i, r.Outcome, want[i])
 		}
+	}
+}
+
+// TestShadowNotAskedNotReported: a request another rule refuses never asks its shadow_mode
+// rule, which is not reported; alone, the shadow rule admits.
+func TestShadowNotAskedNotReported(t *testing.T) {
+	c := &clock{now: t0}
+	var reports []Report
+	_, cl := newService(t, shapes, c, WithDecisionHook(func(r Report) { reports = append(reports, r) }))
+	ask(t, cl, request("shapes", 0, descriptor("year", "c"))) // the year's one request
+	reports = nil
+	if ask(t, cl, request("shapes", 0, descriptor("year", "c"), descriptor("shadow", "fresh"))).GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatal("admitted past the year's limit")
+	}
+	for _, r := range reports {
+		if r.Rule.ShadowMode {
+			t.Errorf("the shadow rule, not asked, reported as %v", r.Outcome)
+		}
+	}
+	reports = nil
+	ask(t, cl, request("shapes", 0, descriptor("shadow", "fresh")))
+	if len(reports) != 1 || reports[0].Outcome != edge.Admitted {
+		t.Fatalf("the shadow rule alone: %+v, want one Admitted", reports)
 	}
 }
 
@@ -423,5 +469,27 @@ func TestManyLimitedDescriptors(t *testing.T) {
 	}
 	if st := ask(t, cl, request("shapes", 0, descriptor("minute", "v0"))).GetStatuses()[0]; st.GetLimitRemaining() != 6 {
 		t.Errorf("v0 after one request: %d left, want 6: the refusal spent", st.GetLimitRemaining())
+	}
+}
+
+// TestNilOptionsPanicAtConstruction: a nil clock or option is refused when the Service is made,
+// not by a panic on its first request, inside a gRPC handler.
+func TestNilOptionsPanicAtConstruction(t *testing.T) {
+	cfg, err := Parse(File{Name: "test.yaml", Data: []byte(shapes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, build := range map[string]func(){
+		"WithClock(nil)": func() { New(cfg, Memory, WithClock(nil)) },
+		"a nil Option":   func() { New(cfg, Memory, nil) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: New did not panic", name)
+				}
+			}()
+			build()
+		}()
 	}
 }
