@@ -43,6 +43,57 @@ func TestStepsStaleReadingsCreditNoKey(t *testing.T) {
 	}
 }
 
+// TestStepsStaleReadingsAfterAStepBack is TestStepsStaleReadingsCreditNoKey with the clock
+// stepped back by an hour 1 s in, and every part decided at every tick: while the step waited
+// to be confirmed, each stale reading was taken for a further step back, which restarted the
+// confirmation and credited every key its age (up to 296 admitted against 61).
+func TestStepsStaleReadingsAfterAStepBack(t *testing.T) {
+	ctx := context.Background()
+	for _, burst := range []int{1, 10} {
+		for _, stale := range []time.Duration{1100 * time.Millisecond, 3 * time.Second} {
+			for _, perSecond := range []int{1, 5} {
+				b := NewTokenBucket(1, burst)
+				busy := keysOfEveryPart(b)
+				admitted := 0
+				for step := range 6000 {
+					now := t0.Add(time.Duration(step) * 10 * time.Millisecond)
+					if step >= 100 {
+						now = now.Add(-time.Hour)
+					}
+					for _, k := range busy {
+						b.Decide(ctx, k, 0, now)
+					}
+					if step%(100/perSecond) == 50%(100/perSecond) {
+						b.Decide(ctx, fmt.Sprint("other-", step), 1, now.Add(-stale))
+					}
+					if d, _ := b.Decide(ctx, "victim", 1, now); d.Allowed {
+						admitted++
+					}
+				}
+				if admitted > 61+burst {
+					t.Errorf("burst %d, readings %v stale %d a second: the victim admitted %d times in 60 s, want at most %d", burst, stale, perSecond, admitted, 61+burst)
+				}
+				if sh := b.steps.Shift(); sh < time.Hour-time.Second || sh > time.Hour {
+					t.Errorf("burst %d, readings %v stale %d a second: the step taken is %v, want about 1h", burst, stale, perSecond, sh)
+				}
+			}
+		}
+	}
+}
+
+// keysOfEveryPart returns a key of each part of b.
+func keysOfEveryPart(b *TokenBucket) []string {
+	var keys []string
+	seen := map[uint64]bool{}
+	for i := 0; len(keys) < partCount; i++ {
+		if k := fmt.Sprint("busy-", i); !seen[b.partOf(k)] {
+			seen[b.partOf(k)] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 // TestStepsJitter decides one key 100 times a second for 60 s at 1/s with bursts of 1 on a clock
 // whose readings jitter by up to ±0.6 s (a clock of another host, one being slewed), so that
 // some are more than a second behind others: at most 61 admitted.

@@ -17,7 +17,9 @@ import (
 // the step, their waits measured from them. A reading of the old line drops the proposal (a
 // stale reading is followed by current ones at once), and is read as before; so a one-off stale
 // reading credits nothing. The step is taken once the new line has run on for ConfirmStep with
-// no reading of the old line in between. A reading behind the new line too proposes afresh.
+// no reading of the old line in between. A reading behind the new line too proposes afresh,
+// keeping the new line: a reading of it next shows the one behind was a stale reading of it, and
+// brings it back, its confirmation not restarted.
 //
 // Tables see the clock apart: the one that proposes may be behind others (idle since). A table
 // that sees the proposal with a latest instant past the newest the new line has given (its last
@@ -32,11 +34,17 @@ type Steps struct {
 	shift   atomic.Int64 // added to every reading of the clock; only grows
 	pending atomic.Bool  // a step is proposed: the fields below hold it
 
-	mu    sync.Mutex
-	old   time.Time     // the latest instant the tables that saw the proposal had seen, shifted
-	first time.Time     // the first reading of the new line, shifted
-	last  time.Time     // the latest reading of the new line, shifted
-	step  time.Duration // the step proposed: how far the new line's readings are read later
+	mu   sync.Mutex
+	old  time.Time // the latest instant the tables that saw the proposal had seen, shifted
+	line           // the new line of the step proposed
+	prev *line     // the line of the proposal this one replaced, while it may be the clock's
+}
+
+// A line is the clock's line of readings that a proposed step reads from.
+type line struct {
+	first time.Time     // the first reading of the line, shifted
+	last  time.Time     // the latest reading of the line, shifted
+	step  time.Duration // the step proposed: how far the line's readings are read later
 }
 
 // ConfirmStep is how long a clock's new line of readings must run on, with no reading of the old
@@ -69,9 +77,15 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 		if latest.After(s.old) {
 			s.old = latest
 		}
+		if s.prev != nil && at.Before(s.old.Add(-MaxLag)) && !at.Before(s.prev.last.Add(-MaxLag)) {
+			// A reading of the line the proposal replaced: the reading that proposed it was a
+			// stale one of that line, and it is the clock's again.
+			s.line, s.prev = *s.prev, nil
+		}
 		switch {
 		case !at.Before(s.old.Add(-MaxLag)):
 			s.pending.Store(false) // a reading of the old line: the proposal was a stale reading
+			s.prev = nil
 			return shift
 		case !at.Before(s.last.Add(-MaxLag)):
 			if at.After(s.last) {
@@ -83,12 +97,19 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 			shift += int64(s.step)
 			s.shift.Store(shift)
 			s.pending.Store(false)
+			s.prev = nil
 			return shift
 		}
-		// Behind the new line too: proposed afresh.
+		// Behind the new line too: proposed afresh, the new line kept in case this reading
+		// was a stale one of it (a reading of it then brings it back, as above).
 	}
 	if lag := latest.Sub(at); lag > MaxLag && time.Duration(shift) <= maxShift-lag {
-		s.old, s.first, s.last, s.step = latest, at, at, lag
+		var prev *line
+		if s.pending.Load() {
+			prev = new(line)
+			*prev = s.line
+		}
+		s.old, s.line, s.prev = latest, line{first: at, last: at, step: lag}, prev
 		s.pending.Store(true)
 		return shift + int64(lag)
 	}
