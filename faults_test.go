@@ -1,6 +1,7 @@
 package retryafter
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"testing"
@@ -61,5 +62,31 @@ func TestChargedWhenTheHandlerPanics(t *testing.T) {
 	}
 	if d := decide(t, b, "192.0.2.1", 0, t0); d.Allowed || d.RetryAfter != 900*time.Second-slack {
 		t.Fatalf("after a request charged 1,000 that panicked: %+v, want refused for 900 s", d)
+	}
+}
+
+// TestReplanForgivesDebtBeyondAHundredYears puts a key in deep debt, then on a policy at whose
+// rate the debt would take more than 100 years to repay: it is forgiven down to that, as Charge
+// forgives it, and the key stays refused. Kept whole, a debt of 2^63 ns to repay made
+// x/time/rate's wait wrap to a negative one, which admitted the key in debt (here at the
+// instant the upgrade from a rate of 0 is first decided).
+func TestReplanForgivesDebtBeyondAHundredYears(t *testing.T) {
+	for _, c := range []struct{ from, to Policy }{
+		{Policy{Limit: 0, Burst: 3}, Policy{Limit: 1e9, Burst: 2}},  // a debt never repaid, then repaid
+		{Policy{Limit: 10, Burst: 3}, Policy{Limit: 0.1, Burst: 3}}, // 100 years at 10/s, 10,000 at 0.1/s
+	} {
+		plan := c.from
+		b := NewTokenBucket(c.from.Limit, c.from.Burst, WithPolicyFunc(func(string) Policy { return plan }))
+		if err := b.Charge(context.Background(), "k", math.MaxInt, t0); err != nil {
+			t.Fatal(err)
+		}
+		plan = c.to
+		now := t0.Add(time.Second)
+		for i := range 3 {
+			d := decide(t, b, "k", 1, now)
+			if d.Allowed || d.RetryAfter > maxDebt+time.Minute { // 100 years and the request's own wait
+				t.Fatalf("%v to %v, request %d: %+v, want refused with a wait of at most 100 years", c.from, c.to, i, plain(d))
+			}
+		}
 	}
 }

@@ -133,7 +133,8 @@ func WithMaxMemory(bytes int) TokenBucketOption {
 // and a downgrade keeps at most the new burst. A zero Policy (or a Limit or Burst of 0) means
 // the bucket's own limit or burst, and so does a limit that is negative or not a number, or a
 // negative burst; a limit above [rate.Inf] (+Inf) is rate.Inf, and time spent on it counts at
-// the key's rate before it. fn runs under no lock, on the request's goroutine, and must be safe
+// the key's rate before it. A debt (see [TokenBucket.Charge]) that would take the new rate more
+// than 100 years to repay is forgiven down to that. fn runs under no lock, on the request's goroutine, and must be safe
 // for concurrent use and cheap (a map lookup): it is called on every decision.
 func WithPolicyFunc(fn func(key string) Policy) TokenBucketOption {
 	if fn == nil {
@@ -365,11 +366,30 @@ func (b *TokenBucket) bucket(t *table, key string, pol Policy, at time.Time, kee
 }
 
 // replan puts lim on the policy pol from at, if it is not on it: its tokens stay, at the new
-// rate, capped at the new burst.
+// rate, capped at the new burst, and a debt forgiven down to what the new rate repays in
+// maxDebt (see forgive).
 func replan(lim *rate.Limiter, pol Policy, at time.Time) {
 	if lim.Limit() != pol.Limit || lim.Burst() != pol.Burst {
 		lim.SetLimitAt(at, pol.Limit)
 		lim.SetBurstAt(at, pol.Burst)
+		forgive(lim, pol, at)
+	}
+}
+
+// forgive forgives what of lim's debt at at would take pol's rate longer than maxDebt to repay,
+// as charge does when it is charged: a debt run up at another rate (or at a rate of 0, which
+// never repays) could take 2^63 ns, which x/time/rate's wait wraps into a negative one, which
+// admits. The debt is given back in steps that an int holds.
+func forgive(lim *rate.Limiter, pol Policy, at time.Time) {
+	if !(pol.Limit > 0) || pol.Limit == rate.Inf {
+		return
+	}
+	for {
+		excess := -(lim.TokensAt(at) + float64(pol.Limit)*maxDebt.Seconds())
+		if excess <= 0 {
+			return
+		}
+		lim.ReserveN(at, -int(min(math.Ceil(excess), 1<<62))) // a negative cost gives back
 	}
 }
 
