@@ -115,9 +115,11 @@ func checkPolicy(p Policy) {
 // make room; when none has, the new key is refused with 429 and a Retry-After of when the first
 // may have, so that no client over its limit is ever admitted to make room for another. That
 // Retry-After is the one answer of the package that is an estimate rather than exact: the held
-// key it counts on may spend again meanwhile, or another new key may take its place first. The
-// keys are split in 64 independently locked parts of bytes/64 each, so a new key can meet a
-// full part a little before the whole is full. It panics if bytes is below 16 KiB.
+// key it counts on may spend again meanwhile, or another new key may take its place first. A
+// held key given tokens back (Release, a negative Charge) or put on a faster policy makes room
+// only from the instant it would have refilled without that. The keys are split in 64
+// independently locked parts of bytes/64 each, so a new key can meet a full part a little
+// before the whole is full. It panics if bytes is below 16 KiB.
 func WithMaxMemory(bytes int) TokenBucketOption {
 	if bytes < 16<<10 {
 		panic("retryafter: WithMaxMemory below 16 KiB")
