@@ -85,7 +85,8 @@ func (q *deferred) holdLocked(s *Store, key string, add owed) bool {
 	if !ok && len(q.m) >= maxDeferredKeys {
 		return false
 	}
-	q.m[key] = owed{tokens: min(o.tokens+add.tokens, math.MaxInt), at: max(o.at, add.at)} // an int, for charge
+	// An int, for charge, saturating: charges are above 0, and a sum that wrapped would give back.
+	q.m[key] = owed{tokens: o.tokens + min(add.tokens, math.MaxInt-o.tokens), at: max(o.at, add.at)}
 	if !q.armed {
 		q.armed = true
 		time.AfterFunc(q.delay, s.flushDue)

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -552,6 +553,27 @@ func TestFlushLoadsScript(t *testing.T) {
 		// 8 tokens of a full 5: 3 owed at t0, so a peek 2 s later owes 1 s.
 		if d := decide(t, other, k, 0, t0.Add(2*time.Second)); d.Allowed || d.RetryAfter != time.Second {
 			t.Fatalf("%s after the flush: %+v, want refused for 1s", k, d)
+		}
+	}
+}
+
+// TestDeferredChargesSaturate charges a key the largest int twice, held back and sent at once:
+// both leave it in debt, refused. The held total once wrapped to a negative number, which the
+// next decision skipped and a flush would have sent as tokens given back.
+func TestDeferredChargesSaturate(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	held := New(client, rate.Every(time.Second), 5, WithPrefix(prefix+"held:"), WithTimeout(testTimeout), withCallerClock(), WithDeferredCharges(time.Hour))
+	sent := New(client, rate.Every(time.Second), 5, WithPrefix(prefix+"sent:"), WithTimeout(testTimeout), withCallerClock())
+	for _, s := range []*Store{held, sent} {
+		for range 2 {
+			if err := s.Charge(ctx, "k", math.MaxInt, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, err := s.Decide(ctx, "k", 1, t0); err != nil || d.Allowed {
+			t.Fatalf("after two charges of the largest int (held back: %v): %+v, %v; want refused", s == held, d, err)
 		}
 	}
 }
