@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,7 +227,7 @@ type leaseAsk struct {
 // answer answers r from what the replica holds and knows of its key, e, locked, if it can.
 func (l *Leased) answer(e *lease, r *leaseAsk) (retryafter.Decision, bool) {
 	own := &l.s.own
-	need := int64(r.cost) * own.interval
+	need := int64(r.cost) * own.interval // read only for a cost within the burst: no overflow
 	horizon := own.interval * int64(own.policy.Burst)
 	t := max(r.at, e.learned) // the request is decided no earlier than what is known of the key
 	left := e.settle(t)
@@ -234,7 +235,7 @@ func (l *Leased) answer(e *lease, r *leaseAsk) (retryafter.Decision, bool) {
 	switch {
 	case r.cost > own.policy.Burst && e.known:
 		return l.decision(false, dp, t-r.at, rate.InfDuration), true
-	case r.cost > 0 && need <= e.held && dp-horizon+need <= 0: // not when in debt
+	case r.cost > 0 && r.cost <= own.policy.Burst && need <= e.held && dp-horizon+need <= 0: // not when in debt
 		e.held -= need
 		return l.decision(true, dp+need, t-r.at, 0), true
 	case e.known && e.held == 0 && r.cost <= own.policy.Burst && dp-horizon+need > 0:
@@ -327,8 +328,11 @@ func (l *Leased) Charge(ctx context.Context, key string, cost int, now time.Time
 }
 
 // chargeLease charges cost to e's lease, locked, at the instant at, and reports whether it could:
-// a cost the lease covers, or a refund that fits in it.
+// a cost the lease covers, or a refund that fits in it, neither of which exceeds the burst.
 func (l *Leased) chargeLease(e *lease, cost int, at int64) bool {
+	if burst := l.s.own.policy.Burst; cost > burst || cost < -burst {
+		return false // and cost times the interval might not fit an int64
+	}
 	amount := int64(cost) * l.s.own.interval // negative for a refund
 	left := e.settle(max(at, e.learned))
 	switch {
@@ -342,13 +346,27 @@ func (l *Leased) chargeLease(e *lease, cost int, at int64) bool {
 	return false
 }
 
+// refund returns the nanoseconds of a bucket of interval that a cost below 0 gives back, the
+// largest int64 when they do not fit in one (more than any debt: the bucket is full).
+func refund(cost int, interval int64) int64 {
+	switch {
+	case interval == 0: // rate.Inf: a bucket always full
+		return 0
+	case int64(cost) < -(math.MaxInt64 / interval):
+		return math.MaxInt64
+	}
+	return -int64(cost) * interval
+}
+
 // chargeRedis charges r's cost to its key's bucket in Redis in one round trip, which gives back
 // e's lease (e locked, and unlocked on return).
 func (l *Leased) chargeRedis(ctx context.Context, e *lease, r *leaseAsk) error {
-	op := leaseOp{cost: max(r.cost, 0), back: -int64(r.cost) * l.s.own.interval, charge: true}
+	op := leaseOp{cost: max(r.cost, 0), charge: true}
 	if r.cost > 0 {
 		op.back, op.leased = e.held, true
 		e.held = 0
+	} else {
+		op.back = refund(r.cost, l.s.own.interval)
 	}
 	_, down, err := l.lead(ctx, e, r, op)
 	e.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"runtime"
@@ -791,5 +792,43 @@ func TestLeasedWaitersShareFailure(t *testing.T) {
 	}
 	if r := <-wait; !errors.Is(r.err, ErrUnavailable) || !errors.Is(r.err, syscall.ECONNREFUSED) || h.calls.Load() != 1 {
 		t.Fatalf("the request that waited: %+v, %v after %d calls; want Redis's failure, with no call of its own", r.d, r.err, h.calls.Load())
+	}
+}
+
+// TestLeasedHugeCosts decides and charges through a Leased costs whose nanoseconds at the rate do
+// not fit an int64: a cost far above the burst is refused, as the Store refuses it, and a charge
+// far above it leaves the key in debt, refused. Multiplied out, both wrapped negative: the
+// request was admitted from the lease, and the charge filled the lease with a whole burst.
+func TestLeasedHugeCosts(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	ctx := context.Background()
+	s := New(client, rate.Every(time.Second), 5, WithPrefix(testPrefix(t)), WithTimeout(testTimeout), withCallerClock())
+	l := s.Leased(2)
+	big, charge := int64(18446744073), math.MaxInt64/int64(time.Second)+1 // at 1 s a token, big*1e9 wraps to -709551616 ns
+	if int64(int(big)) != big {
+		t.Skip("the costs that wrap are beyond a 32-bit int")
+	}
+	cost := int(big)
+	if d, err := l.Decide(ctx, "new", cost, t0); err != nil || d.Allowed {
+		t.Fatalf("a cost of %d, burst 5: %+v, %v; want refused", cost, d, err)
+	}
+	for i := range 5 { // the key's whole bucket, through the lease
+		if d, err := l.Decide(ctx, "k", 1, t0); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+	}
+	if err := l.Charge(ctx, "k", int(charge), t0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if d, err := l.Decide(ctx, "k", 1, t0); err != nil || d.Allowed {
+			t.Fatalf("request %d after a charge of 2^63 ns of tokens: %+v, %v; want refused", i, d, err)
+		}
+	}
+	if err := l.Charge(ctx, "k", -math.MaxInt, t0); err != nil { // a refund past the burst: full
+		t.Fatal(err)
+	}
+	if d, err := l.Decide(ctx, "k", 5, t0); err != nil || !d.Allowed {
+		t.Fatalf("after a refund of the largest int: %+v, %v; want the whole burst admitted", d, err)
 	}
 }
