@@ -133,12 +133,16 @@ func (q *queue) send(ctx context.Context, client redis.Scripter, p pipeliner, sc
 // worth reports, with q locked and a round trip in flight, whether a call of ctx may wait for it:
 // when, by the round trips' time as seen lately, that round trip lands and the next comes back
 // with two more round trips' time to spare before ctx's deadline, so that round trips twice as
-// slow as lately still leave it time. Before any round trip has landed, it may (take sends no
-// call that could not land in time).
+// slow as lately still leave it time. Before any round trip has landed, it may not: the first
+// (a dial, a script to load) can take several round trips, which a call queued behind it would
+// wait through and then need one more, where sent beside it the call takes the same time.
 func (q *queue) worth(ctx context.Context) bool {
 	deadline, ok := ctx.Deadline()
-	if !ok || q.rtt == 0 {
+	switch {
+	case !ok:
 		return true
+	case q.rtt == 0:
+		return false
 	}
 	landing := max(q.rtt-time.Since(q.since), 0)
 	return landing+2*q.rtt <= time.Until(deadline)

@@ -394,3 +394,34 @@ func TestSharedQueuePerMaster(t *testing.T) {
 		t.Fatalf("keys of %d masters queued in %d queues, want one each", len(masters), queues)
 	}
 }
+
+// TestSharedBehindTheFirstRoundTrip sends a second call while the store's first round trip (a
+// dial, the script loaded: several round trips of 200 ms) is in flight, with a timeout that
+// leaves it one round trip more: sent alone, and queued behind the first, it succeeds. Queued, it
+// was judged by the first round trip's time, which it could not wait again, and never sent.
+func TestSharedBehindTheFirstRoundTrip(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			p := startProxy(t, startServer(t).Addr())
+			p.setLatency(200 * time.Millisecond)
+			c := newClient(t, p.Addr())
+			var sc redis.Scripter = c
+			if !shared {
+				sc = unpiped{c}
+			}
+			s := New(sc, rate.Every(time.Second), 5, WithPrefix(testPrefix(t)), WithTimeout(1500*time.Millisecond))
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i := range errs {
+				wg.Go(func() { _, errs[i] = s.Decide(context.Background(), fmt.Sprint("k", i), 1, time.Now()) })
+				time.Sleep(5 * time.Millisecond) // the second call arrives with the first in flight
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("call %d failed on a healthy Redis: %v", i, err)
+				}
+			}
+		})
+	}
+}
