@@ -18,7 +18,7 @@ var _ edge.Reserver = (*Store)(nil)
 // it, in microseconds, rounded up; a longer wait is refused as Decide refuses it, spending
 // nothing. It is sent under Decide's rules (never run twice). The memory of refusals
 // ([WithRefusalMemory]) does not answer it, since a refusal it remembers may be a place within
-// maxWait; when Redis is down, the local fallback ([WithLocalFallback]) decides as Decide, and
+// maxWait, but learns from it as from Decide: a place taken, a refusal; when Redis is down, the local fallback ([WithLocalFallback]) decides as Decide, and
 // refuses rather than wait. A maxWait of 0 or less is Decide.
 func (s *Store) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (retryafter.Decision, error) {
 	if maxWait <= 0 {
@@ -45,7 +45,13 @@ func (s *Store) Reserve(ctx context.Context, key string, cost int, now time.Time
 	if err != nil {
 		return s.fail(ctx, &a.request, a.failure != nil, err)
 	}
-	return decision(res, pl.policy), nil
+	d := decision(res, pl.policy)
+	if s.refusals != nil {
+		// A place spent what a refusal remembered lacks; a refusal is Decide's to remember.
+		a.sig = a.plan.mix(0)
+		s.learn(&a, res, d)
+	}
+	return d, nil
 }
 
 // Release implements [edge.Reserver]: it gives cost back to key's bucket, as Charge of -cost

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/retryafter/retryafter"
 	"github.com/retryafter/retryafter/edge"
@@ -96,5 +99,37 @@ func TestReserveHangUp(t *testing.T) {
 	}
 	if d, err := store.Reserve(ctx, "k", 1, now, 150*time.Millisecond); err != nil || !d.Allowed || d.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("after the release: %+v, %v; want the place 100 ms away", d, err)
+	}
+}
+
+// TestReserveTeachesTheRefusalMemory reserves a place behind a refusal the store remembers: the
+// next decision of the key is told Redis's wait, which counts the place. The memory once kept
+// the refusal from before the place, a wait one reservation short.
+func TestReserveTeachesTheRefusalMemory(t *testing.T) {
+	client := newClient(t, sharedAddr(t))
+	ctx := context.Background()
+	prefix := testPrefix(t)
+	s := New(client, rate.Every(time.Second), 1, WithPrefix(prefix), WithTimeout(testTimeout), withCallerClock())
+	truth := New(client, rate.Every(time.Second), 1, WithPrefix(prefix), WithTimeout(testTimeout), withCallerClock(), WithRefusalMemory(0))
+	if d, err := s.Decide(ctx, "k", 1, t0); err != nil || !d.Allowed {
+		t.Fatalf("first: %+v, %v", d, err)
+	}
+	if d, err := s.Decide(ctx, "k", 1, t0); err != nil || d.Allowed { // remembered
+		t.Fatalf("second: %+v, %v", d, err)
+	}
+	if d, err := s.Reserve(ctx, "k", 1, t0, 5*time.Second); err != nil || !d.Allowed {
+		t.Fatalf("the place: %+v, %v", d, err)
+	}
+	now := t0.Add(time.Millisecond)
+	got, err := s.Decide(ctx, "k", 1, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := truth.Decide(ctx, "k", 1, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !agrees(got, want) {
+		t.Fatalf("after the place: the store answers %+v, Redis %+v", got, want)
 	}
 }
