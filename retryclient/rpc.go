@@ -29,10 +29,10 @@ func DefaultRPC() RPC { return RPC{MaxAttempts: 4, MaxWait: 5 * time.Minute} }
 func (p RPC) Do(ctx context.Context, try func() (wait time.Duration, ok bool, err error), ended func(error) error) error {
 	for attempt := 1; ; attempt++ {
 		wait, ok, err := try()
+		wait = max(wait, time.Millisecond) // held to MaxWait as it will be waited
 		if err == nil || attempt >= p.MaxAttempts || !ok || wait > p.MaxWait {
 			return err
 		}
-		wait = max(wait, time.Millisecond)
 		if deadline, has := ctx.Deadline(); has && !time.Now().Add(wait).Before(deadline) {
 			return err
 		}

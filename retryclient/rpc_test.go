@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -73,4 +74,23 @@ func TestPushback(t *testing.T) {
 			t.Errorf("Pushback(%q) = %v, %v; want %v, %v", tt.v, wait, retry, tt.wait, tt.retry)
 		}
 	}
+}
+
+// TestRPCMillisecondWithinMaxWait: a wait of 0 counts as a millisecond, which a MaxWait below
+// it does not allow: Do returns the error without waiting. It once waited the millisecond,
+// checked against MaxWait before it was raised.
+func TestRPCMillisecondWithinMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := errors.New("refused")
+		p := RPC{MaxAttempts: 2, MaxWait: 500 * time.Microsecond}
+		tries := 0
+		start := time.Now()
+		err := p.Do(context.Background(), func() (time.Duration, bool, error) {
+			tries++
+			return 0, true, refused
+		}, func(err error) error { return err })
+		if err != refused || tries != 1 || time.Since(start) != 0 {
+			t.Fatalf("%v after %d tries and %v, want the refusal after one try and no wait", err, tries, time.Since(start))
+		}
+	})
 }
