@@ -185,8 +185,8 @@ func (k RepairKind) String() string {
 // [net/http/httputil.ReverseProxy]. It never reads the body and always returns nil.
 //
 // It touches a 429 or 503, GitHub's rate-limit 403 (X-RateLimit-Remaining 0), which it repairs
-// as a 429 and leaves a 403, and a redirect to a Location (301, 302, 303, 307, 308) that carries
-// Retry-After; every other response passes untouched. The clock is read once: that reading
+// as a 429 and leaves a 403, and a redirect (301, 302, 303, 307, 308, with a Location or not)
+// that carries Retry-After; every other response passes untouched. The clock is read once: that reading
 // measures the upstream's value and is sent as Date. The upstream's value, or on a refusal
 // without a usable one its reset fields, is read as its sender meant (the package doc lists
 // how); a wait above 0 becomes delay-seconds, rounded up and clamped to Max. On a refusal with
@@ -228,7 +228,7 @@ func (n *Normalizer) ModifyResponse(resp *http.Response) error {
 }
 
 // handled reports whether resp is a response whose Retry-After means something (a refusal or a
-// redirect a user agent follows), and whether it is a redirect.
+// redirect, by its status), and whether it is a redirect.
 func handled(resp *http.Response) (redirect, ok bool) {
 	switch resp.StatusCode {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
