@@ -232,13 +232,15 @@ func (l *Leased) answer(e *lease, r *leaseAsk) (retryafter.Decision, bool) {
 	t := max(r.at, e.learned) // the request is decided no earlier than what is known of the key
 	left := e.settle(t)
 	dp := left - e.held // the bucket and the lease together: d as a single Store would see it
+	// A cost above the burst is never admitted: refused once the key is known, else by Redis.
+	if r.cost > own.policy.Burst {
+		return l.decision(false, dp, t-r.at, rate.InfDuration), e.known
+	}
 	switch {
-	case r.cost > own.policy.Burst && e.known:
-		return l.decision(false, dp, t-r.at, rate.InfDuration), true
-	case r.cost > 0 && r.cost <= own.policy.Burst && need <= e.held && dp-horizon+need <= 0: // not when in debt
+	case r.cost > 0 && need <= e.held && dp-horizon+need <= 0: // not when in debt
 		e.held -= need
 		return l.decision(true, dp+need, t-r.at, 0), true
-	case e.known && e.held == 0 && r.cost <= own.policy.Burst && dp-horizon+need > 0:
+	case e.known && e.held == 0 && dp-horizon+need > 0:
 		// Refused even if every token the replica last saw were still there, for as long as
 		// the bucket timed from the answer's arrival says: never shorter than Redis's wait.
 		late := max(e.late-t, 0)
