@@ -136,8 +136,9 @@ func WithMaxMemory(bytes int) TokenBucketOption {
 // the bucket's own limit or burst, and so does a limit that is negative or not a number, or a
 // negative burst; a limit above [rate.Inf] (+Inf) is rate.Inf, and time spent on it counts at
 // the key's rate before it. A debt (see [TokenBucket.Charge]) that would take the new rate more
-// than 100 years to repay is forgiven down to that. fn runs under no lock, on the request's goroutine, and must be safe
-// for concurrent use and cheap (a map lookup): it is called on every decision.
+// than 100 years to repay is forgiven down to that. fn runs under no lock, on the request's
+// goroutine, and must be safe for concurrent use and cheap (a map lookup): it is called on every
+// decision.
 func WithPolicyFunc(fn func(key string) Policy) TokenBucketOption {
 	if fn == nil {
 		panic("retryafter: WithPolicyFunc(nil)")
@@ -391,7 +392,7 @@ func forgive(lim *rate.Limiter, pol Policy, at time.Time) {
 		if excess <= 0 {
 			return
 		}
-		lim.ReserveN(at, -int(min(math.Ceil(excess), 1<<62))) // a negative cost gives back
+		lim.ReserveN(at, -int(min(math.Ceil(excess), math.MaxInt/2))) // a negative cost gives back
 	}
 }
 
