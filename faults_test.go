@@ -90,3 +90,22 @@ func TestReplanForgivesDebtBeyondAHundredYears(t *testing.T) {
 		}
 	}
 }
+
+// TestResetFarAheadAdmitsTheBurst: a bucket that needs about 250 years to refill is told a
+// Reset at which the whole burst is admitted. Past 2^62 ns a float64 step of the refill's time
+// is over the microsecond of slack, and the Reset, a single division, fell short by up to 2 µs.
+func TestResetFarAheadAdmitsTheBurst(t *testing.T) {
+	b := NewTokenBucket(1e-9, 8)
+	now := time.Unix(0, 1700494930587734161)
+	decide(t, b, "k", 2, now)
+	now = now.Add(103169412 * time.Nanosecond)
+	decide(t, b, "k", 7, now) // refused: 6 left
+	now = now.Add(43*time.Minute + 47150629791*time.Nanosecond)
+	d := decide(t, b, "k", 6, now)
+	if !d.Allowed || d.Reset >= rate.InfDuration {
+		t.Fatalf("the 6 left: %+v", plain(d))
+	}
+	if e := decide(t, b, "k", 8, now.Add(d.Reset)); !e.Allowed {
+		t.Fatalf("Reset %v; the whole burst at now+Reset: refused, %+v", d.Reset, plain(e))
+	}
+}

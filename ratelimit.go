@@ -419,10 +419,17 @@ func quota(d *Decision, pol Policy, tokens float64) {
 	d.Policy, d.Limit = pol, pol.Burst
 	d.Remaining = remaining(pol, tokens)
 	d.Reset = refill(pol.Limit, float64(pol.Burst)-tokens)
+	if d.Reset >= inexact && d.Reset < rate.InfDuration {
+		d.Reset = enough(pol, pol.Burst, tokens, d.Reset) // a float64 step of it is over the slack
+	}
 	if d.RetryAfter != rate.InfDuration {
 		d.Reset = max(d.Reset, d.RetryAfter)
 	}
 }
+
+// inexact is the refill time from which a float64 of it, in nanoseconds, steps by more than
+// half the slack: below, refill's single division is within the slack of x/time/rate's count.
+const inexact = 1 << 61
 
 // remaining returns exactly the largest cost that decide admits at once from a bucket of pol
 // holding tokens, the tokens the slack lends included, or 0 when it admits none: the admission
