@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -482,5 +483,95 @@ func TestPreflightShapedMaintenance(t *testing.T) {
 		if most := map[bool]int{false: 1, true: 0}[seen]; runs > most {
 			t.Errorf("seen before: %v: the handler ran %d times during maintenance, want at most %d", seen, runs, most)
 		}
+	}
+}
+
+// escapedPathMux is a router with CORS middleware on /api/ only, and a fallback on / that
+// serves every method (an SPA, a static file server) and counts its runs. net/http's ServeMux
+// routes by the escaped path: "/api%2Fx" is one segment and goes to the fallback, although its
+// URL.Path is "/api/x", the path of a route whose preflights CORS middleware answers.
+func escapedPathMux(fallbackRuns *int) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", corsMiddleware(false)(ok))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		*fallbackRuns++
+		w.Write([]byte("fallback"))
+	})
+	return mux
+}
+
+func preflightTo(target, remote string) *http.Request {
+	r := httptest.NewRequest(http.MethodOptions, "http://api.test"+target, nil)
+	r.RemoteAddr = remote
+	r.Header.Set("Origin", "http://page.test")
+	r.Header.Set("Access-Control-Request-Method", "GET")
+	return r
+}
+
+// TestMaintenancePreflightEscapedPath: while maintenance is on, a request only shaped as a
+// preflight is refused as any other, and a true preflight that CORS middleware answers never
+// is. A request shaped as one to /api%2Fx (URL.Path "/api/x", which net/http routes to the
+// fallback) was taken for the route /api/x remembered: it ran the handler, and the route,
+// forgotten, left every browser's preflight refused for the rest of the maintenance. The
+// handler may run once, for the life of the door, for the first request that teaches it next
+// answers one other than as a preflight (see package internal/door).
+func TestMaintenancePreflightEscapedPath(t *testing.T) {
+	var runs int
+	var m Maintenance
+	h := m.Handler(escapedPathMux(&runs))
+
+	// While off, browsers' preflights to /api/x teach the switch that CORS answers them.
+	if w := serveRequest(h, preflightTo("/api/x", "192.0.2.1:1")); w.Code != http.StatusNoContent {
+		t.Fatalf("preflight while off: %d, want 204", w.Code)
+	}
+	m.Start(time.Now().Add(time.Hour))
+	if w := serveRequest(h, preflightTo("/api/x", "192.0.2.1:1")); w.Code != http.StatusNoContent {
+		t.Fatalf("true preflight during maintenance: %d, want 204", w.Code)
+	}
+
+	// A request shaped as a preflight that CORS middleware does not answer.
+	w := serveRequest(h, preflightTo("/api%2Fx", "192.0.2.66:1"))
+	if w.Code != http.StatusServiceUnavailable {
+		t.Errorf("preflight-shaped request to /api%%2Fx during maintenance: %d, want 503", w.Code)
+	}
+	if runs > 1 {
+		t.Errorf("the fallback handler ran %d times during maintenance for requests only shaped as preflights, want at most the one that teaches the door", runs)
+	}
+
+	// A browser's true preflight, which CORS middleware answers, is never refused.
+	if w := serveRequest(h, preflightTo("/api/x", "192.0.2.1:1")); w.Code != http.StatusNoContent {
+		t.Errorf("true preflight to /api/x after that request: %d, want 204 (CORS middleware answers it)", w.Code)
+	}
+}
+
+// TestLimitPreflightEscapedPath: a request only shaped as a preflight is limited as any
+// other: it reaches the handler only when admitted (but for the one that teaches the door, see
+// package internal/door). A client over its limit sends, after each browser's preflight to
+// /api/x (free), one to /api%2Fx: taken for the route remembered, it ran the fallback every
+// time.
+func TestLimitPreflightEscapedPath(t *testing.T) {
+	var runs int
+	clk := newClock(t0)
+	h := Limit(rate.Every(time.Hour), 1, WithClock(clk.Now), WithErrorHook(func(*http.Request, error) {}))(escapedPathMux(&runs))
+
+	const attacker = "192.0.2.66:1"
+	// The attacker spends its quota.
+	if w := serveRequest(h, newRequest("GET", attacker)); w.Code != http.StatusOK {
+		t.Fatalf("first GET: %d", w.Code)
+	}
+	runs = 0
+	for i := range 5 {
+		// Other clients' browsers send true preflights, answered by CORS middleware (each from a
+		// new client, so admitted even where counted), which make /api/x remembered again.
+		other := fmt.Sprintf("198.51.100.%d:1", i+1)
+		if w := serveRequest(h, preflightTo("/api/x", other)); w.Code != http.StatusNoContent {
+			t.Fatalf("round %d: true preflight: %d, want 204", i, w.Code)
+		}
+		if w := serveRequest(h, preflightTo("/api%2Fx", attacker)); w.Code != http.StatusTooManyRequests {
+			t.Errorf("round %d: preflight-shaped request over the limit: %d, want 429", i, w.Code)
+		}
+	}
+	if runs > 1 {
+		t.Errorf("the handler ran %d times for a client over its limit, want at most the one that teaches the door", runs)
 	}
 }

@@ -86,3 +86,47 @@ func serveRequest(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	h.ServeHTTP(w, r)
 	return w
 }
+
+// TestConcurrencyPreflightEscapedPath: a request only shaped as a preflight takes a slot as
+// any other. Behind a router with CORS middleware on /api/ only and a fallback on / that serves
+// every method, once a browser's preflight to /api/x has been answered, requests shaped as
+// preflights to /api%2Fx (URL.Path "/api/x", routed by net/http to the fallback) ran the
+// handler without a slot, as many at once as were sent, taken for the route remembered. One
+// may, once for the life of the door, as the first that teaches it next answers such a
+// request other than as a preflight (see package internal/door).
+func TestConcurrencyPreflightEscapedPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate()
+		mux := http.NewServeMux()
+		mux.Handle("/api/", corsMiddleware(false)(http.NotFoundHandler()))
+		mux.Handle("/", g)
+		c := &Concurrency{Max: 1}
+		h := c.Handler(mux)
+
+		to := func(target string) *http.Request {
+			r := httptest.NewRequest(http.MethodOptions, "http://api.test"+target, nil)
+			r.RemoteAddr = "192.0.2.1:1"
+			r.Header.Set("Origin", "http://page.test")
+			r.Header.Set("Access-Control-Request-Method", "GET")
+			return r
+		}
+		if w := serveRequest(h, to("/api/x")); w.Code != http.StatusNoContent {
+			t.Fatalf("true preflight: %d, want 204", w.Code)
+		}
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.1:1") // GET /: takes the one slot
+		synctest.Wait()
+		for range 10 {
+			wg.Go(func() { serveRequest(h, to("/api%2Fx")) })
+		}
+		synctest.Wait()
+		g.mu.Lock()
+		most := g.most
+		g.mu.Unlock()
+		close(g.open)
+		wg.Wait()
+		if most > c.Max+1 {
+			t.Errorf("%d requests ran the handler at once, Max is %d and one may teach the door", most, c.Max)
+		}
+	})
+}

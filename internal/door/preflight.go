@@ -99,13 +99,14 @@ func (p *Memory) Learn(r *http.Request, preflight bool) {
 }
 
 // route returns the hash of r's route, its host and path, and its Origin: never 0, which is an
-// empty slot.
+// empty slot. The path is the escaped one, which routers match (Go's ServeMux and chi send
+// /api%2Fx and /api/x to handlers apart), so that a request to one is not taken for the other.
 func (p *Memory) route(r *http.Request) uint64 {
 	var h maphash.Hash
 	h.SetSeed(p.Seed)
 	h.WriteString(r.Host)
 	h.WriteByte(0)
-	h.WriteString(r.URL.Path)
+	h.WriteString(r.URL.EscapedPath())
 	h.WriteByte(0)
 	h.WriteString(r.Header.Get(HeaderOrigin))
 	return h.Sum64() | 1
