@@ -72,7 +72,8 @@ type Maintenance struct {
 	// back each second after it. When it is set, each such client is told a second of its own,
 	// never before the end, so that at most ReturnRate of them (rounded up to a whole client)
 	// come back in each second of the server's clock, as far as an hour after the end, rather
-	// than all at once. If zero, every one is told the end itself.
+	// than all at once. The seconds are booked an hour ahead of the clock: a client refused
+	// more than an hour before the end is told the end itself, as are all without ReturnRate.
 	ReturnRate rate.Limit
 
 	// Respond writes the status line and body of the 503. If nil, the default is a short plain
