@@ -11,6 +11,7 @@ import (
 	"github.com/retryafter/retryafter/internal/clock"
 	"github.com/retryafter/retryafter/internal/door"
 	"github.com/retryafter/retryafter/internal/downtime"
+	"github.com/retryafter/retryafter/internal/header"
 )
 
 // defaultMaintenanceWait is the Retry-After of a [Maintenance] with no end to count down to,
@@ -72,8 +73,8 @@ type Maintenance struct {
 	// back each second after it. When it is set, each such client is told a second of its own,
 	// never before the end, so that at most ReturnRate of them (rounded up to a whole client)
 	// come back in each second of the server's clock, as far as an hour after the end, rather
-	// than all at once. The seconds are booked an hour ahead of the clock: a client refused
-	// more than an hour before the end is told the end itself, as are all without ReturnRate.
+	// than all at once, however long before the end it is refused. If zero, every one is told
+	// the end itself. Each Start books afresh.
 	ReturnRate rate.Limit
 
 	// Respond writes the status line and body of the 503. If nil, the default is a short plain
@@ -81,14 +82,14 @@ type Maintenance struct {
 	// problem objects.
 	Respond Responder
 
-	state   atomic.Pointer[window] // nil while off
-	emit    emitter
-	returns clock.Returns // the seconds booked for clients after the end, with ReturnRate
+	state atomic.Pointer[window] // nil while off
+	emit  emitter
 }
 
 // window is the state of a Maintenance that is on.
 type window struct {
-	until time.Time // the announced end; zero when unknown
+	until   time.Time      // the announced end; zero when unknown
+	returns *clock.Returns // the seconds booked for clients after it, with ReturnRate
 }
 
 // Start turns maintenance on, or announces a new end if it is on already: from now until
@@ -101,7 +102,7 @@ type window struct {
 // until in the past is accepted rather than refused, since turning maintenance on must not fail
 // for want of a good estimate.
 func (m *Maintenance) Start(until time.Time) {
-	m.state.Store(&window{until: until})
+	m.state.Store(&window{until: until, returns: new(clock.Returns)})
 }
 
 // Stop turns maintenance off: requests are passed to the next handler again. Stopping a
@@ -159,7 +160,7 @@ func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case door.IsPreflight(r) && h.preflights.Pass(h, w, r):
 		// Free when it is one, which only the answer tells: see package internal/door.
 	default:
-		h.m.refuse(w, r, win.until)
+		h.m.refuse(w, r, win)
 	}
 }
 
@@ -172,13 +173,13 @@ func (h *maintenanceHandler) Enter(w http.ResponseWriter, r *http.Request) (func
 	if win == nil || (h.m.Exempt != nil && h.m.Exempt(r)) {
 		return nil, true
 	}
-	h.m.refuse(w, r, win.until)
+	h.m.refuse(w, r, win)
 	return nil, false
 }
 
 // refuse answers r with 503, Date and a Retry-After counting down to until, from one clock
 // reading.
-func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.Time) {
+func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, win *window) {
 	now := time.Now
 	if m.Now != nil {
 		now = m.Now
@@ -190,17 +191,25 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, until time.
 	}
 	// An overrun, handled by downtime.Answer: come back when the work will have been late twice
 	// as long, so that a short overrun costs a short wait and a long one backs off to Wait.
-	end, wait, counting := downtime.Answer(at, until, wait)
+	end, wait, counting := downtime.Answer(at, win.until, wait)
 	spread := counting && m.ReturnRate > 0
+	// The schedule books the hour after the reading it is given: one further from the end is
+	// given to it as 2 s before the end, so that the clients refused long before are spread
+	// over the hour after the end too. Each is booked from the second it may come back in.
+	booking := at
+	if early := end.Add(-2 * time.Second); spread && early.After(at) {
+		booking = early
+	}
 	if m.HTTPDate {
 		if spread {
-			end = time.Unix(m.returns.Book(at, end, float64(m.ReturnRate), 0, 1, true), 0)
+			end = time.Unix(win.returns.Book(booking, end, float64(m.ReturnRate), 0, 1, true), 0)
 		}
 		m.emit.refuseUntil(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable}, at, end)
 		return
 	}
 	if spread {
-		wait = m.returns.SpreadWait(at, wait, float64(m.ReturnRate), 0, 1)
+		first := time.Unix(at.Unix()+header.DelaySeconds(wait), 0)
+		wait = time.Duration(win.returns.Book(booking, first, float64(m.ReturnRate), 0, 1, false)-at.Unix()) * time.Second
 	}
 	m.emit.refuse(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: wait}, at, nil)
 }

@@ -501,3 +501,31 @@ func TestSpreadBooksCost(t *testing.T) {
 		}
 	}
 }
+
+// TestMaintenanceReturnRateLongWindow announces an end two hours ahead with a ReturnRate of 1:
+// the clients refused in its first seconds are told seconds of their own after the end. The
+// schedule booked the hour after the present, so all were told the end's second.
+func TestMaintenanceReturnRateLongWindow(t *testing.T) {
+	for _, date := range []bool{false, true} {
+		clk := newClock(t0)
+		m := &Maintenance{ReturnRate: 1, HTTPDate: date, Now: clk.Now}
+		end := t0.Add(2 * time.Hour)
+		m.Start(end)
+		h := m.Handler(ok)
+		perSecond := map[int64]int{}
+		for i := range 20 {
+			at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+			clk.Set(at)
+			wait := wantRefusal503(t, serve(h, "GET", "192.0.2.1:1"), at, date)
+			if back := at.Add(wait); back.Before(end) || back.After(end.Add(time.Hour)) {
+				t.Fatalf("HTTPDate %v: refused at %v, told to come back at %v, want from the end %v to an hour after", date, at, back, end)
+			}
+			perSecond[at.Add(wait).Unix()]++
+		}
+		for sec, n := range perSecond {
+			if n > 1 {
+				t.Errorf("HTTPDate %v: %d of 20 clients told to come back in second %v (ReturnRate 1)", date, n, time.Unix(sec, 0).UTC())
+			}
+		}
+	}
+}
