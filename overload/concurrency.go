@@ -471,14 +471,29 @@ func (c *Concurrency) pace(now time.Time, k *keySlots) float64 {
 	return float64(young)/s + old
 }
 
+// firstDone returns how many seconds from now the first request of k may complete when none of
+// them runs: its first in the queue gets a slot once those before it have (the slots free at
+// pace), then runs for the moving average. 0 when one of them runs. The mutex is held.
+func (c *Concurrency) firstDone(now time.Time, k *keySlots) float64 {
+	if k.running > 0 {
+		return 0
+	}
+	ahead := 0
+	for e := c.state.queue.Front(); e != nil && e.Value.(*waiter).key != k; e = e.Next() {
+		ahead++
+	}
+	return float64(ahead+1)/c.pace(now, nil) + c.average()
+}
+
 // shed refuses r at now for reason, tells the hook and answers it. The mutex is held; shed
 // unlocks it.
 func (c *Concurrency) shed(w http.ResponseWriter, r *http.Request, now time.Time, k *keySlots, reason ShedReason) {
 	st := &c.state
 	var wait time.Duration
 	if reason == ShedKey {
-		// The client's own slots: one of them frees for each waiting request, and one more.
-		wait = fromSeconds(float64(k.queued+1) / c.pace(now, k))
+		// The client's own slots: one of them frees for each waiting request, and one more;
+		// with none running, not before its first waiting request gets a slot and completes.
+		wait = fromSeconds(max(float64(k.queued+1)/c.pace(now, k), c.firstDone(now, k)))
 	} else {
 		// The slots free perSecond a second; those waiting go first. Each second is told
 		// the returns of that pace, the held slots' share in it, and no cap of its own.

@@ -1114,3 +1114,42 @@ func TestConcurrencyAfterAStepBack(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestPerKeyWaitBehindOthers: a client over MaxPerKey is told the time until one of its own
+// requests should complete, also when none of them runs yet. One slot: B holds it, C waits,
+// then A's one allowed request waits behind C. A's second request, refused, waits exactly the
+// Retry-After told and retries, nothing else sent meanwhile: it was told 2 s, from its own
+// slot's pace alone, and came back while A's first request still ran.
+func TestPerKeyWaitBehindOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log shedLog
+		c := &Concurrency{Max: 1, MaxPerKey: 1, Queue: 4, QueueWait: time.Minute, OnShed: log.hook}
+		h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(time.Second)
+			w.Write([]byte("ok"))
+		}))
+		var wg sync.WaitGroup
+		concurrent(&wg, h, "192.0.2.2:1") // B: runs 0 s to 1 s
+		synctest.Wait()
+		concurrent(&wg, h, "192.0.2.3:1") // C: waits, runs 1 s to 2 s
+		synctest.Wait()
+		a1 := concurrent(&wg, h, "192.0.2.1:1") // A: waits, runs 2 s to 3 s
+		synctest.Wait()
+		time.Sleep(500 * time.Millisecond)
+
+		w := serve(h, "GET", "192.0.2.1:2")
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("A's second request: %d, want 503", w.Code)
+		}
+		secs, err := strconv.Atoi(w.Header().Get("Retry-After"))
+		if err != nil {
+			t.Fatalf("Retry-After %q", w.Header().Get("Retry-After"))
+		}
+		time.Sleep(time.Duration(secs) * time.Second)
+		if w := serve(h, "GET", "192.0.2.1:3"); w.Code == http.StatusServiceUnavailable {
+			t.Errorf("refused at 0.5 s with Retry-After: %d, retried at %.1f s, refused again (sheds %v); A's first request finished: %v",
+				secs, 0.5+float64(secs), log.reasons(), a1.answered())
+		}
+		wg.Wait()
+	})
+}
