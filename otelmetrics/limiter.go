@@ -73,11 +73,7 @@ func (m *Metrics) Limiter(name string, l retryafter.Limiter) retryafter.Limiter 
 	if w.down != nil || w.local != nil || w.fallback != nil {
 		m.watched = append(m.watched, w)
 	}
-	t := newTimed(m, l, set)
-	if c, ok := l.(retryafter.Charger); ok {
-		return &timedCharger{timed: t, c: c}
-	}
-	return t
+	return newTimed(m, l, set).as(true)
 }
 
 // watched is a wrapped Limiter that reports a state, and the attributes of its name.
@@ -114,7 +110,8 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// timed is the Limiter that Metrics.Limiter returns for a Limiter that is not a Charger.
+// timed is the Limiter that Metrics.Limiter returns for a Limiter that is neither a Charger
+// nor an [edge.Reserver], and what the others embed.
 type timed struct {
 	m *Metrics
 	l retryafter.Limiter
@@ -142,26 +139,26 @@ func (t *timed) Decide(ctx context.Context, key string, cost int, now time.Time)
 	return d, err
 }
 
-// Reserve implements [edge.Reserver]: l's Reserve, timed, when l is a Reserver; otherwise its
-// Decide, so that a request waits only where l can promise a place.
-func (t *timed) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (retryafter.Decision, error) {
-	r, ok := t.l.(edge.Reserver)
-	if !ok {
-		return t.Decide(ctx, key, cost, now)
+// as returns t as the Limiter to hand out: one that promises places when l does
+// ([edge.Reserver]), and, with charger, that is a [retryafter.Charger] when l is one, so that
+// the wrapper claims no more than l can do, nor less.
+func (t *timed) as(charger bool) retryafter.Limiter {
+	c, charges := t.l.(retryafter.Charger)
+	r, reserves := t.l.(edge.Reserver)
+	charges = charges && charger
+	switch {
+	case charges && reserves:
+		return &timedChargerReserver{timedReserver{t, r}, c}
+	case charges:
+		return &timedCharger{t, c}
+	case reserves:
+		return &timedReserver{t, r}
 	}
-	start := time.Now()
-	d, err := r.Reserve(ctx, key, cost, now, maxWait)
-	t.record(ctx, start, err)
-	return d, err
+	return t
 }
 
-// Release implements [edge.Reserver]: l's own Release, when l is a Reserver.
-func (t *timed) Release(ctx context.Context, key string, cost int, now time.Time) error {
-	if r, ok := t.l.(edge.Reserver); ok {
-		return r.Release(ctx, key, cost, now)
-	}
-	return nil
-}
+// timedOf returns t, through any wrapper that embeds it: the Limiters a Metrics handed out.
+func (t *timed) timedOf() *timed { return t }
 
 // record records how long a decision that began at start took, by its error.
 func (t *timed) record(ctx context.Context, start time.Time, err error) {
@@ -189,21 +186,18 @@ func (t *timed) Combine(layers []edge.Layer) (retryafter.Limiter, bool) {
 	}
 	inner := make([]edge.Layer, len(layers))
 	for i, lay := range layers {
-		switch w := lay.Limiter.(type) {
-		case *timed:
-			lay.Limiter = w.l
-		case *timedCharger:
-			lay.Limiter = w.l
-		default:
+		w, ok := lay.Limiter.(interface{ timedOf() *timed })
+		if !ok {
 			return nil, false
 		}
+		lay.Limiter = w.timedOf().l
 		inner[i] = lay
 	}
 	l, ok := c.Combine(inner)
 	if !ok {
 		return nil, false
 	}
-	return &timed{m: t.m, l: l, ok: t.ok, timeout: t.timeout, canceled: t.canceled, other: t.other}, true
+	return (&timed{m: t.m, l: l, ok: t.ok, timeout: t.timeout, canceled: t.canceled, other: t.other}).as(false), true
 }
 
 // timedCharger is the Limiter that Metrics.Limiter returns for a Charger.
@@ -214,5 +208,36 @@ type timedCharger struct {
 
 // Charge implements [retryafter.Charger]: l's own Charge.
 func (t *timedCharger) Charge(ctx context.Context, key string, cost int, now time.Time) error {
+	return t.c.Charge(ctx, key, cost, now)
+}
+
+// timedReserver is the Limiter that Metrics.Limiter returns for an [edge.Reserver].
+type timedReserver struct {
+	*timed
+	r edge.Reserver
+}
+
+// Reserve implements [edge.Reserver]: l's Reserve, timed.
+func (t *timedReserver) Reserve(ctx context.Context, key string, cost int, now time.Time, maxWait time.Duration) (retryafter.Decision, error) {
+	start := time.Now()
+	d, err := t.r.Reserve(ctx, key, cost, now, maxWait)
+	t.record(ctx, start, err)
+	return d, err
+}
+
+// Release implements [edge.Reserver]: l's own Release.
+func (t *timedReserver) Release(ctx context.Context, key string, cost int, now time.Time) error {
+	return t.r.Release(ctx, key, cost, now)
+}
+
+// timedChargerReserver is the Limiter that Metrics.Limiter returns for a Charger that is an
+// [edge.Reserver].
+type timedChargerReserver struct {
+	timedReserver
+	c retryafter.Charger
+}
+
+// Charge implements [retryafter.Charger]: l's own Charge.
+func (t *timedChargerReserver) Charge(ctx context.Context, key string, cost int, now time.Time) error {
 	return t.c.Charge(ctx, key, cost, now)
 }
