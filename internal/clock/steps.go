@@ -19,7 +19,7 @@ import (
 // reading credits nothing. The step is taken once the new line has run on for ConfirmStep with
 // no reading of the old line in between. A reading behind the new line too proposes afresh,
 // keeping the new line: a reading of it next shows the one behind was a stale reading of it, and
-// brings it back, its confirmation not restarted.
+// brings it back, its confirmation not restarted, whatever number of stale readings came between.
 //
 // Tables see the clock apart: the one that proposes may be behind others (idle since). A table
 // that sees the proposal with a latest instant past the newest the new line has given (its last
@@ -37,8 +37,12 @@ type Steps struct {
 	mu   sync.Mutex
 	old  time.Time // the latest instant the tables that saw the proposal had seen, shifted
 	line           // the new line of the step proposed
-	prev *line     // the line of the proposal this one replaced, while it may be the clock's
+	kept []line    // the lines of the proposals this one replaced, first first (see restore)
 }
+
+// maxKept is how many replaced lines Steps keeps: the line of a real step back, and of a few
+// more within its confirmation, against any number of stale readings that replace them.
+const maxKept = 4
 
 // A line is the clock's line of readings that a proposed step reads from.
 type line struct {
@@ -77,15 +81,13 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 		if latest.After(s.old) {
 			s.old = latest
 		}
-		if s.prev != nil && at.Before(s.old.Add(-MaxLag)) && !at.Before(s.prev.last.Add(-MaxLag)) {
-			// A reading of the line the proposal replaced: the reading that proposed it was a
-			// stale one of that line, and it is the clock's again.
-			s.line, s.prev = *s.prev, nil
+		if at.Before(s.old.Add(-MaxLag)) {
+			s.restore(at)
 		}
 		switch {
 		case !at.Before(s.old.Add(-MaxLag)):
 			s.pending.Store(false) // a reading of the old line: the proposal was a stale reading
-			s.prev = nil
+			s.kept = s.kept[:0]
 			return shift
 		case !at.Before(s.last.Add(-MaxLag)):
 			if at.After(s.last) {
@@ -97,23 +99,34 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 			shift += int64(s.step)
 			s.shift.Store(shift)
 			s.pending.Store(false)
-			s.prev = nil
+			s.kept = s.kept[:0]
 			return shift
 		}
 		// Behind the new line too: proposed afresh, the new line kept in case this reading
-		// was a stale one of it (a reading of it then brings it back, as above).
+		// was a stale one of it (see restore); past maxKept, it is replaced without being kept.
 	}
 	if lag := latest.Sub(at); lag > MaxLag && time.Duration(shift) <= maxShift-lag {
-		var prev *line
-		if s.pending.Load() {
-			prev = new(line)
-			*prev = s.line
+		if s.pending.Load() && len(s.kept) < maxKept {
+			s.kept = append(s.kept, s.line)
 		}
-		s.old, s.line, s.prev = latest, line{first: at, last: at, step: lag}, prev
+		s.old, s.line = latest, line{first: at, last: at, step: lag}
 		s.pending.Store(true)
 		return shift + int64(lag)
 	}
 	return shift
+}
+
+// restore makes the proposal's line the first kept line that at, a reading not of the old line,
+// is one of, if any: the proposals made after it were of readings stale on it, and are dropped
+// with their lines, whatever their number. The lines kept are each behind the one before, so the
+// first that at is on is the one it was read from.
+func (s *Steps) restore(at time.Time) {
+	for i, l := range s.kept {
+		if !at.Before(l.last.Add(-MaxLag)) {
+			s.line, s.kept = l, s.kept[:i]
+			return
+		}
+	}
 }
 
 // Shift returns the steps back taken so far, added to every reading.
