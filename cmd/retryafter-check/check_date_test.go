@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -33,5 +34,25 @@ func TestCheckDateField(t *testing.T) {
 		if got.Name != checkDate || got.Result != c.want || !strings.Contains(got.Seen, c.seen) {
 			t.Errorf("%d %q: %s %q, want %s and %q", c.status, c.kv, got.Result, got.Seen, c.want, c.seen)
 		}
+	}
+}
+
+// TestLeapSecondIsIMFFixdate: IMF-fixdate's time of day runs to 23:59:60 (RFC 9110, 5.6.7), so
+// "Sat, 31 Dec 2016 23:59:60 GMT", the leap second that ended 2016, is an IMF-fixdate a sender
+// may write. The date and retry-after checks failed it, saying its day name did not match.
+func TestLeapSecondIsIMFFixdate(t *testing.T) {
+	const leap = "Sat, 31 Dec 2016 23:59:60 GMT"
+	// The probe's clock (no leap seconds) read 2017-01-01T00:00:00.1Z on receipt.
+	recv := time.Date(2017, 1, 1, 0, 0, 0, 100e6, time.UTC)
+	e := &exchange{n: 1, method: http.MethodGet, sent: recv.Add(-100 * time.Millisecond), received: recv,
+		status: http.StatusTooManyRequests, header: http.Header{"Date": {leap}, "Retry-After": {"5"}}}
+	if c := checkDateField(e); c.Result != Pass {
+		t.Errorf("Date %q: %s %q, want pass", leap, c.Result, c.Seen)
+	}
+
+	e2 := &exchange{n: 1, method: http.MethodGet, sent: recv.Add(-10*time.Second - 100*time.Millisecond), received: recv.Add(-10 * time.Second),
+		status: http.StatusServiceUnavailable, header: http.Header{"Date": {"Sat, 31 Dec 2016 23:59:50 GMT"}, "Retry-After": {leap}}}
+	if c := checkRetryAfterField(e2, readTold(e2)); c.Result != Pass {
+		t.Errorf("Retry-After %q: %s %q, want pass", leap, c.Result, c.Seen)
 	}
 }

@@ -69,18 +69,35 @@ func whyNotRetryAfter(v string, e *exchange) string {
 // isIMFFixdate reports whether v is an HTTP-date written as senders must write one: the
 // IMF-fixdate of the instant it names, day name included.
 func isIMFFixdate(v string) bool {
-	t, ok := header.ParseHTTPDate(v, time.Time{})
-	return ok && t.Format(http.TimeFormat) == v
+	_, ok := header.ParseHTTPDate(v, time.Time{})
+	if !ok {
+		return false
+	}
+	_, fixdate := fixdateOf(v)
+	return fixdate == v
+}
+
+// fixdateOf returns the second v, a valid HTTP-date, names and its IMF-fixdate. A leap second
+// (23:59:60, which IMF-fixdate allows), read by ParseHTTPDate as the first second of the next
+// minute, is the second before it, written with its 60.
+func fixdateOf(v string) (time.Time, string) {
+	t, _ := header.ParseHTTPDate(v, time.Time{})
+	if len(v) == 29 && v[3] == ',' && v[23:25] == "60" {
+		t = t.Add(-time.Second)
+		f := t.Format(http.TimeFormat)
+		return t, f[:23] + "60" + f[25:]
+	}
+	return t, t.Format(http.TimeFormat)
 }
 
 // notIMFFixdate says how v, a valid HTTP-date, differs from the IMF-fixdate a sender must use.
 func notIMFFixdate(v string) string {
-	t, _ := header.ParseHTTPDate(v, time.Time{})
+	t, fixdate := fixdateOf(v)
 	switch {
 	case len(v) == 29 && v[3] == ',' && v[:3] != t.Format("Mon"):
 		return fmt.Sprintf("the day name %s does not match the date (a %s)", v[:3], t.Format("Monday"))
 	case len(v) == 29 && v[3] == ',':
-		return "not the IMF-fixdate of its instant (" + t.Format(http.TimeFormat) + ")"
+		return "not the IMF-fixdate of its instant (" + fixdate + ")"
 	case strings.Contains(v, "-"):
 		return "the obsolete RFC 850 form: recipients must read it, senders must write IMF-fixdate"
 	}
