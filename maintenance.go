@@ -209,7 +209,11 @@ func (m *Maintenance) refuse(w http.ResponseWriter, r *http.Request, win *window
 	}
 	if spread {
 		first := time.Unix(at.Unix()+header.DelaySeconds(wait), 0)
-		wait = time.Duration(win.returns.Book(booking, first, float64(m.ReturnRate), 0, 1, false)-at.Unix()) * time.Second
+		secs := win.returns.Book(booking, first, float64(m.ReturnRate), 0, 1, false) - at.Unix()
+		wait = rate.InfDuration - 1 // a second further than a Duration holds: the longest it does
+		if secs < int64(wait/time.Second) {
+			wait = time.Duration(secs) * time.Second
+		}
 	}
 	m.emit.refuse(w, r, m.Respond, Refusal{Status: http.StatusServiceUnavailable, RetryAfter: wait}, at, nil)
 }

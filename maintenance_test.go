@@ -536,3 +536,20 @@ func TestMaintenanceDateBeyond9999(t *testing.T) {
 		}
 	}
 }
+
+// TestMaintenanceReturnRateFarEnd checks that an end further than a time.Duration holds (about
+// 292 years) gets a Retry-After with a ReturnRate too, the longest wait one holds, as without
+// it: the second the schedule books, in whole seconds, must not overflow into no wait at all.
+func TestMaintenanceReturnRateFarEnd(t *testing.T) {
+	for _, until := range []time.Time{time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), t0.AddDate(300, 0, 0), t0.AddDate(1000, 0, 0)} {
+		for _, returns := range []rate.Limit{0, 10} {
+			m := &Maintenance{ReturnRate: returns, Now: func() time.Time { return t0 }}
+			m.Start(until)
+			w := serve(m.Handler(ok), "GET", client)
+			wait, ok := ParseRetryAfter(w.Header(), t0)
+			if got := w.Header().Get("Retry-After"); w.Code != http.StatusServiceUnavailable || !ok || got != "9223372037" {
+				t.Errorf("until %v, ReturnRate %v: %d, Retry-After %q (%v), want 9223372037, the longest wait a Duration holds", until.Format(time.DateOnly), returns, w.Code, got, wait)
+			}
+		}
+	}
+}
