@@ -291,7 +291,40 @@ func (a *all) Reserve(ctx context.Context, key string, cost int, now time.Time, 
 		// refusal is Decide's, so that its wait, its binding layer and its fields are those of
 		// each layer as it stands (a client told only the other layer's wait would be refused
 		// again).
-		return a.Reserve(ctx, key, cost, now, 0)
+		return a.again(ctx, key, cost, now, ds)
+	}
+	return edge.Binding(ds...), nil
+}
+
+// again decides at now, as Decide does, the request that the groups of ds admitted, once what
+// they spent is given back, and returns the refusal. The groups that refused keep their
+// Decision, which is Decide's already: one that books what it tells (a [Spread]) would book a
+// second time. As in Decide, a group that cannot give back is left out after a refusal.
+func (a *all) again(ctx context.Context, key string, cost int, now time.Time, ds []Decision) (Decision, error) {
+	var admitted uint32
+	var err error
+	refused := false
+	for i := range ds {
+		if refused && !a.groups[i].refundable() {
+			ds = ds[:i]
+			break
+		}
+		if ds[i].Allowed {
+			if ds[i], err = a.groups[i].decide(ctx, key, cost, now, 0); err != nil {
+				break
+			}
+		}
+		if ds[i].Allowed {
+			admitted |= 1 << i
+		} else {
+			refused = true
+		}
+	}
+	if rerr := a.giveBack(ctx, key, cost, now, admitted); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("retryafter: All could not give back what it spent: %w", rerr))
+	}
+	if err != nil {
+		return Decision{}, err
 	}
 	return edge.Binding(ds...), nil
 }

@@ -361,3 +361,29 @@ func releaseBack(l reserver, cost int, now time.Time, before Decision) error {
 	}
 	return nil
 }
+
+// TestWaitSpreadBooksOnce: behind All(per client, Spread(service)) with WithWait, a request its
+// own bucket would let wait but the service's Spread refuses is refused once the place is given
+// back, with the wait it has without WithWait; the Spread, which books the second it tells, is
+// not asked again for it, so no second is lost and the next client is told the next one.
+func TestWaitSpreadBooksOnce(t *testing.T) {
+	for _, wait := range []time.Duration{0, time.Second} {
+		synctest.Test(t, func(t *testing.T) {
+			l := All(NewTokenBucket(10, 1), Spread(Shared(NewTokenBucket(1, 1), "all"), 1, 1))
+			h := LimitWith(l, WithWait(wait))(ok)
+			if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+				t.Fatalf("first: %d", w.Code)
+			}
+			// The same client at once: its own bucket has a place in 100 ms, within the wait;
+			// the service refuses it for 1 s.
+			w := serve(h, "GET", "192.0.2.1:1")
+			if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
+				t.Errorf("WithWait(%v): %d, Retry-After %q, want 429 and 1", wait, w.Code, w.Header().Get("Retry-After"))
+			}
+			// Another client, refused by the service alone, is spread to the next second.
+			if got := serve(h, "GET", "192.0.2.2:1").Header().Get("Retry-After"); got != "2" {
+				t.Errorf("WithWait(%v): the next client is told Retry-After %q, want 2", wait, got)
+			}
+		})
+	}
+}
