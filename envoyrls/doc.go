@@ -16,7 +16,8 @@
 // and an unknown domain are OK with no limit.
 //
 // One request's descriptors are decided together: all admitted, or none charged. The cost is a
-// descriptor's own hits_addend where set, else the request's, 0 meaning 1; descriptors that
+// descriptor's own hits_addend where set, 0 checking without counting (admitted while its
+// client is not over the limit), else the request's, 0 meaning 1; descriptors that
 // count against one client of one rule are decided as one of their summed cost, each answered
 // with its decision, so that the wait covers all the request asks of that client. A refused
 // descriptor's duration_until_reset is the exact wait rounded up to whole seconds, never 0,

@@ -241,14 +241,15 @@ func (s *Service) match(req *rlsv3.RateLimitRequest) []*item {
 	return items
 }
 
-// cost returns a descriptor's hits_addend where set, else the request's, 0 meaning 1; a cost
-// above MaxInt32 is MaxInt32, which no burst of a rule holds.
+// cost returns a descriptor's hits_addend where set, 0 checking without counting, else the
+// request's, 0 meaning 1, as envoyproxy/ratelimit reads them; a cost above MaxInt32 is
+// MaxInt32, which no burst of a rule holds.
 func cost(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int {
-	n := uint64(req.GetHitsAddend())
+	n := max(uint64(req.GetHitsAddend()), 1)
 	if h := d.GetHitsAddend(); h != nil {
 		n = h.GetValue()
 	}
-	return int(min(max(n, 1), math.MaxInt32))
+	return int(min(n, math.MaxInt32))
 }
 
 // decide decides the enforced items together, all admitted or none charged, and fills their

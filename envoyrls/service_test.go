@@ -222,6 +222,31 @@ func withHits(d *ratelimitv3.RateLimitDescriptor, n uint64) *ratelimitv3.RateLim
 	return d
 }
 
+// TestZeroHitsAddendChecksOnly: a descriptor's own hits_addend of 0 checks without counting, as
+// in envoyproxy/ratelimit (a request's hits_addend of 0 still means 1): any number of such
+// checks leave the whole limit to the requests that count, and one sent when the limit is
+// spent but not exceeded is OK, as upstream's count of 7 of 7 is not over.
+func TestZeroHitsAddendChecksOnly(t *testing.T) {
+	c := &clock{now: t0}
+	_, cl := newService(t, shapes, c)
+	for range 20 {
+		if resp := ask(t, cl, request("shapes", 0, withHits(descriptor("minute", "c"), 0))); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("a check of hits_addend 0: %v", resp.GetStatuses()[0])
+		}
+	}
+	for i := range 7 {
+		if resp := ask(t, cl, request("shapes", 0, descriptor("minute", "c"))); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d of 7 a minute after the checks: %v", i+1, resp.GetStatuses()[0])
+		}
+	}
+	if resp := ask(t, cl, request("shapes", 0, withHits(descriptor("minute", "c"), 0))); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a check with the limit spent, not exceeded: %v", resp.GetStatuses()[0])
+	}
+	if resp := ask(t, cl, request("shapes", 0, descriptor("minute", "c"))); resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the 8th request of 7 a minute: %v", resp.GetStatuses()[0])
+	}
+}
+
 // TestRefusalChargesNothing: a request one descriptor refuses spends nothing in the others.
 func TestRefusalChargesNothing(t *testing.T) {
 	c := &clock{now: t0}
