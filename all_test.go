@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -818,6 +819,39 @@ func TestAllSameKeyRefusalSpendsNothing(t *testing.T) {
 		if d.RetryAfter < rate.InfDuration {
 			if again, _ := a.Decide(ctx, "client", cost, now.Add(d.RetryAfter)); !again.Allowed {
 				t.Fatalf("draw %d: refused again after the wait told, %v: %+v", i, d.RetryAfter, again)
+			}
+		}
+	}
+}
+
+// TestAllSameKeyHugeCost: layers on one bucket and key count a request's cost once each, and
+// a cost whose sum over them passes the largest int is refused, spending nothing, and leaves
+// the key as it was: summed with wrapping, it reserved a negative cost, which filled the key.
+func TestAllSameKeyHugeCost(t *testing.T) {
+	ctx := context.Background()
+	for _, cost := range []int{math.MaxInt/2 + 1, math.MaxInt/3 + 1, math.MaxInt - 1, math.MaxInt} {
+		for layers := 2; layers <= 4; layers++ {
+			b := NewTokenBucket(rate.Every(time.Minute), 5)
+			ls := []Limiter{b}
+			for range layers - 1 {
+				ls = append(ls, Shared(b, "k"))
+			}
+			decide(t, b, "k", 5, t0)
+			a := All(ls...)
+			for _, reserve := range []bool{false, true} {
+				var d Decision
+				var err error
+				if reserve {
+					d, err = a.(edge.Reserver).Reserve(ctx, "k", cost, t0, time.Hour)
+				} else {
+					d, err = a.Decide(ctx, "k", cost, t0)
+				}
+				if err != nil || d.Allowed || d.RetryAfter != rate.InfDuration {
+					t.Fatalf("cost %d in %d layers on one key: %+v, %v; want a refusal that never admits", cost, layers, plain(d), err)
+				}
+				if q := decide(t, b, "k", 0, t0); q.Remaining != 0 {
+					t.Fatalf("cost %d in %d layers on one key: the refusal left the key %d tokens, want 0", cost, layers, q.Remaining)
+				}
 			}
 		}
 	}

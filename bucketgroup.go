@@ -3,6 +3,7 @@ package retryafter
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -154,7 +155,7 @@ func (g *bucketGroup) reserve(st []layerState, cost int, maxWait time.Duration) 
 		s.lim = lim
 		n := g.layers[i].cost(cost)
 		if holds(held, lim) {
-			n += g.takeOver(st, i, cost)
+			n = addCost(n, g.takeOver(st, i, cost))
 		}
 		held = append(held, lim)
 		s.r = *lim.ReserveN(s.at, n)
@@ -200,10 +201,19 @@ func (g *bucketGroup) before(st []layerState, i, cost int) int {
 	n := 0
 	for j := range i {
 		if st[j].lim == st[i].lim {
-			n += g.layers[j].cost(cost)
+			n = addCost(n, g.layers[j].cost(cost))
 		}
 	}
 	return n
+}
+
+// addCost returns a + b, costs of 0 or more, saturating at the largest int, which no bucket
+// admits: wrapped, a sum of huge costs would reserve a negative one, which fills the bucket.
+func addCost(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
 }
 
 // answer fills each layer's Decision, with its quota read under the locks: allowed when the
@@ -220,7 +230,7 @@ func (g *bucketGroup) answer(st []layerState, cost int, admitted bool) {
 			s.d.Allowed = admitted || s.d.RetryAfter == 0
 			tokens := s.lim.TokensAt(s.at)
 			if !s.d.Allowed {
-				n := g.layers[i].cost(cost) + g.before(st, i, cost)
+				n := addCost(g.layers[i].cost(cost), g.before(st, i, cost))
 				s.d.RetryAfter = enough(s.pol, n, tokens, s.d.RetryAfter)
 			}
 			quota(&s.d, s.pol, tokens)
