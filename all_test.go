@@ -857,6 +857,33 @@ func TestAllSameKeyHugeCost(t *testing.T) {
 	}
 }
 
+// TestAllSameKeyRemaining: where layers share a bucket and key, a request spends its cost once
+// for each of them, so Remaining is what that many of it leaves room for: that many more
+// requests of cost 1 are admitted, and no more.
+func TestAllSameKeyRemaining(t *testing.T) {
+	ctx := context.Background()
+	for burst := 1; burst <= 13; burst++ {
+		for layers := 2; layers <= 4; layers++ {
+			b := NewTokenBucket(rate.Every(time.Minute), burst)
+			ls := []Limiter{b}
+			for range layers - 1 {
+				ls = append(ls, Shared(b, "k"))
+			}
+			a := All(ls...)
+			d, _ := a.Decide(ctx, "k", 1, t0)
+			admitted := 0
+			for range burst + 1 {
+				if e, _ := a.Decide(ctx, "k", 1, t0); e.Allowed {
+					admitted++
+				}
+			}
+			if d.Allowed && admitted != d.Remaining || !d.Allowed && d.Remaining != 0 {
+				t.Fatalf("burst %d, %d layers on one key: %+v, then %d more admitted", burst, layers, plain(d), admitted)
+			}
+		}
+	}
+}
+
 // TestBinding checks Binding against a model over random Decisions: refused if any is, with the
 // first of the longest waits; otherwise the first of the layers with the least share of their
 // Limit left, among those that have one (the first of all when none has).
@@ -950,7 +977,8 @@ func TestChargedAfterCharges(t *testing.T) {
 // TestAllOfManyLayers decides Alls of more layers than allow takes (the long way of decide, by
 // Decide with the quota and as the middleware does without), an unlimited layer first and one
 // bucket named twice: each request spends 2 in that bucket, a refusal spends nothing, the wait
-// is exact, and the quota is the binding layer's.
+// is exact, and the quota is the binding layer's, whose Remaining counts requests that spend 2
+// (the 2 tokens left after the first are room for one).
 func TestAllOfManyLayers(t *testing.T) {
 	for _, quota := range []bool{true} {
 		b, other := NewTokenBucket(rate.Every(time.Minute), 4), NewTokenBucket(rate.Every(time.Minute), 10)
@@ -965,7 +993,7 @@ func TestAllOfManyLayers(t *testing.T) {
 		}
 		pol := Policy{Limit: rate.Every(time.Minute), Burst: 4}
 		for i, want := range []Decision{
-			{Allowed: true, Limit: 4, Remaining: 2, Reset: 2 * time.Minute, Policy: pol},
+			{Allowed: true, Limit: 4, Remaining: 1, Reset: 2 * time.Minute, Policy: pol},
 			{Allowed: true, Limit: 4, Remaining: 0, Reset: 4 * time.Minute, Policy: pol},
 			{RetryAfter: 2*time.Minute - slack, Limit: 4, Reset: 4 * time.Minute, Policy: pol},
 		} {
@@ -1112,8 +1140,9 @@ func TestCombineLayers(t *testing.T) {
 		t.Fatalf("two layers: %+v, want admitted, listing both", d)
 	}
 	five, _ := b.Combine(layers[:5])
-	if d, _ := five.Decide(context.Background(), "k", 1, t0); !d.Allowed || len(d.Layers()) != 5 || d.Remaining != 2 {
-		t.Fatalf("five layers of one bucket: %+v, want admitted, listing five, 2 left of 10", d)
+	// 2 tokens are left of 10, and a request spends 5: Remaining, the largest cost admitted, is 0.
+	if d, _ := five.Decide(context.Background(), "k", 1, t0); !d.Allowed || len(d.Layers()) != 5 || d.Remaining != 0 {
+		t.Fatalf("five layers of one bucket: %+v, want admitted, listing five, with room for none more", d)
 	}
 }
 

@@ -216,6 +216,18 @@ func addCost(a, b int) int {
 	return a + b
 }
 
+// sharing returns how many layers of st, layer i among them, spend a request's cost in the
+// bucket and key of layer i: each request spends its cost that many times there.
+func (g *bucketGroup) sharing(st []layerState, i int) int {
+	n := 0
+	for j := range st {
+		if st[j].lim == st[i].lim && !g.layers[j].Deferred {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
 // answer fills each layer's Decision, with its quota read under the locks: allowed when the
 // request is admitted (at once or at a later place), or when it did not have to wait for it. A
 // refused layer's wait is checked with x/time/rate's arithmetic from where the cancelled
@@ -234,6 +246,7 @@ func (g *bucketGroup) answer(st []layerState, cost int, admitted bool) {
 				s.d.RetryAfter = enough(s.pol, n, tokens, s.d.RetryAfter)
 			}
 			quota(&s.d, s.pol, tokens)
+			s.d.Remaining /= g.sharing(st, i)
 		}
 	}
 }
