@@ -372,6 +372,57 @@ func TestChargedAfter(t *testing.T) {
 	}
 }
 
+// TestChargeNestedMiddlewares: a request through two middlewares whose limiters are charged
+// afterwards (a daily budget for the service, one per route) is charged what its handler
+// reports in both; the inner one's charge hid the outer one's, which was never spent.
+func TestChargeNestedMiddlewares(t *testing.T) {
+	daily := NewTokenBucket(rate.Every(time.Hour), 1000)
+	route := NewTokenBucket(rate.Every(time.Second), 1000)
+	clk := func() time.Time { return t0 }
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !Charge(r, 600) {
+			t.Error("Charge reported the request is not charged")
+		}
+	})
+	h := LimitWith(ChargedAfter(daily), WithClock(clk))(LimitWith(ChargedAfter(route), WithClock(clk))(handler))
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Fatalf("first request: %d", w.Code)
+	}
+	for name, b := range map[string]*TokenBucket{"route": route, "daily": daily} {
+		if d := decide(t, b, "192.0.2.1", 0, t0); d.Remaining != 400 {
+			t.Errorf("the %s budget holds %d, want 400: the charge did not reach it", name, d.Remaining)
+		}
+	}
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Fatalf("second request, 400 held: %d", w.Code)
+	}
+	if w := serve(h, "GET", "192.0.2.1:1"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("third request, both budgets in debt: %d", w.Code)
+	}
+}
+
+// TestChargeAfterHandlerReturned: Charge called once the handler has returned (from a goroutine
+// it left behind) reports false, as nothing charges it any more; it reported true and the
+// cost was lost.
+func TestChargeAfterHandlerReturned(t *testing.T) {
+	tokens := NewTokenBucket(rate.Every(time.Minute), 1000)
+	late := make(chan *http.Request, 1)
+	h := LimitWith(ChargedAfter(tokens), WithClock(func() time.Time { return t0 }))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !Charge(r, 1) {
+				t.Error("Charge while the handler runs reported false")
+			}
+			late <- r
+		}))
+	serve(h, "GET", "192.0.2.1:1")
+	if Charge(<-late, 600) {
+		t.Error("Charge after the handler returned reported true")
+	}
+	if d := decide(t, tokens, "192.0.2.1", 0, t0); d.Remaining != 999 {
+		t.Errorf("the key holds %d tokens, want 999: charged 1 while its handler ran", d.Remaining)
+	}
+}
+
 // TestChargeAfterHangUp checks that a request whose client hung up is still charged what it
 // cost: the charge does not use the request's ended context.
 func TestChargeAfterHangUp(t *testing.T) {

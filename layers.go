@@ -528,41 +528,63 @@ func (a *all) chargeAfter(ctx context.Context, key string, cost int, now time.Ti
 // chargeKey is the context key of a request's chargeSlot.
 type chargeKey struct{}
 
-// A chargeSlot holds what the handler of an admitted request reported with Charge.
-type chargeSlot struct{ cost atomic.Int64 }
+// A chargeSlot holds what the handler of an admitted request reported with Charge, until the
+// middleware that charges it takes the total. The slot of a middleware mounted outside is
+// outer: a charge is for every middleware the request came through.
+type chargeSlot struct {
+	cost  atomic.Int64 // closed once taken
+	outer *chargeSlot
+}
 
-// add adds cost, at least 1, to what s holds, saturating at the largest int: a total that
-// wrapped would make the request free.
-func (s *chargeSlot) add(cost int) {
+// closed is what a chargeSlot holds once its total is taken: a charge then reaches nothing.
+const closed = math.MinInt64
+
+// newChargeSlot returns the slot of a request whose context is ctx, inside the slot of the
+// middleware mounted outside, if any.
+func newChargeSlot(ctx context.Context) *chargeSlot {
+	outer, _ := ctx.Value(chargeKey{}).(*chargeSlot)
+	return &chargeSlot{outer: outer}
+}
+
+// add adds cost, at least 1, to what s holds, saturating at the largest int (a total that
+// wrapped would make the request free), and reports whether s was still open.
+func (s *chargeSlot) add(cost int) bool {
 	for {
 		old := s.cost.Load()
+		if old == closed {
+			return false
+		}
 		sum := old + int64(cost)
 		if sum < old || int64(int(sum)) != sum {
 			sum = math.MaxInt
 		}
 		if s.cost.CompareAndSwap(old, sum) {
-			return
+			return true
 		}
 	}
 }
 
-// total returns what s holds.
-func (s *chargeSlot) total() int { return int(s.cost.Load()) }
+// take returns what s holds and closes it.
+func (s *chargeSlot) take() int { return int(s.cost.Swap(closed)) }
 
 // Charge adds cost to what the request r is charged once its handler returns, in the layers of
 // its limiter that [ChargedAfter] made, for a cost known only as the handler runs. It may be
 // called several times, from any goroutine, until the handler returns; a middleware mounted
 // inside the limiter can charge what the handler wrote. The total saturates at the largest int.
 // The request is charged even when its handler panics (an [http.ErrAbortHandler] from a proxy
-// whose client hung up). It reports whether r is charged: false when r did not come through
-// middleware whose limiter has such a layer, or cost is below 1.
+// whose client hung up). Through several such middlewares, nested, it is charged in each. It
+// reports whether r is charged: false when r did not come through middleware whose limiter has
+// such a layer, when every such middleware's handler has returned, or when cost is below 1.
 func Charge(r *http.Request, cost int) bool {
 	s, _ := r.Context().Value(chargeKey{}).(*chargeSlot)
-	if s == nil || cost < 1 {
+	if cost < 1 {
 		return false
 	}
-	s.add(cost)
-	return true
+	charged := false
+	for ; s != nil; s = s.outer {
+		charged = s.add(cost) || charged
+	}
+	return charged
 }
 
 // Peek returns a Limiter that admits every request and spends nothing in l: it asks l at cost 0

@@ -150,7 +150,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveCharged passes r to next and charges the layers of the limiter charged afterwards what
 // the handler reports with Charge, whatever becomes of the handler, a panic included.
 func (h *limitHandler) serveCharged(w http.ResponseWriter, r *http.Request, key string) {
-	slot := new(chargeSlot)
+	slot := newChargeSlot(r.Context())
 	r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))
 	defer h.m.chargeAfter(r, key, slot)
 	h.Serve(w, r)
@@ -174,7 +174,7 @@ func (h *limitHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bo
 // chargeAfter charges the layers of m's limiter that are charged afterwards what r's handler
 // reported in slot.
 func (m *Middleware) chargeAfter(r *http.Request, key string, slot *chargeSlot) {
-	cost := slot.total()
+	cost := slot.take()
 	if cost <= 0 {
 		return
 	}
