@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,12 +205,12 @@ func quotaOfLayers(t *testing.T, layers []modelLayer, key string, now time.Time,
 	}
 	least := qs[0]
 	for _, q := range qs[1:] {
-		if q.remaining*least.limit < least.remaining*q.limit {
+		if q.remaining < least.remaining {
 			least = q
 		}
 	}
 	for _, q := range qs {
-		if q.limit == d.Limit && q.remaining == d.Remaining && q.remaining*least.limit == least.remaining*q.limit {
+		if q.limit == d.Limit && q.remaining == d.Remaining && q.remaining == least.remaining {
 			return true
 		}
 	}
@@ -284,6 +285,43 @@ func TestAllBindingLayer(t *testing.T) {
 	d, _ = a.Decide(ctx, "k", 1, t0.Add(8*time.Second))
 	if d.Allowed || d.Limit != 10 || d.RetryAfter < 50*time.Second || d.Reset < d.RetryAfter {
 		t.Fatalf("refused by the big bucket: %+v, want its Limit 10 and a wait near a minute", d)
+	}
+}
+
+// TestAllRemainingAdmits holds Remaining to what it promises, the largest cost admitted at
+// now, over random layers spent at random: X-RateLimit-Remaining says n, and exactly n more
+// requests are admitted at that instant. A layer with more of its quota left as a share of its
+// Limit (30 of 100, where the other holds 2 of 4) bound, and told 30.
+func TestAllRemainingAdmits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(30, 100))
+	for i := range 300 {
+		var layers []Limiter
+		for range 2 + rng.IntN(3) {
+			burst := 1 + rng.IntN(120)
+			b := NewTokenBucket(rate.Every(time.Minute), burst)
+			if spend := rng.IntN(burst); spend > 0 {
+				decide(t, b, "192.0.2.1", spend, t0)
+			}
+			layers = append(layers, b)
+		}
+		h := LimitWith(All(layers...), WithLegacyRateLimitFields(true), WithClock(func() time.Time { return t0 }))(ok)
+		w := serve(h, "GET", "192.0.2.1:1")
+		if w.Code != http.StatusOK {
+			t.Fatalf("draw %d: first request %d", i, w.Code)
+		}
+		remaining, err := strconv.Atoi(w.Header().Get("X-Ratelimit-Remaining"))
+		if err != nil {
+			t.Fatalf("draw %d: X-RateLimit-Remaining %q", i, w.Header().Get("X-Ratelimit-Remaining"))
+		}
+		admitted := 0
+		for range remaining + 1 {
+			if serve(h, "GET", "192.0.2.1:1").Code == http.StatusOK {
+				admitted++
+			}
+		}
+		if admitted != remaining {
+			t.Fatalf("draw %d: X-RateLimit-Remaining %d, then %d more admitted at that instant", i, remaining, admitted)
+		}
 	}
 }
 
@@ -936,8 +974,8 @@ func TestAllSameKeyRemaining(t *testing.T) {
 }
 
 // TestBinding checks Binding against a model over random Decisions: refused if any is, with the
-// first of the longest waits; otherwise the first of the layers with the least share of their
-// Limit left, among those that have one (the first of all when none has).
+// first of the longest waits; otherwise the first of the layers with the least Remaining,
+// among those that have a Limit (the first of all when none has).
 func TestBinding(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	model := func(ds []Decision) Decision {
@@ -953,7 +991,7 @@ func TestBinding(t *testing.T) {
 		best = 0
 		for i, d := range ds {
 			b := ds[best]
-			if d.Limit > 0 && (b.Limit == 0 || float64(d.Remaining)/float64(d.Limit) < float64(b.Remaining)/float64(b.Limit)) {
+			if d.Limit > 0 && (b.Limit == 0 || d.Remaining < b.Remaining) {
 				best = i
 			}
 		}

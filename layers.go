@@ -74,8 +74,8 @@ const maxLayers = 16
 // A refusal by any spends nothing in any, and its RetryAfter is the exact wait until all would
 // admit the request: the largest of their waits, each taken at the same instant. The Decision's
 // Limit, Remaining and Reset are those of the layer that binds: on a refusal the one with the
-// longest wait, otherwise the one with the least of its quota left as a share of its Limit (the
-// layers count in their own units). So the rate-limit fields report that layer.
+// longest wait, otherwise the one with the least Remaining, so that Remaining is the largest
+// cost every layer admits at now. So the rate-limit fields report that layer.
 //
 // How atomic it is depends on where the limits are kept:
 //   - TokenBuckets of one process are decided under the locks of every part of their tables

@@ -1,5 +1,7 @@
 package edge
 
+import "golang.org/x/time/rate"
+
 // Binding returns the Decision of a request decided in several layers from the Decision of each:
 // refused if any refused, with the longest wait, and the Limit, Remaining and Reset of the layer
 // that binds, as the root package's All describes. It is for the Limiters that decide several
@@ -60,8 +62,8 @@ func newLayers(n int) *[]Decision {
 
 // tighter merges the Decision of one more layer (or group) into d: refused if either is, and
 // the quota of the layer that binds: on a refusal the one with the longest wait, otherwise the
-// one with the least of its quota left, as a share of its Limit (layers count in their own
-// units: requests, tokens).
+// one with the least Remaining, which the request's cost meets first, so that the Decision's
+// Remaining is the largest cost every layer admits.
 func tighter(d, e Decision, first bool) Decision {
 	if first {
 		return e
@@ -81,8 +83,23 @@ func tighter(d, e Decision, first bool) Decision {
 	return d
 }
 
-// tighterQuota reports whether e's quota binds rather than d's: it has one, and a smaller share
-// of it is left.
+// tighterQuota reports whether e's quota binds rather than d's: it has one, and less of it is
+// left. (A share of the Limit would bind the layer of 30 of 100 left over one of 2 of 4, and
+// tell 30 where 2 more are admitted.)
+//
+// A layer of rate.Inf admits any cost, whatever Remaining it reports (its burst), so it binds
+// only when no other has a quota.
 func tighterQuota(d, e Decision) bool {
-	return e.Limit > 0 && (d.Limit == 0 || int64(e.Remaining)*int64(d.Limit) < int64(d.Remaining)*int64(e.Limit))
+	switch {
+	case e.Limit <= 0:
+		return false
+	case d.Limit <= 0:
+		return true
+	case unlimited(d) != unlimited(e):
+		return unlimited(d)
+	}
+	return e.Remaining < d.Remaining
 }
+
+// unlimited reports whether d is a layer of rate.Inf.
+func unlimited(d Decision) bool { return d.Policy.Limit == rate.Inf }
