@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryafter/retryafter/edge"
+	"github.com/retryafter/retryafter/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -72,8 +73,8 @@ func (g *bucketGroup) Reserve(_ context.Context, key string, cost int, now time.
 	st := g.states(few[:0], key)
 	var order [maxLayers]*table
 	locked := lockInOrder(order[:0], st)
-	lag := alignLines(locked, now)
-	admitted := g.reserve(st, cost, maxWait-lag)
+	late := alignLines(locked, now)
+	admitted := g.reserve(st, cost, maxWait-late.Lag)
 	g.answer(st, cost, admitted)
 	for _, t := range locked {
 		t.mu.Unlock()
@@ -82,7 +83,7 @@ func (g *bucketGroup) Reserve(_ context.Context, key string, cost int, now time.
 	ds := decided[:0]
 	var wait time.Duration
 	for i := range st {
-		lateBy(&st[i].d, lag)
+		lateBy(&st[i].d, late)
 		ds = append(ds, st[i].d)
 		wait = max(wait, st[i].d.RetryAfter)
 	}
@@ -117,17 +118,17 @@ func (g *bucketGroup) states(st []layerState, key string) []layerState {
 // alignLines readies the locked parts to decide at one instant, the latest any has seen: as far
 // after now in each as in the one furthest ahead (tables of different TokenBuckets may have
 // shifted the readings of their clock by different steps back), and returns how far that is.
-func alignLines(locked []*table, now time.Time) time.Duration {
+func alignLines(locked []*table, now time.Time) clock.Late {
 	var lags [maxLayers]time.Duration
-	var lag time.Duration
+	var late clock.Late
 	for i, t := range locked {
-		_, lags[i] = t.At(now)
-		lag = max(lag, lags[i])
+		_, l := t.At(now)
+		lags[i], late.Lag, late.Step = l.Lag, max(late.Lag, l.Lag), max(late.Step, l.Step)
 	}
 	for i, t := range locked {
-		t.Latest = t.Latest.Add(lag - lags[i])
+		t.Latest = t.Latest.Add(late.Lag - lags[i])
 	}
-	return lag
+	return late
 }
 
 // reserve reserves each layer's cost in its bucket at its part's latest instant, and reports

@@ -295,7 +295,7 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.D
 	}
 	t := b.part(key)
 	t.mu.Lock() // no code of a user's runs under it: only the table's and x/time/rate's
-	at, lag := t.At(now)
+	at, late := t.At(now)
 	// bucket's steps, here in line: a call would carry pol and at again.
 	lim, full := t.keys[key], time.Duration(0)
 	switch {
@@ -323,13 +323,13 @@ func (b *TokenBucket) decide(key string, cost int, now time.Time, maxWait time.D
 		// that enough checks with x/time/rate's own arithmetic from there.
 		lim.SetLimitAt(at, pol.Limit)
 		var tokens float64
-		d.Allowed, d.RetryAfter, tokens = notAtOnce(lim, pol, cost, at, maxWait-lag)
+		d.Allowed, d.RetryAfter, tokens = notAtOnce(lim, pol, cost, at, maxWait-late.Lag)
 		if withQuota {
 			quota(d, pol, tokens)
 		}
 	}
 	t.mu.Unlock()
-	lateBy(d, lag)
+	lateBy(d, late)
 }
 
 // notAtOnce decides a request of cost that lim, a bucket of pol, did not admit at once at at:
@@ -396,22 +396,13 @@ func forgive(lim *rate.Limiter, pol Policy, at time.Time) {
 	}
 }
 
-// lateBy lengthens d's waits by lag, the time between the caller's now and the instant d was
-// decided at, so that they are measured from now.
-func lateBy(d *Decision, lag time.Duration) {
-	if lag != 0 {
-		d.RetryAfter = late(d.RetryAfter, lag)
-		d.Reset = late(d.Reset, lag)
+// lateBy tells d's waits, measured from the instant d was decided at, from the caller's now, as
+// late says (see clock.Late).
+func lateBy(d *Decision, late clock.Late) {
+	if late != (clock.Late{}) {
+		d.RetryAfter = late.Wait(d.RetryAfter)
+		d.Reset = late.Wait(d.Reset)
 	}
-}
-
-// late returns wait lengthened by lag, keeping 0 and rate.InfDuration and saturating below the
-// latter.
-func late(wait, lag time.Duration) time.Duration {
-	if lag == 0 || wait <= 0 || wait >= rate.InfDuration {
-		return wait
-	}
-	return min(wait+lag, rate.InfDuration-1)
 }
 
 // quota sets d's Limit, Remaining, Reset and Policy from the tokens left in a bucket of pol.

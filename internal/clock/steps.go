@@ -63,10 +63,10 @@ const maxShift = 250 * 365 * 24 * time.Hour
 
 // see tells s of the reading at, shifted by shift, of a clock without monotonic readings, in a
 // table whose latest instant is latest, when a step is proposed or at is more than MaxLag behind
-// latest. It proposes a step, confirms it or drops it, and returns the shift at's reading is to
-// be read with: the shift, as a step taken since may have grown it, and the step proposed for a
-// reading of the new line.
-func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
+// latest. It proposes a step, confirms it or drops it, and returns what at's reading is to be
+// read with: the shift, as a step taken since may have grown it, and for a reading of the new
+// line the step proposed, not yet confirmed.
+func (s *Steps) see(at time.Time, shift int64, latest time.Time) (int64, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now := s.shift.Load(); now != shift {
@@ -88,19 +88,19 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 		case !at.Before(s.old.Add(-MaxLag)):
 			s.pending.Store(false) // a reading of the old line: the proposal was a stale reading
 			s.kept = s.kept[:0]
-			return shift
+			return shift, 0
 		case !at.Before(s.last.Add(-MaxLag)):
 			if at.After(s.last) {
 				s.last = at
 			}
 			if s.last.Sub(s.first) < ConfirmStep {
-				return shift + int64(s.step)
+				return shift, int64(s.step)
 			}
 			shift += int64(s.step)
 			s.shift.Store(shift)
 			s.pending.Store(false)
 			s.kept = s.kept[:0]
-			return shift
+			return shift, 0
 		}
 		// Behind the new line too: proposed afresh, the new line kept in case this reading
 		// was a stale one of it (see restore); past maxKept, it is replaced without being kept.
@@ -111,9 +111,9 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) int64 {
 		}
 		s.old, s.line = latest, line{first: at, last: at, step: lag}
 		s.pending.Store(true)
-		return shift + int64(lag)
+		return shift, int64(lag)
 	}
-	return shift
+	return shift, 0
 }
 
 // restore makes the proposal's line the first kept line that at, a reading not of the old line,
