@@ -21,7 +21,10 @@ import (
 // no wait, and a pushback of -1, "do not retry".
 //
 // A stream is decided once, when it opens, at the cost [WithCost] gives it, and its messages
-// are charged afterwards only with [WithMessageCharge]. Clients are told apart by [ClientIP]
+// are charged afterwards only with [WithMessageCharge]. Layers of l charged afterwards
+// ([retryafter.ChargedAfter]) admit a call while its key is not in debt, and nothing else here
+// charges them ([retryafter.Charge] is for requests through retryafter's HTTP middleware): a
+// handler that learns what its call cost charges their [retryafter.Charger] itself. Clients are told apart by [ClientIP]
 // unless [WithKeyFunc] says otherwise; when the key function or l fails, the call ends as
 // [WithFailOpen] says. Add it with connect.WithInterceptors on a handler; on a client it does
 // nothing. It panics if l is nil.

@@ -28,7 +28,10 @@ import (
 // of -1, "do not retry", and no RetryInfo. When the key function or l fails, the call ends as
 // [WithFailOpen] says.
 //
-// Clients are told apart by [ClientIP] unless [WithKeyFunc] says otherwise. It panics if l is
+// Clients are told apart by [ClientIP] unless [WithKeyFunc] says otherwise. Layers of l charged
+// afterwards ([retryafter.ChargedAfter]) admit a call while its key is not in debt, and nothing
+// here charges them ([retryafter.Charge] is for HTTP requests): a handler that learns what its
+// call cost charges their [retryafter.Charger] itself, under the call's key. It panics if l is
 // nil or opts hold [WithMessageCharge]. Add it with grpc.UnaryInterceptor or
 // grpc.ChainUnaryInterceptor.
 func UnaryServerInterceptor(l retryafter.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
