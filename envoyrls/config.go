@@ -24,15 +24,17 @@ import (
 // use.
 type Config struct {
 	domains map[string]*level
-	rules   map[string]*Rule // by ID
+	rules   map[string]*Rule // by key: two rules may share an ID, never a key
 }
 
 // A Rule is one rate_limit of a Config: requests_per_unit a unit, read as a token bucket of
 // rate RequestsPerUnit/Unit and burst RequestsPerUnit.
 type Rule struct {
 	// ID is envoyproxy/ratelimit's full key of the rule: the domain and the path of
-	// descriptor keys (and values) to it, "domain.key_value.key". It names the rule's
-	// clients in the limiter and the rule in the metrics.
+	// descriptor keys (and values) to it, "domain.key_value.key". It names the rule in the
+	// metrics. Two rules may share it, as dots are allowed in domains, keys and values
+	// ("d.x.y" is both key "x.y" and key "y" under "x"): each is decided by its own limit,
+	// as envoyproxy/ratelimit decides them.
 	ID string
 
 	// Name is the rule's name, for replaces.
@@ -55,6 +57,11 @@ type Rule struct {
 	// File and Line say where the rule is written.
 	File string
 	Line int
+
+	// key is the rule's identity: the domain and the path to the rule, each field
+	// length-prefixed, so that no two rules share it. It names the rule's clients in the
+	// limiter.
+	key string
 }
 
 // Policy returns the token bucket r is read as: RequestsPerUnit a Per, with a burst of
@@ -239,7 +246,7 @@ func (c *Config) parse(f File) error {
 		return fail(0, "duplicate domain '%s' in config file", root.Domain)
 	}
 	d := &level{children: map[string]*level{}}
-	if err := c.load(d, f.Name, root.Domain+".", root.Descriptors, fail); err != nil {
+	if err := c.load(d, f.Name, root.Domain+".", appendField(nil, root.Domain), root.Descriptors, fail); err != nil {
 		return err
 	}
 	c.domains[root.Domain] = d
@@ -301,8 +308,9 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// load adds descriptors to l, as envoyproxy/ratelimit's loadDescriptors.
-func (c *Config) load(l *level, file, parent string, descriptors []yamlDescriptor, fail func(int, string, ...any) error) error {
+// load adds descriptors to l, as envoyproxy/ratelimit's loadDescriptors: parent is the ID of
+// l, followed by a dot, and path its key (see Rule.key).
+func (c *Config) load(l *level, file, parent string, path []byte, descriptors []yamlDescriptor, fail func(int, string, ...any) error) error {
 	for _, y := range descriptors {
 		if y.Key == "" {
 			return fail(y.line, "descriptor has empty key")
@@ -322,18 +330,20 @@ func (c *Config) load(l *level, file, parent string, descriptors []yamlDescripto
 			return fail(y.line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", final)
 		}
 		n := &level{children: map[string]*level{}, share: y.ShareThreshold, pattern: y.Value}
+		key := appendField(slices.Clip(path), final)
 		if y.RateLimit != nil {
 			r, err := rule(y, id, file, fail)
 			if err != nil {
 				return err
 			}
+			r.key = string(key)
 			n.rule = r
-			c.rules[id] = r
+			c.rules[r.key] = r
 		}
 		if strings.Contains(final, "*") {
 			l.wildcards = append(l.wildcards, wildcard{key: final, parts: strings.Split(final, "*")})
 		}
-		if err := c.load(n, file, id+".", y.Descriptors, fail); err != nil {
+		if err := c.load(n, file, id+".", key, y.Descriptors, fail); err != nil {
 			return err
 		}
 		l.children[final] = n

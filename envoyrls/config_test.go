@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // upstream is where envoyproxy/ratelimit's own files are (see its ORIGIN.md).
@@ -151,8 +152,8 @@ func TestMatch(t *testing.T) {
 		id := ""
 		if r != nil {
 			id = r.ID
-			if got, ok := ruleID(key); !ok || got != id {
-				t.Errorf("%v: key %q names rule %q, want %q", tc.kv, key, got, id)
+			if got, ok := ruleID(key); !ok || c.Rule(got) != r {
+				t.Errorf("%v: key %q names rule %q, want %q", tc.kv, key, got, r.key)
 			}
 		}
 		if id != tc.rule {
@@ -203,5 +204,41 @@ func TestKeysDistinct(t *testing.T) {
 			t.Errorf("%v and %v make the one key %q", prev, kv, key)
 		}
 		seen[key] = kv
+	}
+}
+
+// TestRuleIDsDistinct: two rules whose IDs are the one dotted name (a key holding a dot and a
+// nested key; a domain holding a dot and a key) are each decided by their own limit, as
+// envoyproxy/ratelimit decides them; only their name is shared.
+func TestRuleIDsDistinct(t *testing.T) {
+	c := &clock{now: t0}
+	const nested = "domain: d\ndescriptors:\n  - key: x.y\n    rate_limit: {unit: second, requests_per_unit: 100}\n  - key: x\n    descriptors:\n      - key: y\n        rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	_, cl := newService(t, nested, c)
+	for i := range 5 {
+		if resp := ask(t, cl, request("d", 0, descriptor("x.y", "client"))); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("x.y: request %d of 100 a second refused", i+1)
+		}
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := ask(t, cl, request("d", 0, descriptor("x", "client", "y", "client"))).GetOverallCode(); got != want {
+			t.Errorf("x, y: request %d of 1 an hour: %v, want %v", i+1, got, want)
+		}
+	}
+
+	cfg, err := Parse(File{Name: "a.yaml", Data: []byte("domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")},
+		File{Name: "ab.yaml", Data: []byte("domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unlimited: true}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl = serve(t, New(cfg, Memory, WithClock(c.Now)))
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := ask(t, cl, request("a", 0, descriptor("b.c", "client"))).GetOverallCode(); got != want {
+			t.Errorf("domain a, b.c: request %d of 1 an hour: %v, want %v", i+1, got, want)
+		}
+	}
+	for i := range 3 {
+		if got := ask(t, cl, request("a.b", 0, descriptor("c", "client"))).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+			t.Errorf("domain a.b, c: unlimited request %d: %v", i+1, got)
+		}
 	}
 }

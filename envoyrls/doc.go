@@ -13,7 +13,9 @@
 // the first wildcard value written that matches ("foo*", "a*b*c"), else its key without a
 // value; the rule is the one at the level of the descriptor's last entry. A rule whose name
 // another matched rule replaces is dropped; an unlimited rule, a descriptor no rule matches
-// and an unknown domain are OK with no limit.
+// and an unknown domain are OK with no limit. Each rule is decided by its own limit, as
+// envoyproxy/ratelimit decides it, even where two share its dotted name (Rule.ID: key "x.y",
+// and key "y" under key "x"), which they then share only in the metrics.
 //
 // One request's descriptors are decided together: all admitted, or none charged. The cost is a
 // descriptor's own hits_addend where set, 0 checking without counting (admitted while its

@@ -13,8 +13,9 @@ import (
 // wildcard value written that matches, else the key written without a value; the rule is the
 // one at the level of the descriptor's last entry.
 //
-// The key names the rule by its ID and the client by the descriptor's values, but for a
-// share_threshold wildcard, where every matching value is one client.
+// The key names the rule by its identity (its domain and path, never shared with another rule,
+// where its ID may be) and the client by the descriptor's values, but for a share_threshold
+// wildcard, where every matching value is one client.
 func (c *Config) Match(domain string, descriptor *ratelimitv3.RateLimitDescriptor) (r *Rule, key string) {
 	l := c.domains[domain]
 	if l == nil {
@@ -56,7 +57,7 @@ func (c *Config) Match(domain string, descriptor *ratelimitv3.RateLimitDescripto
 	if r == nil {
 		return nil, ""
 	}
-	return r, string(appendField(nil, r.ID)) + string(b)
+	return r, string(appendField(nil, r.key)) + string(b)
 }
 
 // appendField appends s to b, its length first, so that no two lists of fields make one key.
@@ -66,8 +67,8 @@ func appendField(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// ruleID returns the ID of the rule that key (made by Match) names, and false for a key that
-// Match did not make.
+// ruleID returns the identity of the rule that key (made by Match) names, as Config.Rule
+// finds it, and false for a key that Match did not make.
 func ruleID(key string) (string, bool) {
 	n, rest, ok := strings.Cut(key, ":")
 	if !ok {
@@ -108,5 +109,7 @@ func wildcardMatch(parts []string, value string) bool {
 	return true
 }
 
-// Rule returns the rule of c whose ID is id, or nil.
+// Rule returns the rule of c that id names, or nil. id is the identity of a rule that leads
+// the keys Match returns (its domain and path, each field length-prefixed), not its ID,
+// which two rules may share.
 func (c *Config) Rule(id string) *Rule { return c.rules[id] }
