@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -110,35 +111,78 @@ type File struct {
 	Data []byte
 }
 
-// Load reads the configuration at path: a YAML file, or every .yaml and .yml file of a
-// directory (not its subdirectories), as envoyproxy/ratelimit reads its runtime directory.
-func Load(path string) (*Config, error) {
+// Load reads the configuration at path: a file, or every file under a directory, as
+// envoyproxy/ratelimit's runtime loader reads its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+// RUNTIME_APPDIRECTORY with RUNTIME_IGNOREDOTFILES unset (see Loader).
+func Load(path string) (*Config, error) { return Loader{}.Load(path) }
+
+// A Loader reads a configuration from files as envoyproxy/ratelimit's runtime loader
+// (github.com/lyft/goruntime) does: every file under a directory, in its subdirectories too,
+// whatever its name, and a symbolic link to a file as the file. Where that loader skips a file
+// with a warning (a symbolic link to a directory, which it does not follow; a file it cannot
+// read), Load refuses the configuration, naming the file, rather than load it without that
+// file; it refuses too a file that is not a regular one (a pipe, a device), which that loader
+// would read until it ends. path itself may be a symbolic link to a directory.
+type Loader struct {
+	// IgnoreDotFiles skips the files and directories under path whose names begin with a dot,
+	// as envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES=true: the ..data link and the
+	// ..2006_01_02 directory of a Kubernetes ConfigMap volume, an editor's swap files.
+	IgnoreDotFiles bool
+}
+
+// Load reads the configuration at path, a file or a directory.
+func (l Loader) Load(path string) (*Config, error) {
+	files, err := l.read(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(files...)
+}
+
+// read returns the file at path, or the files under the directory at path.
+func (l Loader) read(path string) ([]File, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	names := []string{path}
-	if fi.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, err
-		}
-		names = names[:0]
-		for _, e := range entries {
-			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
-				names = append(names, filepath.Join(path, e.Name()))
+	if !fi.IsDir() {
+		f, err := readFile(path)
+		return []File{f}, err
+	}
+	root := path + string(filepath.Separator) // walked when it is a symbolic link too
+	var files []File
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case l.IgnoreDotFiles && p != root && strings.HasPrefix(d.Name(), "."):
+			if d.IsDir() {
+				return filepath.SkipDir
 			}
+			return nil
+		case d.IsDir():
+			return nil
 		}
+		f, err := readFile(p)
+		files = append(files, f)
+		return err
+	})
+	return files, err
+}
+
+// readFile reads the regular file at path, following a symbolic link.
+func readFile(path string) (File, error) {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return File{}, err
+	case fi.IsDir():
+		return File{}, &ConfigError{File: path, Msg: "a symbolic link to a directory, which envoyproxy/ratelimit skips: remove it, or give it a name beginning with a dot and skip dot files (RUNTIME_IGNOREDOTFILES)"}
+	case !fi.Mode().IsRegular():
+		return File{}, &ConfigError{File: path, Msg: "not a regular file"}
 	}
-	files := make([]File, 0, len(names))
-	for _, n := range names {
-		data, err := os.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, File{Name: n, Data: data})
-	}
-	return Parse(files...)
+	data, err := os.ReadFile(path)
+	return File{Name: path, Data: data}, err
 }
 
 // Parse reads files, one domain each. It refuses, with the file, the line and why, every

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -240,5 +241,84 @@ func TestRuleIDsDistinct(t *testing.T) {
 		if got := ask(t, cl, request("a.b", 0, descriptor("c", "client"))).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 			t.Errorf("domain a.b, c: unlimited request %d: %v", i+1, got)
 		}
+	}
+}
+
+// writeDomain writes a configuration of domain to path, making its directories.
+func writeDomain(t *testing.T, path, domain string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	yml := "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// domains returns the domains of c, sorted.
+func domains(c *Config) []string {
+	var ds []string
+	for d := range c.domains {
+		ds = append(ds, d)
+	}
+	slices.Sort(ds)
+	return ds
+}
+
+// TestLoadDirectory: a directory is read as envoyproxy/ratelimit's runtime loader reads it:
+// every file under it, in its subdirectories too, whatever its name, dot files included unless
+// told to skip them; a symbolic link to a file is read, and one to a directory, which
+// envoyproxy/ratelimit skips, is refused rather than left out.
+func TestLoadDirectory(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	writeDomain(t, filepath.Join(dir, "a.yaml"), "a")
+	writeDomain(t, filepath.Join(dir, "sub", "b.conf"), "b")
+	writeDomain(t, filepath.Join(dir, "sub", "deeper", "c"), "c")
+	writeDomain(t, filepath.Join(dir, ".d.yaml"), "d")
+	writeDomain(t, filepath.Join(dir, ".hidden", "e.yaml"), "e")
+	writeDomain(t, filepath.Join(outside, "f.yaml"), "f")
+	if err := os.Symlink(filepath.Join(outside, "f.yaml"), filepath.Join(dir, "f.yaml")); err != nil {
+		t.Skip(err)
+	}
+	load := func(l Loader, path string) []string {
+		t.Helper()
+		c, err := l.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return domains(c)
+	}
+	if got, want := load(Loader{}, dir), []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(got, want) {
+		t.Errorf("Load: domains %v, want %v", got, want)
+	}
+	if got, want := load(Loader{IgnoreDotFiles: true}, dir), []string{"a", "b", "c", "f"}; !slices.Equal(got, want) {
+		t.Errorf("IgnoreDotFiles: domains %v, want %v", got, want)
+	}
+	link := filepath.Join(outside, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := load(Loader{IgnoreDotFiles: true}, link), []string{"a", "b", "c", "f"}; !slices.Equal(got, want) {
+		t.Errorf("through a link: domains %v, want %v", got, want)
+	}
+
+	// A link to a directory, as Kubernetes mounts ..data beside a ConfigMap's files.
+	other := filepath.Join(outside, "other")
+	writeDomain(t, filepath.Join(other, "g.yaml"), "g")
+	if err := os.Symlink(other, filepath.Join(dir, "g")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "g")+": a symbolic link to a directory") {
+		t.Errorf("a link to a directory: got %v", err)
+	}
+	if err := os.Rename(filepath.Join(dir, "g"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := load(Loader{IgnoreDotFiles: true}, dir), []string{"a", "b", "c", "f"}; !slices.Equal(got, want) {
+		t.Errorf("IgnoreDotFiles, ..data: domains %v, want %v", got, want)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "..data: a symbolic link to a directory") {
+		t.Errorf("..data read: got %v", err)
 	}
 }

@@ -31,9 +31,14 @@
 // refusal spends nothing and is reported to the decision hook as DryRunRefused; in a request
 // the others refused it is not asked, and not reported.
 //
-// Differences from envoyproxy/ratelimit: quota_mode is refused at load; detailed_metric,
-// value_to_metric and metadata load and change nothing (metrics never carry a descriptor's
-// value); a descriptor's limit override and negative hits are refused with INVALID_ARGUMENT,
+// Load reads every file under a directory, in its subdirectories too and whatever its name, as
+// envoyproxy/ratelimit's runtime loader does; Loader.IgnoreDotFiles is its
+// RUNTIME_IGNOREDOTFILES.
+//
+// Differences from envoyproxy/ratelimit: quota_mode is refused at load, and so are a symbolic
+// link to a directory under the configuration and a file that cannot be read, which it skips;
+// detailed_metric, value_to_metric and metadata load and change nothing (metrics never carry a
+// descriptor's value); a descriptor's limit override and negative hits are refused with INVALID_ARGUMENT,
 // as are more than MaxDescriptors descriptors, MaxEntries entries a descriptor, or a domain,
 // key or value longer than MaxLength bytes. More than 16 descriptors with a limit, or
 // descriptors of different costs, are decided one retryafter.All after the other, giving back

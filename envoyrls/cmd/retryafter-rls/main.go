@@ -3,16 +3,20 @@
 //
 //	retryafter-rls -config PATH [-grpc ADDR] [-http ADDR] [-redis URL | -redis-cluster ADDR,ADDR]
 //
-// PATH is a YAML file or a directory of them; it is read again on SIGHUP and when a file of
-// it changes, every client keeping its state. -grpc (default :8081) serves
-// envoy.service.ratelimit.v3.RateLimitService and the gRPC health service; -http (default
-// :8080) serves GET /healthcheck and GET /metrics (Prometheus text, from package otelmetrics's
-// instruments: the domain is rpc.method "ratelimit/DOMAIN", a rule's name its policy name). Without -redis or -redis-cluster the limits are kept in
-// memory. When a flag is absent, envoyproxy/ratelimit's environment variable is read:
-// RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (PATH is
+// PATH is a YAML file or a directory: every file under it, in its subdirectories too, whatever
+// its name, as envoyproxy/ratelimit reads its runtime directory (-ignore-dot-files skips the
+// names beginning with a dot; a symbolic link to a directory under it is refused, not skipped).
+// It is read again on SIGHUP and when a file under it changes, every client keeping its state.
+// -grpc (default :8081) serves envoy.service.ratelimit.v3.RateLimitService and the gRPC health
+// service; -http (default :8080) serves GET /healthcheck and GET /metrics (Prometheus text,
+// from package otelmetrics's instruments: the domain is rpc.method "ratelimit/DOMAIN", a rule's
+// name its policy name). Without -redis or -redis-cluster the limits are kept in memory. When a
+// flag is absent, envoyproxy/ratelimit's environment variable is read: RUNTIME_ROOT,
+// RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (PATH is
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, the last "config" by default),
-// GRPC_PORT, PORT, REDIS_URL and LIMIT_RESPONSE_HEADERS_ENABLED. On SIGTERM or SIGINT the
-// health turns NOT_SERVING, the requests under way finish, and the command exits.
+// RUNTIME_IGNOREDOTFILES, GRPC_PORT, PORT, REDIS_URL and LIMIT_RESPONSE_HEADERS_ENABLED. On
+// SIGTERM or SIGINT the health turns NOT_SERVING, the requests under way finish, and the
+// command exits.
 package main
 
 import (
@@ -27,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,20 +62,25 @@ func main() {
 // options are the command's flags, filled from the environment where absent.
 type options struct {
 	config, grpc, http, redisURL, cluster string
-	fields, legacy                        bool
+	fields, legacy, ignoreDots            bool
 	watch, drain, redisTimeout            time.Duration
 }
 
 // parse reads args, then getenv for what they leave out.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
+	ignoreDots, err := envBool(getenv, "RUNTIME_IGNOREDOTFILES")
+	if err != nil {
+		return o, err
+	}
 	fs := flag.NewFlagSet("retryafter-rls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.config, "config", "", "a YAML file or a directory of them (default $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config)")
+	fs.StringVar(&o.config, "config", "", "a YAML file, or a directory of them, subdirectories included (default $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config)")
 	fs.StringVar(&o.grpc, "grpc", "", "the gRPC address (default :$GRPC_PORT, else :8081)")
 	fs.StringVar(&o.http, "http", "", "the HTTP address of /healthcheck and /metrics (default :$PORT, else :8080)")
 	fs.StringVar(&o.redisURL, "redis", "", "a redis:// or rediss:// URL to keep the limits in (default $REDIS_URL)")
 	fs.StringVar(&o.cluster, "redis-cluster", "", "the addresses of a Redis Cluster, comma-separated")
+	fs.BoolVar(&o.ignoreDots, "ignore-dot-files", ignoreDots, "skip the configuration's files and directories whose names begin with a dot (default $RUNTIME_IGNOREDOTFILES)")
 	fs.BoolVar(&o.fields, "ratelimit-fields", false, "add the RateLimit and RateLimit-Policy fields")
 	fs.BoolVar(&o.legacy, "x-ratelimit-headers", getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true", "add X-RateLimit-Limit, -Remaining and -Reset")
 	fs.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "how long a decision may wait for Redis before it fails (UNAVAILABLE)")
@@ -100,6 +110,20 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	return o, nil
 }
 
+// envBool reads the boolean variable name as envoyproxy/ratelimit does (strconv.ParseBool,
+// refusing anything else), false when it is unset or empty.
+func envBool(getenv func(string) string, name string) (bool, error) {
+	v := getenv(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: not a boolean", name, v)
+	}
+	return b, nil
+}
+
 // orEnv returns flag, else ":"+port, else def.
 func orEnv(flag, port, def string) string {
 	switch {
@@ -119,7 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 		return err
 	}
 	logger := log.New(stderr, "retryafter-rls: ", log.LstdFlags)
-	cfg, err := envoyrls.Load(o.config)
+	cfg, err := envoyrls.Loader{IgnoreDotFiles: o.ignoreDots}.Load(o.config)
 	if err != nil {
 		return err
 	}
@@ -180,7 +204,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 // returns nil) or a server fails (it returns its error, from errs).
 func watch(ctx context.Context, o options, svc *envoyrls.Service, logger *log.Logger, hup <-chan os.Signal, errs <-chan error) error {
 	reload := func(why string) {
-		c, err := envoyrls.Load(o.config)
+		c, err := envoyrls.Loader{IgnoreDotFiles: o.ignoreDots}.Load(o.config)
 		if err != nil {
 			logger.Printf("%s: keeping the configuration loaded: %v", why, err)
 			return
@@ -227,18 +251,18 @@ func drain(gs *grpc.Server, hs *http.Server, d time.Duration) {
 	}
 }
 
-// stamp returns what changes when a configuration file at path is written, added or removed:
-// the name, size and modification time of each.
+// stamp returns what changes when a configuration file at or under path is written, added or
+// removed: the name, size and modification time of each, through symbolic links.
 func stamp(path string) string {
 	var b strings.Builder
-	filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		path += string(filepath.Separator) // walked when it is a symbolic link too
+	}
+	filepath.WalkDir(path, func(p string, _ os.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
-		if d.IsDir() && p != path {
-			return filepath.SkipDir
-		}
-		if fi, err := d.Info(); err == nil {
+		if fi, err := os.Stat(p); err == nil {
 			fmt.Fprintf(&b, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
 		}
 		return nil

@@ -180,6 +180,27 @@ func testCommand(t *testing.T, s *started, dir string, reload func()) {
 	}
 }
 
+// TestNestedConfig: the files of the configuration's subdirectories are read and watched, and
+// with RUNTIME_IGNOREDOTFILES its dot files are skipped, as envoyproxy/ratelimit's runtime
+// loader does; without it a dot directory repeating a domain is refused.
+func TestNestedConfig(t *testing.T) {
+	dir := t.TempDir()
+	sub, old := filepath.Join(dir, "team"), filepath.Join(dir, ".old")
+	for _, d := range []string{sub, old} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		writeConfig(t, d, oneAnHour)
+	}
+	args := []string{"-config", dir, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0"}
+	err := run(context.Background(), args, func(string) string { return "" }, nil, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "duplicate domain 'd'") {
+		t.Fatalf("a dot directory read: %v", err)
+	}
+	s := start(t, map[string]string{"RUNTIME_IGNOREDOTFILES": "true"}, "-config", dir, "-watch", "20ms")
+	testCommand(t, s, sub, func() {}) // the change of the nested file is seen
+}
+
 // TestFlags: what is refused before serving.
 func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
@@ -191,10 +212,15 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%v: accepted", args)
 		}
 	}
+	if _, err := parse([]string{"-config", "x"}, func(k string) string {
+		return map[string]string{"RUNTIME_IGNOREDOTFILES": "maybe"}[k]
+	}, io.Discard); err == nil {
+		t.Error("RUNTIME_IGNOREDOTFILES=maybe: accepted")
+	}
 	o, err := parse(nil, func(k string) string {
-		return map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_SUBDIRECTORY": "s", "GRPC_PORT": "9", "PORT": "8", "REDIS_URL": "redis://h"}[k]
+		return map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_SUBDIRECTORY": "s", "GRPC_PORT": "9", "PORT": "8", "REDIS_URL": "redis://h", "RUNTIME_IGNOREDOTFILES": "1"}[k]
 	}, io.Discard)
-	if err != nil || o.config != "/r/s/config" || o.grpc != ":9" || o.http != ":8" || o.redisURL != "redis://h" {
+	if err != nil || o.config != "/r/s/config" || o.grpc != ":9" || o.http != ":8" || o.redisURL != "redis://h" || !o.ignoreDots {
 		t.Errorf("from the environment: %+v %v", o, err)
 	}
 }
