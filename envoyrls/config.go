@@ -276,11 +276,8 @@ func (c *Config) parse(f File) error {
 		if top.Kind != yaml.MappingNode && !(top.Kind == yaml.ScalarNode && top.Tag == "!!null") {
 			return fail(top.Line, "error loading config file: the file is not a mapping")
 		}
-		if err := validateKeys(top, fail); err != nil {
+		if err := decode(top, &root, fail); err != nil {
 			return err
-		}
-		if err := top.Decode(&root); err != nil {
-			return fail(0, "error loading config file: %v", err)
 		}
 	}
 	if root.Domain == "" {
@@ -294,6 +291,26 @@ func (c *Config) parse(f File) error {
 		return err
 	}
 	c.domains[root.Domain] = d
+	return nil
+}
+
+// decode validates top and decodes it into root, as envoyproxy/ratelimit's
+// ConfigFileContentToYaml reads a file with yaml.v2 (see flattener).
+func decode(top *yaml.Node, root *yamlRoot, fail func(int, string, ...any) error) error {
+	plain, err := flatten(top, false, fail)
+	if err != nil {
+		return err
+	}
+	if err := validateKeys(plain, fail); err != nil {
+		return err
+	}
+	fields, err := flatten(top, true, fail)
+	if err != nil {
+		return err
+	}
+	if err := fields.Decode(root); err != nil {
+		return fail(0, "error loading config file: %v", err)
+	}
 	return nil
 }
 

@@ -33,7 +33,11 @@
 //
 // Load reads every file under a directory, in its subdirectories too and whatever its name, as
 // envoyproxy/ratelimit's runtime loader does; Loader.IgnoreDotFiles is its
-// RUNTIME_IGNOREDOTFILES.
+// RUNTIME_IGNOREDOTFILES. A file is read as envoyproxy/ratelimit reads it with gopkg.in/yaml.v2:
+// merge keys ("<<: *anchor") merge, in yaml.v2's order; of a key written twice the last value
+// is kept (two rate_limit mappings of one descriptor are merged field by field); dates,
+// !!binary and unknown tags are strings; YAML 1.1's integers (010 is 8) and booleans (yes, on)
+// are read; keys must be strings, values strings, integers, booleans or null.
 //
 // Differences from envoyproxy/ratelimit: quota_mode is refused at load, and so are a symbolic
 // link to a directory under the configuration and a file that cannot be read, which it skips;
