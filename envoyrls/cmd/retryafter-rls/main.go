@@ -14,9 +14,12 @@
 // flag is absent, envoyproxy/ratelimit's environment variable is read: RUNTIME_ROOT,
 // RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (PATH is
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, the last "config" by default),
-// RUNTIME_IGNOREDOTFILES, GRPC_PORT, PORT, REDIS_URL and LIMIT_RESPONSE_HEADERS_ENABLED. On
-// SIGTERM or SIGINT the health turns NOT_SERVING, the requests under way finish, and the
-// command exits.
+// RUNTIME_IGNOREDOTFILES, GRPC_PORT, PORT, REDIS_URL, and LIMIT_RESPONSE_HEADERS_ENABLED
+// (-limit-headers: the binding rule's limit, remaining and reset headers, named
+// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset unless LIMIT_LIMIT_HEADER,
+// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER, or -limit-header, -remaining-header and
+// -reset-header, name them). On SIGTERM or SIGINT the health turns NOT_SERVING, the requests
+// under way finish, and the command exits.
 package main
 
 import (
@@ -62,7 +65,8 @@ func main() {
 // options are the command's flags, filled from the environment where absent.
 type options struct {
 	config, grpc, http, redisURL, cluster string
-	fields, legacy, ignoreDots            bool
+	fields, headers, ignoreDots           bool
+	headerNames                           [3]string // limit, remaining, reset
 	watch, drain, redisTimeout            time.Duration
 }
 
@@ -70,6 +74,10 @@ type options struct {
 func parse(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
 	ignoreDots, err := envBool(getenv, "RUNTIME_IGNOREDOTFILES")
+	if err != nil {
+		return o, err
+	}
+	headers, err := envBool(getenv, "LIMIT_RESPONSE_HEADERS_ENABLED")
 	if err != nil {
 		return o, err
 	}
@@ -82,7 +90,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.StringVar(&o.cluster, "redis-cluster", "", "the addresses of a Redis Cluster, comma-separated")
 	fs.BoolVar(&o.ignoreDots, "ignore-dot-files", ignoreDots, "skip the configuration's files and directories whose names begin with a dot (default $RUNTIME_IGNOREDOTFILES)")
 	fs.BoolVar(&o.fields, "ratelimit-fields", false, "add the RateLimit and RateLimit-Policy fields")
-	fs.BoolVar(&o.legacy, "x-ratelimit-headers", getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true", "add X-RateLimit-Limit, -Remaining and -Reset")
+	fs.BoolVar(&o.headers, "limit-headers", headers, "add the binding rule's limit, remaining and reset headers (default $LIMIT_RESPONSE_HEADERS_ENABLED)")
+	for i, h := range limitHeaders {
+		fs.StringVar(&o.headerNames[i], h.flag, orDefault(getenv(h.env), h.name), "the name of the "+h.what+" header (default $"+h.env+", else "+h.name+")")
+	}
 	fs.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultTimeout, "how long a decision may wait for Redis before it fails (UNAVAILABLE)")
 	fs.DurationVar(&o.watch, "watch", time.Second, "how often to look for a changed configuration; 0: only on SIGHUP")
 	fs.DurationVar(&o.drain, "drain", 10*time.Second, "how long to let requests under way finish on SIGTERM")
@@ -108,6 +119,22 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 		return o, errors.New("-redis and -redis-cluster both given")
 	}
 	return o, nil
+}
+
+// limitHeaders are the headers of -limit-headers, as envoyproxy/ratelimit's settings name them,
+// in the order of options.headerNames.
+var limitHeaders = [3]struct{ flag, env, name, ours, what string }{
+	{"limit-header", "LIMIT_LIMIT_HEADER", "RateLimit-Limit", "X-RateLimit-Limit", "limit"},
+	{"remaining-header", "LIMIT_REMAINING_HEADER", "RateLimit-Remaining", "X-RateLimit-Remaining", "remaining"},
+	{"reset-header", "LIMIT_RESET_HEADER", "RateLimit-Reset", "X-RateLimit-Reset", "reset"},
+}
+
+// orDefault returns v, else def.
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 // envBool reads the boolean variable name as envoyproxy/ratelimit does (strconv.ParseBool,
@@ -158,7 +185,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 	}
 	defer mx.provider.Shutdown(context.Background())
 	svc := envoyrls.New(cfg, mx.limiter(storeName, limiter), envoyrls.WithRateLimitFields(o.fields),
-		envoyrls.WithXRateLimitHeaders(o.legacy), envoyrls.WithDecisionHook(mx.decided))
+		envoyrls.WithXRateLimitHeaders(o.headers), envoyrls.WithDecisionHook(mx.decided))
 
 	gl, err := net.Listen("tcp", o.grpc)
 	if err != nil {
@@ -170,7 +197,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hup <-c
 		return err
 	}
 	gs := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	rlsv3.RegisterRateLimitServiceServer(gs, renamed{svc, o.headerNames})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	mux := http.NewServeMux()
@@ -235,6 +262,26 @@ func watch(ctx context.Context, o options, svc *envoyrls.Service, logger *log.Lo
 			return nil
 		}
 	}
+}
+
+// renamed is a Service whose X-RateLimit-Limit, -Remaining and -Reset headers are named as
+// envoyproxy/ratelimit names them: names, in the order of limitHeaders.
+type renamed struct {
+	*envoyrls.Service
+	names [3]string
+}
+
+// ShouldRateLimit implements rlsv3.RateLimitServiceServer.
+func (r renamed) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := r.Service.ShouldRateLimit(ctx, req)
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		for i, l := range limitHeaders {
+			if h.GetKey() == l.ours {
+				h.Key = r.names[i]
+			}
+		}
+	}
+	return resp, err
 }
 
 // drain lets the requests under way finish, for at most d, then stops.

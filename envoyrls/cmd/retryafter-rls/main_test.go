@@ -201,6 +201,36 @@ func TestNestedConfig(t *testing.T) {
 	testCommand(t, s, sub, func() {}) // the change of the nested file is seen
 }
 
+// TestLimitHeaders: LIMIT_RESPONSE_HEADERS_ENABLED adds RateLimit-Limit, RateLimit-Remaining
+// and RateLimit-Reset, as envoyproxy/ratelimit does, under the names LIMIT_LIMIT_HEADER,
+// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER give when set; nothing else.
+func TestLimitHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want []string
+	}{
+		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}},
+		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "1", "LIMIT_LIMIT_HEADER": "X-Quota", "LIMIT_REMAINING_HEADER": "X-Quota-Left", "LIMIT_RESET_HEADER": "X-Quota-Reset"},
+			[]string{"X-Quota", "X-Quota-Left", "X-Quota-Reset"}},
+		{map[string]string{"LIMIT_LIMIT_HEADER": "X-Quota"}, nil},
+	} {
+		dir := t.TempDir()
+		writeConfig(t, dir, oneAnHour)
+		s := start(t, tc.env, "-config", dir, "-watch", "0")
+		var got []string
+		for _, h := range s.ask(t).GetResponseHeadersToAdd() {
+			got = append(got, h.GetKey()+": "+h.GetValue())
+		}
+		var want []string
+		for i, name := range tc.want {
+			want = append(want, name+": "+[]string{"2", "1", "1800"}[i])
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%v: headers %q, want %q", tc.env, got, want)
+		}
+	}
+}
+
 // TestFlags: what is refused before serving.
 func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
@@ -212,10 +242,12 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%v: accepted", args)
 		}
 	}
-	if _, err := parse([]string{"-config", "x"}, func(k string) string {
-		return map[string]string{"RUNTIME_IGNOREDOTFILES": "maybe"}[k]
-	}, io.Discard); err == nil {
-		t.Error("RUNTIME_IGNOREDOTFILES=maybe: accepted")
+	for _, name := range []string{"RUNTIME_IGNOREDOTFILES", "LIMIT_RESPONSE_HEADERS_ENABLED"} {
+		if _, err := parse([]string{"-config", "x"}, func(k string) string {
+			return map[string]string{name: "maybe"}[k]
+		}, io.Discard); err == nil {
+			t.Errorf("%s=maybe: accepted", name)
+		}
 	}
 	o, err := parse(nil, func(k string) string {
 		return map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_SUBDIRECTORY": "s", "GRPC_PORT": "9", "PORT": "8", "REDIS_URL": "redis://h", "RUNTIME_IGNOREDOTFILES": "1"}[k]
