@@ -25,7 +25,8 @@ import (
 // use.
 type Config struct {
 	domains map[string]*level
-	rules   map[string]*Rule // by key: two rules may share an ID, never a key
+	rules   map[string]*Rule // by identity (Rule.key): two rules may share an ID, never that
+	ids     map[string]*Rule // by ID, the first loaded of those that share one
 }
 
 // A Rule is one rate_limit of a Config: requests_per_unit a unit, read as a token bucket of
@@ -188,7 +189,7 @@ func readFile(path string) (File, error) {
 // Parse reads files, one domain each. It refuses, with the file, the line and why, every
 // configuration envoyproxy/ratelimit refuses, and quota_mode (see the package doc).
 func Parse(files ...File) (*Config, error) {
-	c := &Config{domains: map[string]*level{}, rules: map[string]*Rule{}}
+	c := &Config{domains: map[string]*level{}, rules: map[string]*Rule{}, ids: map[string]*Rule{}}
 	var errs []error
 	for _, f := range files {
 		if err := c.parse(f); err != nil {
@@ -400,6 +401,9 @@ func (c *Config) load(l *level, file, parent string, path []byte, descriptors []
 			r.key = string(key)
 			n.rule = r
 			c.rules[r.key] = r
+			if c.ids[id] == nil {
+				c.ids[id] = r
+			}
 		}
 		if strings.Contains(final, "*") {
 			l.wildcards = append(l.wildcards, wildcard{key: final, parts: strings.Split(final, "*")})

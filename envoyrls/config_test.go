@@ -153,7 +153,7 @@ func TestMatch(t *testing.T) {
 		id := ""
 		if r != nil {
 			id = r.ID
-			if got, ok := ruleID(key); !ok || c.Rule(got) != r {
+			if got, ok := ruleID(key); !ok || c.ruleOf(got) != r || c.Rule(r.ID) == nil {
 				t.Errorf("%v: key %q names rule %q, want %q", tc.kv, key, got, r.key)
 			}
 		}
@@ -230,6 +230,9 @@ func TestRuleIDsDistinct(t *testing.T) {
 		File{Name: "ab.yaml", Data: []byte("domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unlimited: true}\n")})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r := cfg.Rule("a.b.c"); r == nil || r.File != "a.yaml" {
+		t.Errorf("Rule(%q) = %+v, want the first loaded of the two, a.yaml's", "a.b.c", r)
 	}
 	cl = serve(t, New(cfg, Memory, WithClock(c.Now)))
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {

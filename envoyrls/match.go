@@ -67,7 +67,7 @@ func appendField(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// ruleID returns the identity of the rule that key (made by Match) names, as Config.Rule
+// ruleID returns the identity of the rule that key (made by Match) names, as Config.ruleOf
 // finds it, and false for a key that Match did not make.
 func ruleID(key string) (string, bool) {
 	n, rest, ok := strings.Cut(key, ":")
@@ -109,7 +109,10 @@ func wildcardMatch(parts []string, value string) bool {
 	return true
 }
 
-// Rule returns the rule of c that id names, or nil. id is the identity of a rule that leads
-// the keys Match returns (its domain and path, each field length-prefixed), not its ID,
-// which two rules may share.
-func (c *Config) Rule(id string) *Rule { return c.rules[id] }
+// Rule returns the rule of c whose ID is id, or nil: of two rules that share it, the first
+// loaded.
+func (c *Config) Rule(id string) *Rule { return c.ids[id] }
+
+// ruleOf returns the rule of c whose identity (Rule.key) is identity, as a key that Match
+// returns leads with it, or nil.
+func (c *Config) ruleOf(identity string) *Rule { return c.rules[identity] }

@@ -57,8 +57,9 @@ func WithClock(now func() time.Time) Option {
 func WithRateLimitFields(on bool) Option { return func(s *Service) { s.fields = on } }
 
 // WithXRateLimitHeaders makes the Service add X-RateLimit-Limit, X-RateLimit-Remaining and
-// X-RateLimit-Reset, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED. The default
-// is off.
+// X-RateLimit-Reset, the values envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED adds,
+// which it names RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset by default (the
+// command retryafter-rls renames them as it does). The default is off.
 func WithXRateLimitHeaders(on bool) Option { return func(s *Service) { s.legacy = on } }
 
 // WithDecisionHook makes the Service call fn with each decision of a rule, on the request's
@@ -103,7 +104,8 @@ func New(c *Config, limiter LimiterFunc, opts ...Option) *Service {
 }
 
 // SetConfig makes the Service decide by c from its next request on. Every client keeps its
-// state: a rule whose ID is the same keeps its clients' tokens, capped at its new burst.
+// state: a rule at the same place (domain and path of descriptors) keeps its clients' tokens,
+// capped at its new burst.
 func (s *Service) SetConfig(c *Config) {
 	if c == nil {
 		panic("envoyrls: SetConfig(nil)")
@@ -121,7 +123,7 @@ func (s *Service) policy(key string) retryafter.Policy {
 	if !ok {
 		return retryafter.Policy{}
 	}
-	r := s.config.Load().Rule(id)
+	r := s.config.Load().ruleOf(id)
 	if r == nil || r.Unlimited || r.RequestsPerUnit == 0 {
 		return retryafter.Policy{}
 	}
