@@ -42,9 +42,10 @@
 // Differences from envoyproxy/ratelimit: quota_mode is refused at load, and so are a symbolic
 // link to a directory under the configuration and a file that cannot be read, which it skips;
 // detailed_metric, value_to_metric and metadata load and change nothing (metrics never carry a
-// descriptor's value); a descriptor's limit override and negative hits are refused with INVALID_ARGUMENT,
-// as are more than MaxDescriptors descriptors, MaxEntries entries a descriptor, or a domain,
-// key or value longer than MaxLength bytes. More than 16 descriptors with a limit, or
+// descriptor's value); a descriptor's limit override and negative hits are refused with
+// INVALID_ARGUMENT, as are more than MaxDescriptors descriptors, MaxEntries entries a
+// descriptor, or a domain longer than MaxLength bytes (a key or value longer than that counts
+// by its SHA-256). More than 16 descriptors with a limit, or
 // descriptors of different costs, are decided one retryafter.All after the other, giving back
 // what was spent when a later one refuses, which needs a Limiter that is a retryafter.Charger
 // (TokenBucket and redisstore.Store are).

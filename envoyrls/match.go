@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"crypto/sha256"
 	"strconv"
 	"strings"
 
@@ -45,7 +46,7 @@ func (c *Config) Match(domain string, descriptor *ratelimitv3.RateLimitDescripto
 		if wild && next.share {
 			value = next.pattern
 		}
-		b = appendField(appendField(b, e.GetKey()), value)
+		b = appendField(appendField(b, short(e.GetKey())), short(value))
 		if i == len(entries)-1 && next.rule != nil {
 			r = next.rule
 		}
@@ -58,6 +59,16 @@ func (c *Config) Match(domain string, descriptor *ratelimitv3.RateLimitDescripto
 		return nil, ""
 	}
 	return r, string(appendField(nil, r.key)) + string(b)
+}
+
+// short returns s, or its SHA-256 when it is longer than MaxLength: what a client's key holds
+// of a descriptor's key or value.
+func short(s string) string {
+	if len(s) <= MaxLength {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return string(sum[:])
 }
 
 // appendField appends s to b, its length first, so that no two lists of fields make one key.

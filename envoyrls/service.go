@@ -19,11 +19,15 @@ import (
 	"github.com/retryafter/retryafter/edge"
 )
 
-// The limits on one request; beyond them it is refused with INVALID_ARGUMENT.
+// The limits on one request: beyond MaxDescriptors, MaxEntries, or a domain of MaxLength, it
+// is refused with INVALID_ARGUMENT. A descriptor's key or value longer than MaxLength (a value
+// the client writes: a path, a header) is matched as written and counts in the client's key by
+// its SHA-256, so that no client is kept apart from its limit by its length nor grows the
+// memory of keys by it.
 const (
 	MaxDescriptors = 64  // descriptors a request
 	MaxEntries     = 16  // entries a descriptor
-	MaxLength      = 256 // bytes a key or a value
+	MaxLength      = 256 // bytes a domain; a key or value longer counts by its digest
 	maxLayers      = 16  // descriptors with a limit that retryafter.All decides at once
 )
 
@@ -207,11 +211,6 @@ func check(req *rlsv3.RateLimitRequest) error {
 			return bad("descriptor %d: limit overrides are not supported", i)
 		case d.GetIsNegativeHits():
 			return bad("descriptor %d: negative hits are not supported", i)
-		}
-		for _, e := range d.GetEntries() {
-			if len(e.GetKey()) > MaxLength || len(e.GetValue()) > MaxLength {
-				return bad("descriptor %d: a key or value longer than %d bytes", i, MaxLength)
-			}
 		}
 	}
 	return nil
