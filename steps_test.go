@@ -293,3 +293,18 @@ func TestStepsBackRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestReadingBeyondAnyStep: a reading further behind than any step the line follows (the zero
+// time.Time, from a clock that failed once) is decided at the latest instant and told the
+// bucket's own wait from there, as one 66 years behind is; it was told the whole lag, saturated
+// at 292 years, and a client that obeys never came back.
+func TestReadingBeyondAnyStep(t *testing.T) {
+	for _, bad := range []time.Time{time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), {}, time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		b := NewTokenBucket(rate.Every(2*time.Second), 1)
+		decide(t, b, "k", 1, t0)
+		d, _ := b.Decide(context.Background(), "k", 1, bad)
+		if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Second || d.Reset > 2*time.Second {
+			t.Errorf("a reading of %v after one of %v: %+v, want refused with the bucket's own wait, 2 s", bad, t0, plain(d))
+		}
+	}
+}

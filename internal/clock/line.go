@@ -44,6 +44,12 @@ func (l *Line) At(now time.Time) (time.Time, Late) {
 		shift, step := l.Steps.see(at, shift, l.Latest)
 		at, late.Step = now.Add(time.Duration(shift+step)), time.Duration(step)
 		lag = l.Latest.Sub(at)
+		if step == 0 && lag > MaxLag && time.Duration(shift) > maxShift-lag {
+			// Further behind than any step the line follows (maxShift: the zero time of a
+			// clock that failed once): decided at the latest instant, its waits told from
+			// there, as the bucket counts them, not lengthened by centuries.
+			return l.Latest, Late{}
+		}
 	}
 	if lag <= 0 {
 		l.Latest = at
