@@ -397,12 +397,18 @@ func forgive(lim *rate.Limiter, pol Policy, at time.Time) {
 }
 
 // lateBy tells d's waits, measured from the instant d was decided at, from the caller's now, as
-// late says (see clock.Late).
+// late says (see clock.Late). An admitted request's RetryAfter is its place, which the server
+// waits out on its own timer: the lag alone.
 func lateBy(d *Decision, late clock.Late) {
-	if late != (clock.Late{}) {
-		d.RetryAfter = late.Wait(d.RetryAfter)
-		d.Reset = late.Wait(d.Reset)
+	if late == (clock.Late{}) {
+		return
 	}
+	if d.Allowed {
+		d.RetryAfter = clock.Late{Lag: late.Lag}.Wait(d.RetryAfter)
+	} else {
+		d.RetryAfter = late.Wait(d.RetryAfter)
+	}
+	d.Reset = late.Wait(d.Reset)
 }
 
 // quota sets d's Limit, Remaining, Reset and Policy from the tokens left in a bucket of pol.

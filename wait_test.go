@@ -387,3 +387,35 @@ func TestWaitSpreadBooksOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitDuringUnconfirmedStep: a place given while a step back of the clock is not yet
+// confirmed is waited out by the server's own timer, which the step does not concern: it is
+// at most maxWait away, and WithWait(1s) holds a request at most 1 s. The step, told to a
+// refused client in case it comes back on the clock's old line, was added to places too, which
+// held a request 3 s under WithWait(1s).
+func TestWaitDuringUnconfirmedStep(t *testing.T) {
+	ctx := context.Background()
+	for _, step := range []time.Duration{1500 * time.Millisecond, 2 * time.Second, 3 * time.Second} {
+		b := NewTokenBucket(1, 1)
+		b.Decide(ctx, "k", 1, t0)
+		if d, _ := b.Reserve(ctx, "k", 1, t0.Add(-step), time.Second); d.Allowed && d.RetryAfter > time.Second {
+			t.Errorf("step back %v: a place %v ahead, beyond maxWait 1s", step, d.RetryAfter)
+		}
+		a := All(NewTokenBucket(1, 1), NewTokenBucket(10, 10)).(edge.Reserver)
+		a.Reserve(ctx, "k", 1, t0, 0)
+		if d, _ := a.Reserve(ctx, "k", 1, t0.Add(-step), time.Second); d.Allowed && d.RetryAfter > time.Second {
+			t.Errorf("All, step back %v: a place %v ahead, beyond maxWait 1s", step, d.RetryAfter)
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		now := t0
+		h := LimitWith(NewTokenBucket(1, 1), WithWait(time.Second), WithClock(func() time.Time { return now }))(ok)
+		serve(h, "GET", "192.0.2.1:1")
+		now = t0.Add(-2 * time.Second)
+		start := time.Now()
+		w := serve(h, "GET", "192.0.2.1:1")
+		if held := time.Since(start); held > time.Second {
+			t.Errorf("WithWait(1s): %d after holding the request %v", w.Code, held)
+		}
+	})
+}

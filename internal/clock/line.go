@@ -61,7 +61,9 @@ func (l *Line) At(now time.Time) (time.Time, Late) {
 
 // A Late is how far after a caller's reading the instant At decided it at is: the lag behind
 // the latest instant, and, for a reading of the new line of a step back not yet confirmed, the
-// step. Its zero value is the usual reading's.
+// step. Its zero value is the usual reading's. The step concerns a wait a client is told, which
+// it measures on the clock when it comes back; a wait the server itself sits out, on its own
+// timer (a request's place), is lengthened by the lag alone.
 type Late struct {
 	Lag  time.Duration
 	Step time.Duration
