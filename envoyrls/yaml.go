@@ -19,8 +19,9 @@ import (
 //     (decoded), a plain "<<" value, and unknown tags;
 //   - a scalar whose explicit tag does not fit its value ("!!int x") is refused.
 type flattener struct {
-	fields bool // the structs' reading: rate_limit values merged
-	nodes  int  // the nodes made so far, to bound what aliases expand to
+	fields bool                // the structs' reading: rate_limit values merged
+	nodes  int                 // the nodes made so far, to bound what aliases expand to
+	open   map[*yaml.Node]bool // the mappings and sequences being read, to refuse a cycle
 	fail   func(int, string, ...any) error
 }
 
@@ -30,7 +31,7 @@ const maxNodes = 1 << 20
 
 // flatten returns what yaml.v2 reads from n; with fields, as its structs read it.
 func flatten(n *yaml.Node, fields bool, fail func(int, string, ...any) error) (*yaml.Node, error) {
-	f := &flattener{fields: fields, fail: fail}
+	f := &flattener{fields: fields, open: map[*yaml.Node]bool{}, fail: fail}
 	return f.node(n)
 }
 
@@ -48,6 +49,12 @@ func (f *flattener) node(n *yaml.Node) (*yaml.Node, error) {
 	n = deref(n)
 	if err := f.count(n.Line); err != nil {
 		return nil, err
+	}
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		if err := f.enter(n); err != nil {
+			return nil, err
+		}
+		defer delete(f.open, n)
 	}
 	switch n.Kind {
 	case yaml.ScalarNode:
@@ -163,7 +170,21 @@ func (f *flattener) merge(n *yaml.Node, pairs *[]*yaml.Node) error {
 	if n = deref(n); n.Kind != yaml.MappingNode {
 		return f.fail(n.Line, "error loading config file: yaml: map merge requires map or sequence of maps as the value")
 	}
+	if err := f.enter(n); err != nil {
+		return err
+	}
+	defer delete(f.open, n)
 	return f.pairs(n, pairs)
+}
+
+// enter marks n, a mapping or a sequence, as being read, and refuses it when it already is:
+// reached again through an alias within itself, it would expand without end.
+func (f *flattener) enter(n *yaml.Node) error {
+	if f.open[n] {
+		return f.fail(n.Line, "error loading config file: yaml: anchor '%s' value contains itself", n.Anchor)
+	}
+	f.open[n] = true
+	return nil
 }
 
 // mergeFields returns the rate_limit that yaml.v2's structs read from prev, then next: a
