@@ -465,17 +465,22 @@ func (s *Service) respond(items []*item, admitted bool) *rlsv3.RateLimitResponse
 	return resp
 }
 
-// tighter reports whether a binds the request rather than b: refused with a longer wait, or
-// refused where b is admitted, or, both admitted, less of its quota left as a share of its
-// limit.
+// tighter reports whether a binds the request rather than b, as edge.Binding binds layers:
+// refused with a longer wait, or refused where b is admitted, or, both admitted, less
+// Remaining, which the request meets first, so that the Remaining told is how many more of it
+// are admitted.
 func tighter(a, b *item) bool {
-	if a.d.Allowed != b.d.Allowed {
+	switch {
+	case a.d.Allowed != b.d.Allowed:
 		return !a.d.Allowed
-	}
-	if !a.d.Allowed {
+	case !a.d.Allowed:
 		return a.d.RetryAfter > b.d.RetryAfter
+	case a.d.Limit <= 0:
+		return false
+	case b.d.Limit <= 0:
+		return true
 	}
-	return int64(a.d.Remaining)*int64(max(b.d.Limit, 1)) < int64(b.d.Remaining)*int64(max(a.d.Limit, 1))
+	return a.d.Remaining < b.d.Remaining
 }
 
 // descriptorStatus is the status of one descriptor.

@@ -495,6 +495,36 @@ descriptors:
 	}
 }
 
+// TestRemainingAdmits: the X-RateLimit-Remaining of an admitted request is how many more of it
+// are admitted at that instant: the descriptor with the least Remaining binds. The one with the
+// least share of its limit bound, telling 30 (of 100) where the other's 2 (of 4) let 2 more in.
+func TestRemainingAdmits(t *testing.T) {
+	const cfg = `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 4}
+`
+	c := &clock{now: t0}
+	_, cl := newService(t, cfg, c, WithXRateLimitHeaders(true))
+	for range 69 {
+		ask(t, cl, request("d", 0, descriptor("a", "x")))
+	}
+	ask(t, cl, request("d", 0, descriptor("b", "x")))
+	resp := ask(t, cl, request("d", 0, descriptor("a", "x"), descriptor("b", "x")))
+	got, _ := headerValue(resp, "X-RateLimit-Remaining")
+	more := 0
+	for range 40 {
+		if ask(t, cl, request("d", 0, descriptor("a", "x"), descriptor("b", "x"))).GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			more++
+		}
+	}
+	if got != strconv.Itoa(more) {
+		t.Errorf("X-RateLimit-Remaining %s, then %d more of the same request admitted", got, more)
+	}
+}
+
 // TestReloadKeepsState: SetConfig keeps each client's tokens, capped at the new burst: a client
 // with 4 of 5 left has 2 of a new burst of 2, and one with none left still has none.
 func TestReloadKeepsState(t *testing.T) {
