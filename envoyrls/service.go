@@ -500,12 +500,12 @@ func descriptorStatus(it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.LimitRemaining = 0
 		if secs, ok := edge.DelaySeconds(it.d.RetryAfter); ok {
-			st.DurationUntilReset = durationpb.New(time.Duration(secs) * time.Second)
+			st.DurationUntilReset = &durationpb.Duration{Seconds: secs} // past what a Duration holds too
 		}
 		return st
 	}
 	if it.d.Reset > 0 && it.d.Reset < rate.InfDuration {
-		st.DurationUntilReset = durationpb.New(time.Duration(ceilSeconds(it.d.Reset)) * time.Second)
+		st.DurationUntilReset = &durationpb.Duration{Seconds: ceilSeconds(it.d.Reset)}
 	}
 	return st
 }

@@ -11,6 +11,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -522,6 +523,34 @@ descriptors:
 	}
 	if got != strconv.Itoa(more) {
 		t.Errorf("X-RateLimit-Remaining %s, then %d more of the same request admitted", got, more)
+	}
+}
+
+// farLimiter refuses every request with the longest wait a Duration holds, the wait the
+// package's waits saturate at.
+type farLimiter struct {
+	pol func(string) retryafter.Policy
+}
+
+func (f farLimiter) Decide(_ context.Context, key string, _ int, _ time.Time) (retryafter.Decision, error) {
+	p := f.pol(key)
+	return retryafter.Decision{RetryAfter: rate.InfDuration - 1, Limit: p.Burst, Reset: rate.InfDuration - 1, Policy: p}, nil
+}
+
+// TestLongestWait: a refusal of the longest wait a Duration holds is told it in whole seconds,
+// in duration_until_reset as in Retry-After; the seconds, made a Duration again, wrapped to a
+// negative duration_until_reset.
+func TestLongestWait(t *testing.T) {
+	cfg, err := Parse(File{Name: "t.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(cfg, func(p func(string) retryafter.Policy) retryafter.Limiter { return farLimiter{p} }, WithClock(func() time.Time { return t0 }))
+	resp := ask(t, serve(t, s), request("d", 0, descriptor("a", "x")))
+	st := resp.GetStatuses()[0]
+	ra, _ := headerValue(resp, "Retry-After")
+	if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || ra != "9223372037" || st.GetDurationUntilReset().GetSeconds() != 9223372037 {
+		t.Errorf("Retry-After %s, duration_until_reset %d s, want 9223372037 both", ra, st.GetDurationUntilReset().GetSeconds())
 	}
 }
 
