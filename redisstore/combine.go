@@ -259,6 +259,7 @@ func (g *group) learn(rt roundTrip, c *groupCall, res []int64) retryafter.Decisi
 	var ds [maxLayers]retryafter.Decision
 	for i := range n {
 		ds[i] = decision(res[4*i:4*i+4], c.plans[i].policy)
+		ds[i].Remaining /= g.sharing(c, i)
 		if i > 0 {
 			g.layers[i].store.health.of(rt.ctx, c.keys[i]).ok()
 		}
@@ -273,6 +274,19 @@ func (g *group) learn(rt roundTrip, c *groupCall, res []int64) retryafter.Decisi
 		g.remember(c, ds[:n], res, d, at)
 	}
 	return d
+}
+
+// sharing returns how many layers of the call c, layer i among them, spend a request's cost in
+// the key of layer i: each request spends its cost that many times there, so its Remaining is
+// the key's room divided by it (all.lua reports the key's tokens to each).
+func (g *group) sharing(c *groupCall, i int) int {
+	n := 0
+	for j := range g.layers {
+		if c.keys[j] == c.keys[i] && !g.layers[j].deferred {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 // remember takes into the group's memory the refusal d of the request of the call c, whose
@@ -295,7 +309,7 @@ func (g *group) remember(c *groupCall, ds []retryafter.Decision, res []int64, d 
 	if pl := &c.plans[b]; valid > at {
 		// The group's own count of changes is refunds, checked by the caller and by answer.
 		g.refusals.remember(c.key, refusal{cost: c.cost, learned: at, until: at + int64(d.RetryAfter), valid: valid, d: res[4*b+3],
-			interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, plans: c.sig, dec: d, refunds: c.refunds}, g.refusals.ticket(c.key, false))
+			interval: pl.interval, horizon: pl.horizon(), burst: pl.policy.Burst, sharing: g.sharing(c, b), plans: c.sig, dec: d, refunds: c.refunds}, g.refusals.ticket(c.key, false))
 	}
 }
 

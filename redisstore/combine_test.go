@@ -755,3 +755,36 @@ func TestAllSharedLayerForgets(t *testing.T) {
 		t.Fatalf("B again, after A took the token: %+v, want refused for 2s, as Redis says", d)
 	}
 }
+
+// TestAllSameKeyRemaining is the root's TestAllSameKeyRemaining with a Store of one Redis:
+// layers on one key spend a request's cost once each, so Remaining is the room for that many
+// of it, and exactly that many more requests are admitted. The script's remaining counted the
+// key's whole tokens for each layer (Remaining 2 after a request with a burst of 4 named
+// twice, where 1 more was admitted).
+func TestAllSameKeyRemaining(t *testing.T) {
+	ctx := context.Background()
+	client := newClient(t, sharedAddr(t))
+	for burst := 1; burst <= 6; burst++ {
+		for layers := 2; layers <= 3; layers++ {
+			s := New(client, rate.Every(time.Minute), burst, WithPrefix(testPrefix(t)), withInjectedClock())
+			ls := []retryafter.Limiter{s}
+			for range layers - 1 {
+				ls = append(ls, retryafter.Shared(s, "k"))
+			}
+			a := retryafter.All(ls...)
+			d, err := a.Decide(ctx, "k", 1, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for range burst + 1 {
+				if e, _ := a.Decide(ctx, "k", 1, t0); e.Allowed {
+					admitted++
+				}
+			}
+			if d.Allowed && admitted != d.Remaining || !d.Allowed && d.Remaining != 0 {
+				t.Errorf("burst %d, %d layers on one key: Allowed %v Remaining %d, then %d more admitted", burst, layers, d.Allowed, d.Remaining, admitted)
+			}
+		}
+	}
+}

@@ -70,7 +70,15 @@ func (m *model) decide(layers []modelLayer, t time.Time) retryafter.Decision {
 		d := m.ahead(nil, l.key, t)
 		horizon := time.Duration(l.burst) * l.interval
 		if d < horizon {
-			ds[i].Remaining = int((horizon - d) / l.interval)
+			// The room for requests that spend in every layer on the key (a cost of 0 is a
+			// layer charged afterwards, which spends nothing now).
+			spenders := 0
+			for _, o := range layers {
+				if o.key == l.key && o.cost > 0 {
+					spenders++
+				}
+			}
+			ds[i].Remaining = int((horizon-d)/l.interval) / max(spenders, 1)
 		}
 		ds[i].Reset = (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
 	}

@@ -130,6 +130,7 @@ type refusal struct {
 	interval int64 // of the layer that refused
 	horizon  int64
 	burst    int
+	sharing  int                 // a group's: the layers spending in the refusing layer's key (see group.sharing)
 	plans    uint64              // the fingerprint of the plans it was given at (see plan.mix)
 	dec      retryafter.Decision // what Redis answered
 	refunds  uint64              // the count of refunds when the request was sent (group only)
@@ -198,7 +199,7 @@ func (r *refusals) answer(key string, cost int, at int64, refunds, plans uint64)
 		}
 		d.RetryAfter = time.Duration((over+999)/1000) * time.Microsecond
 	}
-	d.Remaining = int(max(e.horizon-left, 0) / e.interval)
+	d.Remaining = int(max(e.horizon-left, 0)/e.interval) / max(e.sharing, 1)
 	d.Reset = time.Duration((left+999)/1000) * time.Microsecond
 	return d, true
 }
