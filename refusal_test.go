@@ -1,6 +1,7 @@
 package retryafter
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryafter/retryafter/edge"
 	"github.com/retryafter/retryafter/internal/testkit"
 	"golang.org/x/time/rate"
 )
@@ -123,5 +125,31 @@ func TestResponderToldRefusal(t *testing.T) {
 	serve(maintenanceRefusal(&Maintenance{Now: now, Respond: record}), "GET", "192.0.2.1:1")
 	if got.Status != 503 || got.RetryAfter != time.Hour || got.Type != "" || got.Violated != nil {
 		t.Errorf("Maintenance's refusal: %+v, want 503, 1h0m0s, no type, none violated", got)
+	}
+}
+
+// truncating is a Limiter that refuses with its wait truncated to whole seconds (as a store
+// counting a TTL in seconds would): a sub-second wait comes out 0.
+type truncating struct{}
+
+func (truncating) Decide(context.Context, string, int, time.Time) (Decision, error) {
+	return Decision{RetryAfter: (400 * time.Millisecond).Truncate(time.Second), Limit: 5}, nil
+}
+
+// TestRefusalWithoutWait: a refusal whose wait is 0 or less (a Limiter that truncates it) is
+// told Retry-After: 1, as the other edges tell it (edge.DelaySeconds), never 0 and never
+// nothing; it went without Retry-After, and its problem details said it could never be
+// admitted. Only rate.InfDuration means never.
+func TestRefusalWithoutWait(t *testing.T) {
+	h := LimitWith(truncating{}, WithClock(newClock(t0).Now), WithProblemDetails(ProblemDetails{Always: true}))(ok)
+	w := serve(h, "GET", "192.0.2.1:1")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
+		t.Errorf("%d, Retry-After %q, want 429 and 1", w.Code, w.Header().Get("Retry-After"))
+	}
+	if strings.Contains(w.Body.String(), "never be admitted") {
+		t.Errorf("problem details of a refusal for under a second: %s", w.Body.String())
+	}
+	if secs, _ := edge.DelaySeconds(0); secs != 1 {
+		t.Errorf("edge.DelaySeconds(0) = %d, want 1, as the middleware tells it", secs)
 	}
 }

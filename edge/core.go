@@ -145,8 +145,9 @@ func (v Verdict) Counted() bool {
 }
 
 // Wait returns the wait to tell a refused client, not rounded: the Limiter's for a refusal
-// (rate.InfDuration when it can never be admitted: tell no wait), FailWait when the Limiter
-// failed or the request's context ended, and 0 otherwise.
+// (rate.InfDuration when it can never be admitted: tell no wait; at least 1 ns, as the core
+// takes a refusal with no wait), FailWait when the Limiter failed or the request's context
+// ended, and 0 otherwise.
 func (v Verdict) Wait() time.Duration {
 	switch {
 	case v.Outcome == Refused:
@@ -203,6 +204,9 @@ func (c *Core[R]) decideKey(ctx context.Context, req R, key string, v *Verdict) 
 	case v.Decision.Allowed:
 		v.Outcome = Admitted
 	default:
+		// A refusal with no wait (a Limiter that truncates it) is one of the least wait there
+		// is, told as each edge tells it (Retry-After: 1): only rate.InfDuration means never.
+		v.Decision.RetryAfter = max(v.Decision.RetryAfter, 1)
 		for _, fn := range c.c.OnLimited {
 			fn(req, key, v.Decision)
 		}

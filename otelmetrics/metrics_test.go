@@ -160,8 +160,9 @@ func TestEveryInstrumentChanges(t *testing.T) {
 }
 
 // TestRetryAfterAsSent checks, over many waits, that the Retry-After recorded is the one the
-// 429 carries, read back with the strict parser, and that a refusal with no Retry-After
-// (a request that can never be admitted, or a Limiter's refusal with no wait) records none.
+// 429 carries, read back with the strict parser (a Limiter's refusal with no wait, 0 or less,
+// is sent and recorded as 1 s), and that a refusal with no Retry-After (a request that can
+// never be admitted) records none.
 func TestRetryAfterAsSent(t *testing.T) {
 	rd := newReader(t)
 	var wait time.Duration
@@ -173,11 +174,14 @@ func TestRetryAfterAsSent(t *testing.T) {
 	var count uint64
 	for i := range 500 {
 		wait = time.Duration(i*i*i) * 997 * time.Microsecond // 0 to about 2 minutes, off the second
-		w := serve(h, request("/", "/"))
-		if wait == 0 {
-			continue // checked below, with the other refusals that send no Retry-After
+		if i == 1 {
+			wait = -time.Second
 		}
+		w := serve(h, request("/", "/"))
 		sent, valid := retryafter.ParseRetryAfter(w.Header(), t0)
+		if wait <= 0 && sent != time.Second {
+			t.Fatalf("wait %v: Retry-After %q, want 1", wait, w.Header().Get("Retry-After"))
+		}
 		if !valid {
 			t.Fatalf("wait %v: Retry-After %q", wait, w.Header().Get("Retry-After"))
 		}
@@ -188,7 +192,7 @@ func TestRetryAfterAsSent(t *testing.T) {
 			t.Fatalf("wait %v sent %v: histogram count %d sum %v, want %d and %v", wait, sent, p.count, p.sum, count, total)
 		}
 	}
-	for _, wait = range []time.Duration{rate.InfDuration, 0, -time.Second} {
+	for _, wait = range []time.Duration{rate.InfDuration} {
 		w := serve(h, request("/", "/"))
 		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" {
 			t.Fatalf("wait %v: %d, Retry-After %q", wait, w.Code, w.Header().Get("Retry-After"))
@@ -198,7 +202,7 @@ func TestRetryAfterAsSent(t *testing.T) {
 	if p, _ := s.at("retryafter.retry_after", quota("p", "/")...); p.count != count {
 		t.Fatalf("a 429 with no Retry-After was recorded: count %d, want %d", p.count, count)
 	}
-	want(t, s, int64(count)+4, "retryafter.decisions", decisions(edge.Refused, "p", "/")...)
+	want(t, s, int64(count)+1, "retryafter.decisions", decisions(edge.Refused, "p", "/")...)
 }
 
 // limiterFunc is a Limiter that refuses every request with the Decision it returns.
