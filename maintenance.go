@@ -1,7 +1,6 @@
 package retryafter
 
 import (
-	"hash/maphash"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -82,8 +81,9 @@ type Maintenance struct {
 	// problem objects.
 	Respond Responder
 
-	state atomic.Pointer[window] // nil while off
-	emit  emitter
+	state      atomic.Pointer[window] // nil while off
+	preflights door.Memory            // what next does with requests shaped as preflights
+	emit       emitter
 }
 
 // window is the state of a Maintenance that is on.
@@ -133,16 +133,13 @@ func (m *Maintenance) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Maintenance.Handler(nil)")
 	}
-	h := &maintenanceHandler{m: m, next: next}
-	h.preflights.Seed = maphash.MakeSeed()
-	return h
+	return &maintenanceHandler{m: m, next: next}
 }
 
 // maintenanceHandler is the handler [Maintenance.Handler] wraps around next.
 type maintenanceHandler struct {
-	m          *Maintenance
-	next       http.Handler
-	preflights door.Memory // what next does with requests shaped as preflights
+	m    *Maintenance
+	next http.Handler
 }
 
 func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -153,11 +150,11 @@ func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if door.IsPreflight(r) {
 			// What next does with a request shaped as a preflight is learned while off, so
 			// that next need not run to show it while maintenance is on.
-			h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
+			h.m.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 		}
 	case h.m.Exempt != nil && h.m.Exempt(r):
 		h.next.ServeHTTP(w, r)
-	case door.IsPreflight(r) && h.preflights.Pass(h, w, r):
+	case door.IsPreflight(r) && h.m.preflights.Pass(h, w, r):
 		// Free when it is one, which only the answer tells: see package internal/door.
 	default:
 		h.m.refuse(w, r, win)

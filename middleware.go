@@ -2,7 +2,6 @@ package retryafter
 
 import (
 	"context"
-	"hash/maphash"
 	"net/http"
 
 	"golang.org/x/time/rate"
@@ -75,6 +74,7 @@ type Middleware struct {
 	fields        quotaFields
 	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
 	cors          corsOrderWatch
+	preflights    door.Memory // what next does with requests shaped as preflights
 }
 
 // NewMiddleware returns a [Middleware] that asks l, configured by opts. It panics if l is nil.
@@ -96,14 +96,14 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 }
 
 // Handler returns next behind the limiter, as [LimitWith] describes: the key function names
-// the client, and admitted requests reach next. With chi: r.Use(m.Handler).
+// the client, and admitted requests reach next. With chi: r.Use(m.Handler). The handlers it
+// returns share what m learns of requests shaped as CORS preflights, so that a framework that
+// wraps the middleware anew for each request (echo's WrapMiddleware) is limited as one handler.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Middleware.Handler(nil)")
 	}
-	h := &limitHandler{next: next, m: m}
-	h.preflights.Seed = maphash.MakeSeed()
-	return h
+	return &limitHandler{next: next, m: m}
 }
 
 // Allow decides r under key, rather than the key function's, and reports whether it was
@@ -121,15 +121,14 @@ func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) b
 
 // limitHandler is the handler a Middleware wraps around next.
 type limitHandler struct {
-	next       http.Handler
-	m          *Middleware
-	preflights door.Memory // what next does with requests shaped as preflights
+	next http.Handler
+	m    *Middleware
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Free when it is one, which only the answer tells: see package internal/door.
 	preflight := door.IsPreflight(r)
-	if preflight && h.preflights.Pass(h, w, r) {
+	if preflight && h.m.preflights.Pass(h, w, r) {
 		return
 	}
 	m := h.m
@@ -143,7 +142,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveCharged(w, r, v.Key)
 	}
 	if preflight {
-		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
+		h.m.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 

@@ -575,3 +575,29 @@ func TestLimitPreflightEscapedPath(t *testing.T) {
 		t.Errorf("the handler ran %d times for a client over its limit, want at most the one that teaches the door", runs)
 	}
 }
+
+// TestPreflightShapedHandlerPerRequest: a framework that wraps the middleware around its handler
+// anew for every request (echo's WrapMiddleware) gets the door that Limit's and Maintenance's
+// doc describe, which learns once: requests shaped as preflights to a handler of every method,
+// over a limit of 1, run it once, not each time. What a door learns belonged to the handler
+// Handler returned, so each request was the first ever sent, passed on before it was decided.
+func TestPreflightShapedHandlerPerRequest(t *testing.T) {
+	runs := 0
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ })
+	m := NewMiddleware(NewTokenBucket(rate.Every(time.Hour), 1), WithClock(newClock(t0).Now))
+	for range 10 {
+		serveRequest(m.Handler(next), corsRequest("OPTIONS", "http://page.test", true))
+	}
+	if runs != 1 {
+		t.Errorf("Middleware: the handler ran %d times for 10 requests over a limit of 1, want 1", runs)
+	}
+	runs = 0
+	maint := &Maintenance{Now: newClock(t0).Now}
+	maint.Start(t0.Add(time.Hour))
+	for range 10 {
+		serveRequest(maint.Handler(next), corsRequest("OPTIONS", "http://page.test", true))
+	}
+	if runs != 1 {
+		t.Errorf("Maintenance: the handler ran %d times for 10 requests during maintenance, want 1", runs)
+	}
+}

@@ -2,7 +2,6 @@ package overload
 
 import (
 	"container/list"
-	"hash/maphash"
 	"math"
 	"net/http"
 	"sync"
@@ -95,11 +94,12 @@ type Concurrency struct {
 	// there is none.
 	OnShed func(r *http.Request, s Shed)
 
-	once  sync.Once
-	key   retryafter.KeyFunc
-	mu    sync.Mutex
-	state concurrencyState
-	ret   clock.Returns
+	once       sync.Once
+	preflights door.Memory // what next does with requests shaped as preflights
+	key        retryafter.KeyFunc
+	mu         sync.Mutex
+	state      concurrencyState
+	ret        clock.Returns
 }
 
 // A Shed describes a request that a [Concurrency] refused, for its OnShed hook.
@@ -227,22 +227,19 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 		}
 		c.state.base = c.now()
 	})
-	h := &concurrencyHandler{c: c, next: next}
-	h.preflights.Seed = maphash.MakeSeed()
-	return h
+	return &concurrencyHandler{c: c, next: next}
 }
 
 // concurrencyHandler is the handler [Concurrency.Handler] wraps around next.
 type concurrencyHandler struct {
-	c          *Concurrency
-	next       http.Handler
-	preflights door.Memory // what next does with requests shaped as preflights
+	c    *Concurrency
+	next http.Handler
 }
 
 func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Free when it is one, which only the answer tells: see package internal/door.
 	preflight := door.IsPreflight(r)
-	if preflight && h.preflights.Pass(h, w, r) {
+	if preflight && h.c.preflights.Pass(h, w, r) {
 		return
 	}
 	k, slot, ok := h.c.admit(w, r)
@@ -252,7 +249,7 @@ func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.c.release(k, slot)
 	h.next.ServeHTTP(w, r)
 	if preflight {
-		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
+		h.c.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 

@@ -130,3 +130,27 @@ func TestConcurrencyPreflightEscapedPath(t *testing.T) {
 		}
 	})
 }
+
+// TestPreflightShapedHandlerPerRequest is TestPreflightShapedConcurrency through a framework
+// that wraps the Concurrency anew for each request (echo's WrapMiddleware): what it learns of
+// next is its own, so the first request is the only one passed on uncounted, once; it belonged
+// to each handler, and every request shaped as a preflight ran next at once, past Max.
+func TestPreflightShapedHandlerPerRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 2}
+		g := newGate()
+		g.open = make(chan struct{})
+		perRequest := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.Handler(g).ServeHTTP(w, r) })
+		var wg sync.WaitGroup
+		codes := make([]int, 20)
+		for i := range codes {
+			wg.Go(func() { codes[i] = serveRequest(perRequest, preflightShaped("192.0.2.1:1")).Code })
+		}
+		synctest.Wait()
+		close(g.open)
+		wg.Wait()
+		if most := c.Max + 1; g.most > most {
+			t.Fatalf("%d requests shaped as preflights ran the handler at once, want at most %d", g.most, most)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -60,10 +61,14 @@ const (
 // answeredRoutes is how many routes whose preflights next answers a Memory remembers.
 const answeredRoutes = 64
 
-// A Memory is what the handler of a Middleware has learned of what next does with
-// requests shaped as preflights. It is safe for concurrent use; its Seed is set before use.
+// A Memory is what a door (the handlers a Middleware, a Maintenance or a Concurrency wraps
+// around next) has learned of what next does with requests shaped as preflights. It belongs to
+// the door, not to one handler: a framework that wraps the middleware anew for each request
+// (echo's WrapMiddleware) would otherwise pass each such request on uncounted as the first
+// ever sent. Its zero value is ready to use, and it is safe for concurrent use.
 type Memory struct {
-	Seed     maphash.Seed
+	seedOnce sync.Once
+	seed     maphash.Seed
 	handled  atomic.Bool                   // next has answered one other than as a preflight
 	probing  atomic.Bool                   // one is passed on uncounted to learn what next does
 	answered [answeredRoutes]atomic.Uint64 // hashes of routes next answered preflights to, one a slot
@@ -102,8 +107,9 @@ func (p *Memory) Learn(r *http.Request, preflight bool) {
 // empty slot. The path is the escaped one, which routers match (Go's ServeMux and chi send
 // /api%2Fx and /api/x to handlers apart), so that a request to one is not taken for the other.
 func (p *Memory) route(r *http.Request) uint64 {
+	p.seedOnce.Do(func() { p.seed = maphash.MakeSeed() })
 	var h maphash.Hash
-	h.SetSeed(p.Seed)
+	h.SetSeed(p.seed)
 	h.WriteString(r.Host)
 	h.WriteByte(0)
 	h.WriteString(r.URL.EscapedPath())
