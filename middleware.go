@@ -128,7 +128,7 @@ type limitHandler struct {
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Free when it is one, which only the answer tells: see package internal/door.
 	preflight := door.IsPreflight(r)
-	if preflight && h.m.preflights.Pass(h, w, r) {
+	if preflight && h.passPreflight(w, r) {
 		return
 	}
 	m := h.m
@@ -144,6 +144,22 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if preflight {
 		h.m.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
+}
+
+// passPreflight passes r, shaped as a preflight, on uncounted and reports true when it is taken
+// for one (see door.Memory.Pass). With layers charged afterwards, r goes with a charge slot,
+// which Enter has charged if it counted r (one passed on to learn what next does, decided when
+// next writes); otherwise it is closed.
+func (h *limitHandler) passPreflight(w http.ResponseWriter, r *http.Request) bool {
+	if h.m.after == nil {
+		return h.m.preflights.Pass(h, w, r)
+	}
+	slot := newChargeSlot(r.Context())
+	if !h.m.preflights.Pass(h, w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))) {
+		return false
+	}
+	slot.take()
+	return true
 }
 
 // serveCharged passes r to next and charges the layers of the limiter charged afterwards what
@@ -164,10 +180,18 @@ func (h *limitHandler) Serve(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(w, r)
 }
 
-// Enter implements door.Door: r is decided as any request.
+// Enter implements door.Door: r is decided as any request, and once next has returned charged
+// what its handler reported in the layers charged afterwards, in the slot passPreflight gave it.
 func (h *limitHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	v := h.m.core.Decide(r.Context(), r)
-	return nil, h.m.answer(w, r, &v)
+	if !h.m.answer(w, r, &v) {
+		return nil, false
+	}
+	slot, _ := r.Context().Value(chargeKey{}).(*chargeSlot)
+	if h.m.after == nil || !v.Counted() || slot == nil {
+		return nil, true
+	}
+	return func() { h.m.chargeAfter(r, v.Key, slot) }, true
 }
 
 // chargeAfter charges the layers of m's limiter that are charged afterwards what r's handler

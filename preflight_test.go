@@ -601,3 +601,22 @@ func TestPreflightShapedHandlerPerRequest(t *testing.T) {
 		t.Errorf("Maintenance: the handler ran %d times for 10 requests during maintenance, want 1", runs)
 	}
 }
+
+// TestPreflightShapedProbeCharged: the request shaped as a preflight that is passed on to learn
+// what next does, and decided when next writes, is charged what its handler reports in a layer
+// charged afterwards, as any admitted request is; Charge found no slot and the cost was lost.
+func TestPreflightShapedProbeCharged(t *testing.T) {
+	tokens := NewTokenBucket(rate.Every(time.Hour), 100)
+	charged := false
+	h := LimitWith(All(NewTokenBucket(100, 100), ChargedAfter(tokens)), WithClock(newClock(t0).Now))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusOK) // decided here
+			charged = Charge(r, 60)
+		}))
+	if code := serveRequest(h, corsRequest("OPTIONS", "http://page.test", true)).Code; code != http.StatusOK {
+		t.Fatalf("the first request shaped as a preflight: %d", code)
+	}
+	if d := decide(t, tokens, "192.0.2.1", 0, t0); !charged || d.Remaining != 40 {
+		t.Errorf("Charge reported %v, and the key holds %d tokens, want 40 of 100", charged, d.Remaining)
+	}
+}
