@@ -122,3 +122,41 @@ func TestEchoAnsweredAsLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestEchoPreflightShaped wires the limiter into echo as the README does (WrapMiddleware, which
+// wraps it anew for each request): requests shaped as CORS preflights to a route of every
+// method, over a limit of 1, run its handler once, as through net/http, and the one that runs
+// is charged what it reports in a layer charged afterwards. Each ran the handler before it was
+// decided, and none was charged.
+func TestEchoPreflightShaped(t *testing.T) {
+	clk := testkit.NewClock(testkit.T0)
+	tokens := retryafter.NewTokenBucket(rate.Every(time.Hour), 100)
+	l := retryafter.All(retryafter.NewTokenBucket(rate.Every(time.Hour), 1), retryafter.ChargedAfter(tokens))
+	e := echo.New()
+	e.Use(echo.WrapMiddleware(retryafter.LimitWith(l, retryafter.WithClock(clk.Now))))
+	runs := 0
+	e.Any("/x", func(c echo.Context) error {
+		runs++
+		c.Response().WriteHeader(http.StatusOK) // decided here, the first time
+		retryafter.Charge(c.Request(), 10)
+		return nil
+	})
+	refused := 0
+	for range 10 {
+		r := httptest.NewRequest(http.MethodOptions, "/x", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		r.Header.Set("Origin", "https://page.test")
+		r.Header.Set("Access-Control-Request-Method", "DELETE")
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		if w.Code == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	if runs != 1 || refused != 9 {
+		t.Fatalf("the handler ran %d times and %d of 10 were refused, over a limit of 1; want 1 and 9", runs, refused)
+	}
+	if d, _ := tokens.Decide(context.Background(), "192.0.2.1", 0, clk.Now()); d.Remaining != 90 {
+		t.Fatalf("the layer charged afterwards holds %d of 100, want 90", d.Remaining)
+	}
+}
