@@ -104,7 +104,8 @@ func WithErrorHook(fn func(r *http.Request, err error)) Option {
 
 // WithLimitedHook adds a function that is told of every request the limiter refuses (and, in a
 // dry run, would have refused), with its key and the limiter's [Decision] (RetryAfter before
-// rounding; rate.InfDuration for a request that can never be admitted), for logs: count by
+// rounding, and at least 1 ns, the least wait, for a limiter's refusal with none;
+// rate.InfDuration for a request that can never be admitted), for logs: count by
 // something bounded (the route, the policy), not by key. It runs on the request's goroutine
 // before the 429 is written and must be safe for concurrent use.
 func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
@@ -116,7 +117,8 @@ func WithLimitedHook(fn func(r *http.Request, key string, d Decision)) Option {
 
 // WithDecisionHook adds a function that is told of every request the middleware handles, with
 // what it did ([Outcome]) and the limiter's [Decision] (the zero Decision when the limiter was
-// not asked: an exempt request, a key function that failed), for metrics. It runs on the
+// not asked: an exempt request, a key function that failed; a refusal's RetryAfter at least
+// 1 ns, as for [WithLimitedHook]), for metrics. It runs on the
 // request's goroutine before the request is answered or passed on, and must be safe for
 // concurrent use and cheap. Without one, the middleware does no work for it.
 func WithDecisionHook(fn func(r *http.Request, o Outcome, d Decision)) Option {

@@ -56,7 +56,8 @@ type Config[R any] struct {
 
 	// OnError is told of every error of the key function or the Limiter; OnLimited of every
 	// request the Limiter refused (in a dry run too), with its key; OnDecided of every
-	// request, with what became of it and the Limiter's Decision (zero when it was not asked).
+	// request, with what became of it and the Limiter's Decision (zero when it was not asked;
+	// a refusal's RetryAfter at least 1 ns, the least wait, when the Limiter told none).
 	// Each runs on the request's goroutine before the edge answers, in the order given.
 	OnError   []func(req R, err error)
 	OnLimited []func(req R, key string, d Decision)
