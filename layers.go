@@ -567,6 +567,9 @@ func (s *chargeSlot) add(cost int) bool {
 // take returns what s holds and closes it.
 func (s *chargeSlot) take() int { return int(s.cost.Swap(closed)) }
 
+// open opens s, closed by take before it was handed on, and reports whether it was closed.
+func (s *chargeSlot) open() bool { return s.cost.CompareAndSwap(closed, 0) }
+
 // Charge adds cost to what the request r is charged once its handler returns, in the layers of
 // its limiter that [ChargedAfter] made, for a cost known only as the handler runs. It may be
 // called several times, from any goroutine, until the handler returns; a middleware mounted
@@ -574,7 +577,9 @@ func (s *chargeSlot) take() int { return int(s.cost.Swap(closed)) }
 // The request is charged even when its handler panics (an [http.ErrAbortHandler] from a proxy
 // whose client hung up). Through several such middlewares, nested, it is charged in each. It
 // reports whether r is charged: false when r did not come through middleware whose limiter has
-// such a layer, when every such middleware's handler has returned, or when cost is below 1.
+// such a layer, when every such middleware's handler has returned, or when cost is below 1; for
+// a request shaped as a CORS preflight, which is counted only when its handler first writes
+// (see the package doc's Browsers section), false until then and for one that goes free.
 func Charge(r *http.Request, cost int) bool {
 	s, _ := r.Context().Value(chargeKey{}).(*chargeSlot)
 	if cost < 1 {

@@ -148,18 +148,16 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // passPreflight passes r, shaped as a preflight, on uncounted and reports true when it is taken
 // for one (see door.Memory.Pass). With layers charged afterwards, r goes with a charge slot,
-// which Enter has charged if it counted r (one passed on to learn what next does, decided when
-// next writes); otherwise it is closed.
+// closed: Enter opens it if it counts r (one passed on to learn what next does, decided when
+// next writes), and charges it once next has returned, so that Charge reports false for a
+// preflight that goes free.
 func (h *limitHandler) passPreflight(w http.ResponseWriter, r *http.Request) bool {
 	if h.m.after == nil {
 		return h.m.preflights.Pass(h, w, r)
 	}
 	slot := newChargeSlot(r.Context())
-	if !h.m.preflights.Pass(h, w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot))) {
-		return false
-	}
 	slot.take()
-	return true
+	return h.m.preflights.Pass(h, w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot)))
 }
 
 // serveCharged passes r to next and charges the layers of the limiter charged afterwards what
@@ -188,7 +186,7 @@ func (h *limitHandler) Enter(w http.ResponseWriter, r *http.Request) (func(), bo
 		return nil, false
 	}
 	slot, _ := r.Context().Value(chargeKey{}).(*chargeSlot)
-	if h.m.after == nil || !v.Counted() || slot == nil {
+	if h.m.after == nil || !v.Counted() || slot == nil || !slot.open() {
 		return nil, true
 	}
 	return func() { h.m.chargeAfter(r, v.Key, slot) }, true

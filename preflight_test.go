@@ -620,3 +620,17 @@ func TestPreflightShapedProbeCharged(t *testing.T) {
 		t.Errorf("Charge reported %v, and the key holds %d tokens, want 40 of 100", charged, d.Remaining)
 	}
 }
+
+// TestPreflightChargeReportsFalse: the handler behind CORS middleware inside the limiter, told
+// of a preflight that the middleware answers (free), learns from Charge that nothing charges it:
+// the slot the request carries in case it is counted opens only when it is.
+func TestPreflightChargeReportsFalse(t *testing.T) {
+	tokens := NewTokenBucket(rate.Every(time.Hour), 100)
+	charged := false
+	h := LimitWith(All(NewTokenBucket(100, 100), ChargedAfter(tokens)), WithClock(newClock(t0).Now), WithErrorHook(func(*http.Request, error) {}))(
+		testkit.CORS(true)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { charged = Charge(r, 60) })))
+	serveRequest(h, corsRequest("OPTIONS", "http://page.test", true))
+	if d := decide(t, tokens, "192.0.2.1", 0, t0); charged || d.Remaining != 100 {
+		t.Errorf("Charge of a free preflight reported %v; the key holds %d of 100", charged, d.Remaining)
+	}
+}
