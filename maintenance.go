@@ -82,7 +82,7 @@ type Maintenance struct {
 	Respond Responder
 
 	state      atomic.Pointer[window] // nil while off
-	preflights door.Memory            // what next does with requests shaped as preflights
+	preflights door.Shared            // what the nexts of its handlers do with requests shaped as preflights
 	emit       emitter
 }
 
@@ -133,13 +133,14 @@ func (m *Maintenance) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Maintenance.Handler(nil)")
 	}
-	return &maintenanceHandler{m: m, next: next}
+	return &maintenanceHandler{m: m, next: next, preflights: door.Memory{Shared: &m.preflights}}
 }
 
 // maintenanceHandler is the handler [Maintenance.Handler] wraps around next.
 type maintenanceHandler struct {
-	m    *Maintenance
-	next http.Handler
+	m          *Maintenance
+	next       http.Handler
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -150,11 +151,11 @@ func (h *maintenanceHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if door.IsPreflight(r) {
 			// What next does with a request shaped as a preflight is learned while off, so
 			// that next need not run to show it while maintenance is on.
-			h.m.preflights.Learn(r, door.AnswersPreflight(w.Header()))
+			h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 		}
 	case h.m.Exempt != nil && h.m.Exempt(r):
 		h.next.ServeHTTP(w, r)
-	case door.IsPreflight(r) && h.m.preflights.Pass(h, w, r):
+	case door.IsPreflight(r) && h.preflights.Pass(h, w, r):
 		// Free when it is one, which only the answer tells: see package internal/door.
 	default:
 		h.m.refuse(w, r, win)

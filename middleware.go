@@ -74,7 +74,7 @@ type Middleware struct {
 	fields        quotaFields
 	exposeAllowed exposeList // names an admitted response exposes (the rate-limit fields)
 	cors          corsOrderWatch
-	preflights    door.Memory // what next does with requests shaped as preflights
+	preflights    door.Shared // what the nexts of its handlers do with requests shaped as preflights
 }
 
 // NewMiddleware returns a [Middleware] that asks l, configured by opts. It panics if l is nil.
@@ -97,13 +97,14 @@ func NewMiddleware(l Limiter, opts ...Option) *Middleware {
 
 // Handler returns next behind the limiter, as [LimitWith] describes: the key function names
 // the client, and admitted requests reach next. With chi: r.Use(m.Handler). The handlers it
-// returns share what m learns of requests shaped as CORS preflights, so that a framework that
-// wraps the middleware anew for each request (echo's WrapMiddleware) is limited as one handler.
+// returns share what m learns of requests shaped as CORS preflights, but for the routes each
+// next answers them to, so that a framework that wraps the middleware anew for each request
+// (echo's WrapMiddleware) passes none on before it is decided but the first.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Middleware.Handler(nil)")
 	}
-	return &limitHandler{next: next, m: m}
+	return &limitHandler{next: next, m: m, preflights: door.Memory{Shared: &m.preflights}}
 }
 
 // Allow decides r under key, rather than the key function's, and reports whether it was
@@ -121,8 +122,9 @@ func (m *Middleware) Allow(w http.ResponseWriter, r *http.Request, key string) b
 
 // limitHandler is the handler a Middleware wraps around next.
 type limitHandler struct {
-	next http.Handler
-	m    *Middleware
+	next       http.Handler
+	m          *Middleware
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -142,7 +144,7 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveCharged(w, r, v.Key)
 	}
 	if preflight {
-		h.m.preflights.Learn(r, door.AnswersPreflight(w.Header()))
+		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 
@@ -153,11 +155,11 @@ func (h *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // preflight that goes free.
 func (h *limitHandler) passPreflight(w http.ResponseWriter, r *http.Request) bool {
 	if h.m.after == nil {
-		return h.m.preflights.Pass(h, w, r)
+		return h.preflights.Pass(h, w, r)
 	}
 	slot := newChargeSlot(r.Context())
 	slot.take()
-	return h.m.preflights.Pass(h, w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot)))
+	return h.preflights.Pass(h, w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, slot)))
 }
 
 // serveCharged passes r to next and charges the layers of the limiter charged afterwards what

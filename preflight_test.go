@@ -634,3 +634,25 @@ func TestPreflightChargeReportsFalse(t *testing.T) {
 		t.Errorf("Charge of a free preflight reported %v; the key holds %d of 100", charged, d.Remaining)
 	}
 }
+
+// TestPreflightRoutesPerHandler: one Middleware around two handlers, one with CORS middleware
+// inside the limiter, the other a handler of every method: the routes the first answers
+// preflights to, which it frees, free no request to the second, which is decided before it
+// runs. Once the memory was the Middleware's, each preflight to the first freed one request
+// shaped as a preflight to the second (10 runs over a limit of 1).
+func TestPreflightRoutesPerHandler(t *testing.T) {
+	runs := 0
+	plain := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ })
+	m := NewMiddleware(NewTokenBucket(rate.Every(time.Hour), 1), WithClock(newClock(t0).Now), WithErrorHook(func(*http.Request, error) {}))
+	withCORS := m.Handler(testkit.CORS(false)(http.NotFoundHandler()))
+	everyMethod := m.Handler(plain)
+	for i := range 10 {
+		teach := corsRequest("OPTIONS", "http://page.test", true)
+		teach.RemoteAddr = fmt.Sprintf("198.51.100.%d:1", i) // the page's other clients
+		serveRequest(withCORS, teach)
+		serveRequest(everyMethod, corsRequest("OPTIONS", "http://page.test", true))
+	}
+	if runs > 2 {
+		t.Errorf("the handler of every method ran %d times for 10 requests over a limit of 1, want at most 2", runs)
+	}
+}

@@ -95,7 +95,7 @@ type Concurrency struct {
 	OnShed func(r *http.Request, s Shed)
 
 	once       sync.Once
-	preflights door.Memory // what next does with requests shaped as preflights
+	preflights door.Shared // what the nexts of its handlers do with requests shaped as preflights
 	key        retryafter.KeyFunc
 	mu         sync.Mutex
 	state      concurrencyState
@@ -227,19 +227,20 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 		}
 		c.state.base = c.now()
 	})
-	return &concurrencyHandler{c: c, next: next}
+	return &concurrencyHandler{c: c, next: next, preflights: door.Memory{Shared: &c.preflights}}
 }
 
 // concurrencyHandler is the handler [Concurrency.Handler] wraps around next.
 type concurrencyHandler struct {
-	c    *Concurrency
-	next http.Handler
+	c          *Concurrency
+	next       http.Handler
+	preflights door.Memory // what next does with requests shaped as preflights
 }
 
 func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Free when it is one, which only the answer tells: see package internal/door.
 	preflight := door.IsPreflight(r)
-	if preflight && h.c.preflights.Pass(h, w, r) {
+	if preflight && h.preflights.Pass(h, w, r) {
 		return
 	}
 	k, slot, ok := h.c.admit(w, r)
@@ -249,7 +250,7 @@ func (h *concurrencyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.c.release(k, slot)
 	h.next.ServeHTTP(w, r)
 	if preflight {
-		h.c.preflights.Learn(r, door.AnswersPreflight(w.Header()))
+		h.preflights.Learn(r, door.AnswersPreflight(w.Header()))
 	}
 }
 

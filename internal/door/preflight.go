@@ -61,17 +61,27 @@ const (
 // answeredRoutes is how many routes whose preflights next answers a Memory remembers.
 const answeredRoutes = 64
 
-// A Memory is what a door (the handlers a Middleware, a Maintenance or a Concurrency wraps
-// around next) has learned of what next does with requests shaped as preflights. It belongs to
-// the door, not to one handler: a framework that wraps the middleware anew for each request
-// (echo's WrapMiddleware) would otherwise pass each such request on uncounted as the first
-// ever sent. Its zero value is ready to use, and it is safe for concurrent use.
+// A Memory is what the handler a door wraps around next (a Middleware's, a Maintenance's, a
+// Concurrency's) has learned of what next does with requests shaped as preflights: the routes
+// it answered them to as preflights, its own, and what every handler of the door shares, in
+// Shared. It is safe for concurrent use once Shared is set.
 type Memory struct {
+	*Shared
+	answered [answeredRoutes]atomic.Uint64 // hashes of routes next answered preflights to, one a slot
+}
+
+// Shared is what the handlers of one door share: whether a next has answered a request shaped
+// as a preflight other than as one, after which none is passed on to learn, and the one being
+// passed on so. So a framework that wraps the middleware anew for each request (echo's
+// WrapMiddleware) passes one on, not each as the first its handler is ever sent; and the
+// routes one handler's next answers preflights to free no request to another's, which may
+// serve them as any other (Memory keeps them). Its zero value is ready to use, and it is safe
+// for concurrent use.
+type Shared struct {
 	seedOnce sync.Once
 	seed     maphash.Seed
-	handled  atomic.Bool                   // next has answered one other than as a preflight
-	probing  atomic.Bool                   // one is passed on uncounted to learn what next does
-	answered [answeredRoutes]atomic.Uint64 // hashes of routes next answered preflights to, one a slot
+	handled  atomic.Bool // a next has answered one other than as a preflight
+	probing  atomic.Bool // one is passed on uncounted to learn what next does
 }
 
 // answers reports whether next is taken to answer r, shaped as a preflight, as CORS middleware
