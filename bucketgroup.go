@@ -51,6 +51,8 @@ type layerState struct {
 	lim *rate.Limiter
 	r   rate.Reservation // in lim, of its cost and the earlier layers' on lim (see takeOver)
 	d   Decision
+
+	shared bool // another layer of the request is on lim (see sharing)
 }
 
 // Decide implements [Limiter] under the locks of every part the layers touch: it reserves each
@@ -157,6 +159,7 @@ func (g *bucketGroup) reserve(st []layerState, cost int, maxWait time.Duration) 
 		n := g.layers[i].cost(cost)
 		if holds(held, lim) {
 			n = addCost(n, g.takeOver(st, i, cost))
+			s.shared = true
 		}
 		held = append(held, lim)
 		s.r = *lim.ReserveN(s.at, n)
@@ -190,7 +193,7 @@ func (g *bucketGroup) takeOver(st []layerState, i, cost int) int {
 	for j := i - 1; j >= 0; j-- {
 		if e := &st[j]; e.lim == st[i].lim {
 			e.r.CancelAt(e.at)
-			e.r = rate.Reservation{}
+			e.r, e.shared = rate.Reservation{}, true
 			break
 		}
 	}
@@ -247,7 +250,9 @@ func (g *bucketGroup) answer(st []layerState, cost int, admitted bool) {
 				s.d.RetryAfter = enough(s.pol, n, tokens, s.d.RetryAfter)
 			}
 			quota(&s.d, s.pol, tokens)
-			s.d.Remaining /= g.sharing(st, i)
+			if s.shared {
+				s.d.Remaining /= g.sharing(st, i)
+			}
 		}
 	}
 }

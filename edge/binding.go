@@ -10,11 +10,16 @@ import "golang.org/x/time/rate"
 // The Decision it returns lists ds in its [Decision.Layers] (each one's own layers, when it has
 // them, in its place), when there are several.
 func Binding(ds ...Decision) Decision {
-	var d Decision
-	for i, e := range ds {
-		d = tighter(d, e, i == 0)
+	if len(ds) == 0 {
+		return Decision{}
 	}
-	return withLayers(d, ds)
+	b := 0
+	for i := 1; i < len(ds); i++ {
+		if binds(&ds[b], &ds[i]) {
+			b = i
+		}
+	}
+	return withLayers(ds[b], ds)
 }
 
 // withLayers returns d, the binding Decision of ds, listing ds, or their own layers where they
@@ -60,27 +65,18 @@ func newLayers(n int) *[]Decision {
 	return &l.ds
 }
 
-// tighter merges the Decision of one more layer (or group) into d: refused if either is, and
-// the quota of the layer that binds: on a refusal the one with the longest wait, otherwise the
-// one with the least Remaining, which the request's cost meets first, so that the Decision's
-// Remaining is the largest cost every layer admits.
-func tighter(d, e Decision, first bool) Decision {
-	if first {
-		return e
-	}
-	var binds bool
+// binds reports whether e, the Decision of one more layer (or group), binds rather than d, the
+// binding one so far: refused where d is admitted, or refused with a longer wait, or, both
+// admitted, with less Remaining, which the request's cost meets first, so that the Decision's
+// Remaining is the largest cost every layer admits. The first of equals binds.
+func binds(d, e *Decision) bool {
 	switch {
 	case d.Allowed != e.Allowed:
-		binds = !e.Allowed
+		return !e.Allowed
 	case !e.Allowed:
-		binds = e.RetryAfter > d.RetryAfter
-	default:
-		binds = tighterQuota(d, e)
+		return e.RetryAfter > d.RetryAfter
 	}
-	if binds {
-		return e
-	}
-	return d
+	return tighterQuota(d, e)
 }
 
 // tighterQuota reports whether e's quota binds rather than d's: it has one, and less of it is
@@ -89,7 +85,7 @@ func tighter(d, e Decision, first bool) Decision {
 //
 // A layer of rate.Inf admits any cost, whatever Remaining it reports (its burst), so it binds
 // only when no other has a quota.
-func tighterQuota(d, e Decision) bool {
+func tighterQuota(d, e *Decision) bool {
 	switch {
 	case e.Limit <= 0:
 		return false
@@ -102,4 +98,4 @@ func tighterQuota(d, e Decision) bool {
 }
 
 // unlimited reports whether d is a layer of rate.Inf.
-func unlimited(d Decision) bool { return d.Policy.Limit == rate.Inf }
+func unlimited(d *Decision) bool { return d.Policy.Limit == rate.Inf }
