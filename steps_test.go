@@ -308,3 +308,92 @@ func TestReadingBeyondAnyStep(t *testing.T) {
 		}
 	}
 }
+
+// TestStepsTwoBackRoundTrip: a clock steps back 5.1 s, and 2.15 s later (before the first
+// step is confirmed) back another 5.1 s; a key of the same part is decided every 50 ms at the
+// current reading. A victim (1/s, burst 1) that asks as soon as it may and then exactly when
+// told, rounded up to whole seconds, is refused on return: the second step's readings, climbing within MaxLag of the first
+// step's line, brought that line back, which froze the part 5 s behind its latest instant.
+func TestStepsTwoBackRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	b := NewTokenBucket(1, 1)
+	other := keyOfPart(b, "victim")
+	off := func(r time.Duration) time.Duration {
+		o := time.Duration(0)
+		if r >= 10*time.Second {
+			o -= 5100 * time.Millisecond
+		}
+		if r >= 12150*time.Millisecond {
+			o -= 5100 * time.Millisecond
+		}
+		return o
+	}
+	next, promised := time.Duration(0), time.Duration(-1)
+	var told time.Duration
+	for r := time.Duration(0); r < 40*time.Second; r += 50 * time.Millisecond {
+		now := t0.Add(r + off(r))
+		b.Decide(ctx, other, 0, now)
+		if r < next {
+			continue
+		}
+		d, _ := b.Decide(ctx, "victim", 1, now)
+		if d.Allowed {
+			next = r + 50*time.Millisecond
+			continue
+		}
+		if r == promised {
+			t.Errorf("real %v (reading %v): told %v at real %v, came back after %v, refused: %+v (shift %v)",
+				r, now.Sub(t0), told, r-(told+time.Second-1).Truncate(time.Second), (told + time.Second - 1).Truncate(time.Second), plain(d), b.steps.Shift())
+		}
+		told = d.RetryAfter
+		promised = r + (told + time.Second - 1).Truncate(time.Second)
+		next = promised
+	}
+}
+
+// TestStepsTwoBackAll: an All of X (generous) and Y (1/s, burst 1). X's part
+// also decides another key every 50 ms, so X sees the clock's two steps back (5.1 s, then 5.1 s
+// again 2.15 s later) before the All does. Y, asked every 50 ms through the All, must admit at
+// most its burst plus 1 a second of real time: X's part, frozen by the second step (see
+// TestStepsTwoBackRoundTrip), pushed Y's ahead by seconds, which Y took for a step and kept (45
+// admitted in 40 s).
+func TestStepsTwoBackAll(t *testing.T) {
+	ctx := context.Background()
+	x, y := NewTokenBucket(1000, 1000), NewTokenBucket(1, 1)
+	all := All(x, y)
+	other := keyOfPart(x, "victim")
+	off := func(r time.Duration) time.Duration {
+		o := time.Duration(0)
+		if r >= 10*time.Second {
+			o -= 5100 * time.Millisecond
+		}
+		if r >= 12150*time.Millisecond {
+			o -= 5100 * time.Millisecond
+		}
+		return o
+	}
+	admitted := 0
+	const span = 40 * time.Second
+	for r := time.Duration(0); r < span; r += 50 * time.Millisecond {
+		now := t0.Add(r + off(r))
+		x.Decide(ctx, other, 0, now)
+		if r >= 10*time.Second && r < 12500*time.Millisecond {
+			continue // the All sees nothing while the clock steps
+		}
+		if d, _ := all.Decide(ctx, "victim", 1, now); d.Allowed {
+			admitted++
+		}
+	}
+	if most := 1 + int(span/time.Second); admitted > most {
+		t.Errorf("Y admitted %d in %v of real time (the clock only stepped back), want at most %d; Y shift %v, X shift %v", admitted, span, most, y.steps.Shift(), x.steps.Shift())
+	}
+}
+
+// keyOfPart returns another key of key's part of b.
+func keyOfPart(b *TokenBucket, key string) string {
+	for i := 0; ; i++ {
+		if k := "other-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26)); b.partOf(k) == b.partOf(key) {
+			return k
+		}
+	}
+}

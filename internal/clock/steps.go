@@ -81,7 +81,10 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) (int64, int64) 
 		if latest.After(s.old) {
 			s.old = latest
 		}
-		if at.Before(s.old.Add(-MaxLag)) {
+		// A reading of the new line, run on from its latest, stays on it; one further, not of
+		// the old line, may be one of a line the proposal replaced (see restore).
+		onLine := !at.Before(s.last.Add(-MaxLag)) && !at.After(s.last.Add(MaxLag))
+		if at.Before(s.old.Add(-MaxLag)) && !onLine {
 			s.restore(at)
 		}
 		switch {
