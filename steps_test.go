@@ -318,20 +318,10 @@ func TestStepsTwoBackRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	b := NewTokenBucket(1, 1)
 	other := keyOfPart(b, "victim")
-	off := func(r time.Duration) time.Duration {
-		o := time.Duration(0)
-		if r >= 10*time.Second {
-			o -= 5100 * time.Millisecond
-		}
-		if r >= 12150*time.Millisecond {
-			o -= 5100 * time.Millisecond
-		}
-		return o
-	}
 	next, promised := time.Duration(0), time.Duration(-1)
 	var told time.Duration
 	for r := time.Duration(0); r < 40*time.Second; r += 50 * time.Millisecond {
-		now := t0.Add(r + off(r))
+		now := t0.Add(r + twoStepsBack(r))
 		b.Decide(ctx, other, 0, now)
 		if r < next {
 			continue
@@ -362,20 +352,10 @@ func TestStepsTwoBackAll(t *testing.T) {
 	x, y := NewTokenBucket(1000, 1000), NewTokenBucket(1, 1)
 	all := All(x, y)
 	other := keyOfPart(x, "victim")
-	off := func(r time.Duration) time.Duration {
-		o := time.Duration(0)
-		if r >= 10*time.Second {
-			o -= 5100 * time.Millisecond
-		}
-		if r >= 12150*time.Millisecond {
-			o -= 5100 * time.Millisecond
-		}
-		return o
-	}
 	admitted := 0
 	const span = 40 * time.Second
 	for r := time.Duration(0); r < span; r += 50 * time.Millisecond {
-		now := t0.Add(r + off(r))
+		now := t0.Add(r + twoStepsBack(r))
 		x.Decide(ctx, other, 0, now)
 		if r >= 10*time.Second && r < 12500*time.Millisecond {
 			continue // the All sees nothing while the clock steps
@@ -396,4 +376,17 @@ func keyOfPart(b *TokenBucket, key string) string {
 			return k
 		}
 	}
+}
+
+// twoStepsBack is the offset at real time r of a clock that steps back 5.1 s at 10 s and again
+// at 12.15 s, before the first step is confirmed.
+func twoStepsBack(r time.Duration) time.Duration {
+	o := time.Duration(0)
+	if r >= 10*time.Second {
+		o -= 5100 * time.Millisecond
+	}
+	if r >= 12150*time.Millisecond {
+		o -= 5100 * time.Millisecond
+	}
+	return o
 }

@@ -81,12 +81,7 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) (int64, int64) 
 		if latest.After(s.old) {
 			s.old = latest
 		}
-		// A reading of the new line, run on from its latest, stays on it; one further, not of
-		// the old line, may be one of a line the proposal replaced (see restore).
-		onLine := !at.Before(s.last.Add(-MaxLag)) && !at.After(s.last.Add(MaxLag))
-		if at.Before(s.old.Add(-MaxLag)) && !onLine {
-			s.restore(at)
-		}
+		s.reread(at)
 		switch {
 		case !at.Before(s.old.Add(-MaxLag)):
 			s.pending.Store(false) // a reading of the old line: the proposal was a stale reading
@@ -117,6 +112,16 @@ func (s *Steps) see(at time.Time, shift int64, latest time.Time) (int64, int64) 
 		return shift, int64(lag)
 	}
 	return shift, 0
+}
+
+// reread brings back the line a proposal replaced that at is one of (see restore), when at is
+// of neither the old line nor the proposed one: a reading of the proposed line, run on from its
+// latest, stays on it, though it climbs within MaxLag of a replaced line.
+func (s *Steps) reread(at time.Time) {
+	onLine := !at.Before(s.last.Add(-MaxLag)) && !at.After(s.last.Add(MaxLag))
+	if at.Before(s.old.Add(-MaxLag)) && !onLine {
+		s.restore(at)
+	}
 }
 
 // restore makes the proposal's line the first kept line that at, a reading not of the old line,
