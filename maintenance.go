@@ -133,7 +133,7 @@ func (m *Maintenance) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Maintenance.Handler(nil)")
 	}
-	return &maintenanceHandler{m: m, next: next, preflights: door.Memory{Shared: &m.preflights}}
+	return &maintenanceHandler{m: m, next: next, preflights: door.Memory{Shared: &m.preflights, Next: door.HandlerID(next)}}
 }
 
 // maintenanceHandler is the handler [Maintenance.Handler] wraps around next.

@@ -104,7 +104,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		panic("retryafter: Middleware.Handler(nil)")
 	}
-	return &limitHandler{next: next, m: m, preflights: door.Memory{Shared: &m.preflights}}
+	return &limitHandler{next: next, m: m, preflights: door.Memory{Shared: &m.preflights, Next: door.HandlerID(next)}}
 }
 
 // Allow decides r under key, rather than the key function's, and reports whether it was

@@ -656,3 +656,42 @@ func TestPreflightRoutesPerHandler(t *testing.T) {
 		t.Errorf("the handler of every method ran %d times for 10 requests over a limit of 1, want at most 2", runs)
 	}
 }
+
+// mixedCORSMux serves /api/ behind CORS middleware and every other path with a handler of every
+// method.
+func mixedCORSMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", testkit.CORS(false)(http.NotFoundHandler()))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {})
+	return mux
+}
+
+// TestPreflightRoutesPerRequestHandlers: with handlers made per request (echo's WrapMiddleware)
+// and CORS middleware inside the limiter on /api/ only, the routes next answers preflights to
+// are remembered across the handlers, under next's identity: a browser's preflights there are
+// answered, never counted, for a client over its limit, and during maintenance. Kept with each
+// handler, they were forgotten with it, and every preflight was counted (429, 503).
+func TestPreflightRoutesPerRequestHandlers(t *testing.T) {
+	m := NewMiddleware(NewTokenBucket(rate.Every(time.Hour), 2), WithClock(newClock(t0).Now), WithErrorHook(func(*http.Request, error) {}))
+	mux := mixedCORSMux()
+	per := func(r *http.Request) int { return serveRequest(m.Handler(mux), r).Code }
+	per(preflightTo("/", "192.0.2.1:1234"))          // the first ever: probed, counted, answered not as a preflight: handled
+	per(preflightTo("/api/items", "192.0.2.1:1234")) // decided, admitted (2 of 2), answered as a preflight: its route learned
+	for i := range 3 {
+		if code := per(preflightTo("/api/items", "192.0.2.1:1234")); code != http.StatusNoContent {
+			t.Errorf("browser preflight %d to a CORS route, per-request handler: %d, want 204", i, code)
+		}
+	}
+}
+
+func TestPreflightRoutesPerRequestMaintenance(t *testing.T) {
+	maint := &Maintenance{Now: newClock(t0).Now}
+	mux := mixedCORSMux()
+	per := func(r *http.Request) int { return serveRequest(maint.Handler(mux), r).Code }
+	per(preflightTo("/", "192.0.2.1:1234"))          // learned while off: handled
+	per(preflightTo("/api/items", "192.0.2.1:1234")) // learned while off: answered
+	maint.Start(t0.Add(time.Hour))
+	if code := per(preflightTo("/api/items", "192.0.2.1:1234")); code != http.StatusNoContent {
+		t.Errorf("browser preflight during maintenance, per-request handler: %d, want 204", code)
+	}
+}

@@ -227,7 +227,7 @@ func (c *Concurrency) Handler(next http.Handler) http.Handler {
 		}
 		c.state.base = c.now()
 	})
-	return &concurrencyHandler{c: c, next: next, preflights: door.Memory{Shared: &c.preflights}}
+	return &concurrencyHandler{c: c, next: next, preflights: door.Memory{Shared: &c.preflights, Next: door.HandlerID(next)}}
 }
 
 // concurrencyHandler is the handler [Concurrency.Handler] wraps around next.

@@ -154,3 +154,38 @@ func TestPreflightShapedHandlerPerRequest(t *testing.T) {
 		}
 	})
 }
+
+// TestPreflightRoutesPerRequestHandlers: with handlers made per request (echo's WrapMiddleware),
+// a browser's preflight to a route whose preflights next's CORS middleware answers takes no slot
+// and is answered while every slot is taken: the routes are remembered across the handlers,
+// under next's identity. Kept with each handler, they were forgotten with it (503).
+func TestPreflightRoutesPerRequestHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &Concurrency{Max: 1}
+		block := make(chan struct{})
+		mux := http.NewServeMux()
+		mux.Handle("/api/", corsMiddleware(false)(http.NotFoundHandler()))
+		mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) { <-block })
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {})
+		perRequest := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.Handler(mux).ServeHTTP(w, r) })
+		pf := func(path string) int {
+			r := preflightShaped("192.0.2.1:1")
+			r.URL.Path = path
+			return serveRequest(perRequest, r).Code
+		}
+		pf("/")          // answered not as a preflight: handled
+		pf("/api/items") // admitted, answered as a preflight
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			r := preflightShaped("192.0.2.2:1")
+			r.Method, r.URL.Path = "GET", "/slow"
+			serveRequest(perRequest, r)
+		})
+		synctest.Wait() // the one slot is taken
+		if code := pf("/api/items"); code != http.StatusNoContent {
+			t.Errorf("browser preflight to a CORS route with every slot taken, per-request handler: %d, want 204", code)
+		}
+		close(block)
+		wg.Wait()
+	})
+}

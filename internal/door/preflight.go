@@ -4,8 +4,10 @@
 package door
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,26 +64,39 @@ const (
 const answeredRoutes = 64
 
 // A Memory is what the handler a door wraps around next (a Middleware's, a Maintenance's, a
-// Concurrency's) has learned of what next does with requests shaped as preflights: the routes
-// it answered them to as preflights, its own, and what every handler of the door shares, in
-// Shared. It is safe for concurrent use once Shared is set.
+// Concurrency's) has learned of what next does with requests shaped as preflights: what every
+// handler of the door shares, in Shared, where the routes next answered them to are kept under
+// next's identity (see HandlerID). It is safe for concurrent use once Shared is set.
 type Memory struct {
 	*Shared
-	answered [answeredRoutes]atomic.Uint64 // hashes of routes next answered preflights to, one a slot
+	Next uint64 // next's identity (HandlerID)
 }
 
 // Shared is what the handlers of one door share: whether a next has answered a request shaped
 // as a preflight other than as one, after which none is passed on to learn, and the one being
-// passed on so. So a framework that wraps the middleware anew for each request (echo's
-// WrapMiddleware) passes one on, not each as the first its handler is ever sent; and the
-// routes one handler's next answers preflights to free no request to another's, which may
-// serve them as any other (Memory keeps them). Its zero value is ready to use, and it is safe
-// for concurrent use.
+// passed on so; and the routes each next answered preflights to, under its identity. So a
+// framework that wraps the middleware anew for each request (echo's WrapMiddleware) passes one
+// on, not each as the first its handler is ever sent, and remembers its routes; and the routes
+// one next answers preflights to free no request to another, which may serve them as any
+// other. Its zero value is ready to use, and it is safe for concurrent use.
 type Shared struct {
 	seedOnce sync.Once
 	seed     maphash.Seed
-	handled  atomic.Bool // a next has answered one other than as a preflight
-	probing  atomic.Bool // one is passed on uncounted to learn what next does
+	handled  atomic.Bool                   // a next has answered one other than as a preflight
+	probing  atomic.Bool                   // one is passed on uncounted to learn what next does
+	answered [answeredRoutes]atomic.Uint64 // hashes of nexts and routes answered as preflights, one a slot
+}
+
+// HandlerID returns what tells next apart from the other handlers of a door: a pointer's address,
+// a function's code (the same for the handlers a framework makes per request from one function
+// literal, as echo's WrapMiddleware does), or else its type.
+func HandlerID(next http.Handler) uint64 {
+	v := reflect.ValueOf(next)
+	switch v.Kind() {
+	case reflect.Func, reflect.Pointer, reflect.Map, reflect.Chan, reflect.UnsafePointer:
+		return uint64(v.Pointer())
+	}
+	return uint64(reflect.ValueOf(v.Type()).Pointer())
 }
 
 // answers reports whether next is taken to answer r, shaped as a preflight, as CORS middleware
@@ -120,6 +135,9 @@ func (p *Memory) route(r *http.Request) uint64 {
 	p.seedOnce.Do(func() { p.seed = maphash.MakeSeed() })
 	var h maphash.Hash
 	h.SetSeed(p.seed)
+	var id [8]byte
+	binary.LittleEndian.PutUint64(id[:], p.Next)
+	h.Write(id[:])
 	h.WriteString(r.Host)
 	h.WriteByte(0)
 	h.WriteString(r.URL.EscapedPath())
